@@ -1,0 +1,53 @@
+//! CPU access to a node's own registered memory.
+//!
+//! Protocol code never touches a remote node's memory except through verbs; its own node's
+//! memory it reads and writes through this trait, so a backend can enforce the same rules the
+//! NIC sees (the simulator records CPU writes that race a multi-line one-sided READ; the
+//! sockets backend uses CPU atomics shared with its NIC thread).
+
+use std::fmt;
+
+use crate::verbs::MemoryRegion;
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum MemError {
+    /// The range is not inside one registered region.
+    OutOfBounds { addr: u64, len: u64 },
+    /// An 8-byte atomic at an address that is not 8-byte aligned.
+    Misaligned { addr: u64 },
+}
+
+impl fmt::Display for MemError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MemError::OutOfBounds { addr, len } => {
+                write!(f, "local access of {len} bytes at {addr:#x} is outside every registered region")
+            }
+            MemError::Misaligned { addr } => write!(f, "8-byte atomic at {addr:#x} is not 8-byte aligned"),
+        }
+    }
+}
+
+impl std::error::Error for MemError {}
+
+/// The node's registered memory as its CPU sees it.
+pub trait HostMemory {
+    /// All regions registered on this node, in registration order.
+    fn regions(&self) -> Vec<MemoryRegion>;
+    fn read(&self, addr: u64, out: &mut [u8]) -> Result<(), MemError>;
+    fn write(&self, addr: u64, data: &[u8]) -> Result<(), MemError>;
+    /// CPU compare-and-swap on an aligned word; returns the old value. Whether it is atomic
+    /// with respect to NIC atomics depends on the NIC's atomicity level (HCA or GLOB).
+    fn cas_u64(&self, addr: u64, compare: u64, swap: u64) -> Result<u64, MemError>;
+    /// CPU fetch-and-add on an aligned word; returns the old value.
+    fn faa_u64(&self, addr: u64, add: u64) -> Result<u64, MemError>;
+
+    fn load_u64(&self, addr: u64) -> Result<u64, MemError> {
+        let mut b = [0u8; 8];
+        self.read(addr, &mut b)?;
+        Ok(u64::from_le_bytes(b))
+    }
+    fn store_u64(&self, addr: u64, v: u64) -> Result<(), MemError> {
+        self.write(addr, &v.to_le_bytes())
+    }
+}

@@ -1,0 +1,396 @@
+//! RPC over UD SEND/RECV (FaSST-style, DrTM+H Sec. 3.1).
+//!
+//! Calls and replies are frames. Frames for the same destination worker queued during one
+//! event-loop iteration are packed into as few datagrams as the MTU allows, and all datagrams
+//! of the iteration go out in one doorbell (batched sends). With `piggyback` on, replies wait
+//! (up to `piggyback_flush_ns`) to ride on the next request to the same worker: DrTM+H's
+//! passive ACK for two-sided primitives (Fig. 4). UD may lose datagrams, so a call that gets
+//! no reply within `timeout_ns` is retransmitted up to `retries` times; servers remember recent
+//! replies per caller and answer duplicates from that memory, so handlers run at most once.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use crate::memory::HostMemory;
+use crate::verbs::{Endpoint, Nanos};
+
+/// Identifies one call of one worker.
+pub type CallId = u64;
+
+/// Frame header: kind u8 | status u8 | handler u16 | payload length u32 | call id u64.
+pub const FRAME_HEADER: usize = 16;
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct RpcConfig {
+    /// Largest datagram payload (the UD MTU).
+    pub mtu: u32,
+    pub timeout_ns: Nanos,
+    /// Retransmissions before a call fails with `Timeout`. 0 disables retransmission and
+    /// the servers' duplicate memory.
+    pub retries: u32,
+    pub piggyback: bool,
+    pub piggyback_flush_ns: Nanos,
+    /// Replies remembered per caller for duplicate suppression.
+    pub dedup_window: usize,
+}
+
+impl Default for RpcConfig {
+    fn default() -> Self {
+        RpcConfig {
+            mtu: 4096,
+            timeout_ns: 2_000_000,
+            retries: 3,
+            piggyback: false,
+            piggyback_flush_ns: 5_000,
+            dedup_window: 1024,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RpcError {
+    /// No reply after every retransmission: the peer is dead, unreachable or overloaded.
+    Timeout { dst: Endpoint, handler: u16, attempts: u32 },
+    /// The call does not fit one datagram.
+    TooLarge { len: usize, max: usize },
+    /// The peer has no handler with this id.
+    UnknownHandler { dst: Endpoint, handler: u16 },
+    /// The reply was never delivered (a bug in the caller's use of the API).
+    Lost,
+}
+
+impl fmt::Display for RpcError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RpcError::Timeout { dst, handler, attempts } => write!(
+                f,
+                "RPC to handler {handler} at {dst} got no reply after {attempts} attempts: the peer is dead, unreachable or overloaded"
+            ),
+            RpcError::TooLarge { len, max } => {
+                write!(f, "RPC frame of {len} bytes does not fit a UD datagram of {max} bytes")
+            }
+            RpcError::UnknownHandler { dst, handler } => write!(f, "{dst} has no RPC handler {handler}"),
+            RpcError::Lost => write!(f, "RPC reply was not collected"),
+        }
+    }
+}
+
+impl std::error::Error for RpcError {}
+
+/// Where a deferred reply must go.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ReplyToken {
+    pub to: Endpoint,
+    pub call_id: CallId,
+}
+
+/// What a handler did with a request.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Handled {
+    /// The reply buffer holds the reply.
+    Reply,
+    /// The handler kept the token and will reply later (e.g. WAIT-DIE wait lists).
+    Defer,
+    /// No reply (one-way requests).
+    NoReply,
+}
+
+/// An RPC handler: runs on the participant's worker, in its event loop.
+pub type HandlerFn = dyn Fn(&mut HandlerCtx<'_>, &[u8]) -> Handled;
+
+/// What a handler sees: the caller, the clock, local memory, and the reply buffer.
+pub struct HandlerCtx<'a> {
+    pub me: Endpoint,
+    pub src: Endpoint,
+    pub now: Nanos,
+    pub mem: &'a dyn HostMemory,
+    pub reply: &'a mut Vec<u8>,
+    cpu: &'a mut Nanos,
+    deferred: &'a mut Vec<(ReplyToken, Vec<u8>)>,
+    token: ReplyToken,
+}
+
+impl<'a> HandlerCtx<'a> {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        me: Endpoint,
+        src: Endpoint,
+        now: Nanos,
+        mem: &'a dyn HostMemory,
+        reply: &'a mut Vec<u8>,
+        cpu: &'a mut Nanos,
+        deferred: &'a mut Vec<(ReplyToken, Vec<u8>)>,
+        token: ReplyToken,
+    ) -> Self {
+        HandlerCtx { me, src, now, mem, reply, cpu, deferred, token }
+    }
+    /// Charges handler CPU work.
+    pub fn compute(&mut self, ns: Nanos) {
+        *self.cpu += ns;
+    }
+    /// The token for replying to this request later.
+    pub fn token(&self) -> ReplyToken {
+        self.token
+    }
+    /// Sends a reply to an earlier, deferred request.
+    pub fn reply_to(&mut self, token: ReplyToken, payload: Vec<u8>) {
+        self.deferred.push((token, payload));
+    }
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum FrameKind {
+    Request,
+    Reply,
+    OneWay,
+}
+
+const STATUS_OK: u8 = 0;
+const STATUS_UNKNOWN_HANDLER: u8 = 1;
+
+pub(crate) struct Frame<'a> {
+    pub kind: FrameKind,
+    pub status: u8,
+    pub handler: u16,
+    pub call_id: CallId,
+    pub payload: &'a [u8],
+}
+
+impl<'a> Frame<'a> {
+    fn encode(out: &mut Vec<u8>, kind: FrameKind, status: u8, handler: u16, call_id: CallId, payload: &[u8]) {
+        out.push(match kind {
+            FrameKind::Request => 1,
+            FrameKind::Reply => 2,
+            FrameKind::OneWay => 3,
+        });
+        out.push(status);
+        out.extend_from_slice(&handler.to_le_bytes());
+        out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        out.extend_from_slice(&call_id.to_le_bytes());
+        out.extend_from_slice(payload);
+    }
+
+    /// Decodes the frame at `off`; `None` at the end or on a malformed datagram (a corrupt
+    /// datagram is dropped, as UD would drop it on a bad checksum).
+    pub(crate) fn decode(buf: &'a [u8], off: usize) -> Option<(Frame<'a>, usize)> {
+        let h = buf.get(off..off + FRAME_HEADER)?;
+        let kind = match h[0] {
+            1 => FrameKind::Request,
+            2 => FrameKind::Reply,
+            3 => FrameKind::OneWay,
+            _ => return None,
+        };
+        let handler = u16::from_le_bytes([h[2], h[3]]);
+        let len = u32::from_le_bytes(h[4..8].try_into().ok()?) as usize;
+        let call_id = u64::from_le_bytes(h[8..16].try_into().ok()?);
+        let start = off + FRAME_HEADER;
+        let payload = buf.get(start..start.checked_add(len)?)?;
+        Some((Frame { kind, status: h[1], handler, call_id, payload }, start + len))
+    }
+
+    pub(crate) fn error(&self, dst: Endpoint) -> Option<RpcError> {
+        (self.status == STATUS_UNKNOWN_HANDLER).then_some(RpcError::UnknownHandler { dst, handler: self.handler })
+    }
+}
+
+struct PendingCall {
+    coro: u32,
+    dst: Endpoint,
+    handler: u16,
+    /// Kept for retransmission (only when retries are enabled).
+    payload: Option<Vec<u8>>,
+    deadline: Nanos,
+    attempts: u32,
+}
+
+#[derive(Default)]
+struct OutQueue {
+    bytes: Vec<u8>,
+    /// Frame boundaries (end offsets) so datagrams split between frames.
+    ends: Vec<usize>,
+    has_request: bool,
+    oldest_reply: Option<Nanos>,
+}
+
+pub(crate) struct RpcState {
+    cfg: RpcConfig,
+    next_call: CallId,
+    out: BTreeMap<Endpoint, OutQueue>,
+    pending: BTreeMap<CallId, PendingCall>,
+    deadlines: BTreeSet<(Nanos, CallId)>,
+    served: BTreeMap<Endpoint, BTreeMap<CallId, Option<Vec<u8>>>>,
+    requeued: Vec<(Endpoint, Vec<u8>)>,
+}
+
+impl RpcState {
+    pub(crate) fn new(cfg: RpcConfig) -> Self {
+        RpcState {
+            cfg,
+            next_call: 1,
+            out: BTreeMap::new(),
+            pending: BTreeMap::new(),
+            deadlines: BTreeSet::new(),
+            served: BTreeMap::new(),
+            requeued: Vec::new(),
+        }
+    }
+
+    fn max_payload(&self) -> usize {
+        self.cfg.mtu as usize - FRAME_HEADER
+    }
+
+    fn enqueue(&mut self, dst: Endpoint, kind: FrameKind, status: u8, handler: u16, id: CallId, payload: &[u8], now: Nanos) {
+        let q = self.out.entry(dst).or_default();
+        Frame::encode(&mut q.bytes, kind, status, handler, id, payload);
+        q.ends.push(q.bytes.len());
+        if kind == FrameKind::Reply {
+            q.oldest_reply.get_or_insert(now);
+        } else {
+            q.has_request = true;
+        }
+    }
+
+    /// Queues a call. `Err` carries the id and the error if it cannot be sent at all.
+    pub(crate) fn call(
+        &mut self,
+        now: Nanos,
+        coro: u32,
+        dst: Endpoint,
+        handler: u16,
+        payload: &[u8],
+        want_reply: bool,
+    ) -> Result<CallId, (CallId, RpcError)> {
+        let id = self.next_call;
+        self.next_call += 1;
+        if payload.len() > self.max_payload() {
+            return Err((id, RpcError::TooLarge { len: payload.len() + FRAME_HEADER, max: self.cfg.mtu as usize }));
+        }
+        let kind = if want_reply { FrameKind::Request } else { FrameKind::OneWay };
+        self.enqueue(dst, kind, STATUS_OK, handler, id, payload, now);
+        if want_reply {
+            let deadline = now + self.cfg.timeout_ns;
+            let keep = (self.cfg.retries > 0).then(|| payload.to_vec());
+            self.pending.insert(id, PendingCall { coro, dst, handler, payload: keep, deadline, attempts: 1 });
+            self.deadlines.insert((deadline, id));
+        }
+        Ok(id)
+    }
+
+    pub(crate) fn queue_reply(&mut self, now: Nanos, token: ReplyToken, payload: Vec<u8>) {
+        self.enqueue(token.to, FrameKind::Reply, STATUS_OK, 0, token.call_id, &payload, now);
+    }
+
+    pub(crate) fn queue_unknown(&mut self, now: Nanos, token: ReplyToken, handler: u16) {
+        self.enqueue(token.to, FrameKind::Reply, STATUS_UNKNOWN_HANDLER, handler, token.call_id, &[], now);
+    }
+
+    /// A reply arrived: the coroutine that waits for it, if the call is still pending.
+    pub(crate) fn on_reply(&mut self, call_id: CallId) -> Option<(u32, Endpoint)> {
+        let p = self.pending.remove(&call_id)?;
+        self.deadlines.remove(&(p.deadline, call_id));
+        Some((p.coro, p.dst))
+    }
+
+    /// Whether a request is a duplicate; re-sends the remembered reply if there is one.
+    pub(crate) fn duplicate(&mut self, now: Nanos, token: ReplyToken) -> bool {
+        if self.cfg.retries == 0 {
+            return false;
+        }
+        let Some(seen) = self.served.get(&token.to).and_then(|m| m.get(&token.call_id)) else { return false };
+        if let Some(reply) = seen.clone() {
+            self.queue_reply(now, token, reply);
+        }
+        true
+    }
+
+    /// Remembers a served request (and its reply, `None` while deferred).
+    pub(crate) fn remember(&mut self, token: ReplyToken, reply: Option<&[u8]>) {
+        if self.cfg.retries == 0 {
+            return;
+        }
+        let m = self.served.entry(token.to).or_default();
+        m.insert(token.call_id, reply.map(|r| r.to_vec()));
+        while m.len() > self.cfg.dedup_window {
+            m.pop_first();
+        }
+    }
+
+    /// Calls whose deadline passed: retransmitted, or failed after the last attempt.
+    pub(crate) fn expire(&mut self, now: Nanos) -> Vec<(u32, CallId, RpcError)> {
+        let mut failed = Vec::new();
+        while let Some(&(at, id)) = self.deadlines.first() {
+            if at > now {
+                break;
+            }
+            self.deadlines.pop_first();
+            let p = self.pending.get_mut(&id).expect("deadline without call");
+            if p.attempts <= self.cfg.retries {
+                if let Some(payload) = p.payload.clone() {
+                    p.attempts += 1;
+                    p.deadline = now + self.cfg.timeout_ns;
+                    let (dst, handler, d) = (p.dst, p.handler, p.deadline);
+                    self.deadlines.insert((d, id));
+                    self.enqueue(dst, FrameKind::Request, STATUS_OK, handler, id, &payload, now);
+                    continue;
+                }
+            }
+            let p = self.pending.remove(&id).expect("checked");
+            failed.push((p.coro, id, RpcError::Timeout { dst: p.dst, handler: p.handler, attempts: p.attempts }));
+        }
+        failed
+    }
+
+    /// Datagrams ready to go now: every destination with a request, and destinations whose
+    /// oldest waiting reply is due (immediately unless piggybacking).
+    pub(crate) fn take_datagrams(&mut self, now: Nanos) -> Vec<(Endpoint, Vec<u8>)> {
+        let mut out = std::mem::take(&mut self.requeued);
+        let mtu = self.cfg.mtu as usize;
+        let piggyback = self.cfg.piggyback;
+        let flush = self.cfg.piggyback_flush_ns;
+        let mut emptied = Vec::new();
+        for (dst, q) in self.out.iter_mut() {
+            let due = q.has_request || !piggyback || q.oldest_reply.is_some_and(|t| now >= t + flush);
+            if !due || q.ends.is_empty() {
+                continue;
+            }
+            let mut start = 0;
+            let mut cut = 0;
+            for &end in &q.ends {
+                if end - start > mtu {
+                    out.push((*dst, q.bytes[start..cut].to_vec()));
+                    start = cut;
+                }
+                cut = end;
+            }
+            if cut > start {
+                out.push((*dst, q.bytes[start..cut].to_vec()));
+            }
+            emptied.push(*dst);
+        }
+        for d in emptied {
+            if let Some(q) = self.out.get_mut(&d) {
+                q.bytes.clear();
+                q.ends.clear();
+                q.has_request = false;
+                q.oldest_reply = None;
+            }
+        }
+        out
+    }
+
+    pub(crate) fn requeue(&mut self, later: Vec<(Endpoint, Vec<u8>)>) {
+        self.requeued.extend(later);
+    }
+
+    /// The earliest retransmission deadline or piggyback flush.
+    pub(crate) fn next_deadline(&self) -> Option<Nanos> {
+        let d = self.deadlines.first().map(|&(t, _)| t);
+        let p = if self.cfg.piggyback {
+            self.out.values().filter_map(|q| q.oldest_reply).min().map(|t| t + self.cfg.piggyback_flush_ns)
+        } else {
+            None
+        };
+        let r = (!self.requeued.is_empty()).then_some(0);
+        [d, p, r].into_iter().flatten().min()
+    }
+}

@@ -1,0 +1,828 @@
+//! The per-worker core: a small single-threaded coroutine executor, verb posting with send-queue
+//! accounting, completion dispatch, timers and the RPC layer, all without I/O.
+//!
+//! Like quinn-proto under quinn, a backend drives it: it delivers inputs (`on_completion`,
+//! `on_datagram`, `on_imm`), calls `run(now)` when the worker's CPU is free, and drains outputs
+//! (`drain_doorbells`) and the next deadline (`poll_timeout`). The core never reads a clock; the
+//! time it is given plus the CPU cost it charges is the only time coroutines see.
+//!
+//! Coroutines are `async` blocks. They never need a real `Waker`: every event they can wait on
+//! (a completion, a reply, a timer) is routed here by id, so the executor marks the owning
+//! coroutine ready itself. Wakers are no-ops, which keeps readiness deterministic.
+
+use std::cell::{Ref, RefCell, RefMut};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
+
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+use crate::memory::{HostMemory, MemError};
+use crate::rpc::{self, CallId, Frame, FrameKind, HandlerCtx, HandlerFn, Handled, ReplyToken, RpcConfig, RpcError};
+use crate::verbs::*;
+
+/// CPU costs a worker pays, in nanoseconds (picoseconds for per-byte costs). The simulator
+/// charges them to advance the worker's clock; real backends set them to zero and let the
+/// hardware take its time.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CpuCosts {
+    /// Switching from one coroutine to another (DrTM+H Sec. 4.1: about 20 ns with Boost).
+    pub coroutine_switch_ns: Nanos,
+    /// Ringing a doorbell: one MMIO write to the NIC, paid once per post call.
+    pub mmio_ns: Nanos,
+    /// Building one work-queue entry, paid per work request.
+    pub wqe_ns: Nanos,
+    /// Polling one completion-queue entry.
+    pub poll_cqe_ns: Nanos,
+    /// Dispatching one received RPC frame to its handler (before the handler's own work).
+    pub rpc_dispatch_ns: Nanos,
+    /// Copying one byte between buffers, in picoseconds.
+    pub copy_ps_per_byte: u64,
+}
+
+impl CpuCosts {
+    pub fn zero() -> Self {
+        CpuCosts { coroutine_switch_ns: 0, mmio_ns: 0, wqe_ns: 0, poll_cqe_ns: 0, rpc_dispatch_ns: 0, copy_ps_per_byte: 0 }
+    }
+    pub fn copy_ns(&self, bytes: usize) -> Nanos {
+        (bytes as u64 * self.copy_ps_per_byte).div_ceil(1000)
+    }
+}
+
+/// Set-up facts a backend gives a worker.
+#[derive(Clone, Debug)]
+pub struct WorkerConfig {
+    pub me: Endpoint,
+    pub nodes: u16,
+    pub workers: u16,
+    pub costs: CpuCosts,
+    pub rpc: RpcConfig,
+    /// Seed of the run; each coroutine's RNG stream is derived from it and its ids.
+    pub seed: u64,
+    /// Per-worker region of local registered memory carved into equal per-coroutine scratch
+    /// buffers (READ targets, atomic results, WRITE sources).
+    pub scratch: LocalBuf,
+    pub scratch_per_coroutine: u32,
+}
+
+/// Id bits: a work-request id carries its coroutine and its per-QP sequence number.
+const CORO_SHIFT: u32 = 48;
+const SEQ_MASK: u64 = (1 << CORO_SHIFT) - 1;
+/// Coroutine id used for requests the core posts for itself (RPC datagrams).
+const INTERNAL_CORO: u32 = 0xFFFF;
+
+struct QpState {
+    info: QpInfo,
+    /// Sequence number of the last request posted (1-based).
+    posted: u64,
+    /// Highest sequence number known complete (signaled completion or error).
+    confirmed: u64,
+    error: bool,
+}
+
+#[derive(Default)]
+struct CoroState {
+    /// Signaled verbs and RPC calls not yet complete.
+    pending: u32,
+    waiting: bool,
+    /// First failed completion since the last `wait`.
+    failed: Option<Completion>,
+    failures: u32,
+    replies: BTreeMap<CallId, Result<Vec<u8>, RpcError>>,
+    timer_fired: bool,
+    rng: Option<ChaCha8Rng>,
+    finished: bool,
+}
+
+/// A received datagram, or a completion, waiting for the worker's event loop.
+enum Inbound {
+    Completion(Completion),
+    Datagram { src: Endpoint, bytes: Vec<u8> },
+    Imm { src: NodeId, imm: u32 },
+}
+
+/// Counters a backend can report.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WorkerStats {
+    pub doorbells: u64,
+    pub wrs_posted: u64,
+    pub completions_polled: u64,
+    pub rpc_calls: u64,
+    pub rpc_handled: u64,
+    pub rpc_retransmits: u64,
+    pub rpc_timeouts: u64,
+    pub datagrams_sent: u64,
+    pub datagrams_received: u64,
+    pub coroutine_switches: u64,
+    pub cpu_busy_ns: u64,
+}
+
+pub(crate) struct Shared {
+    pub(crate) cfg: WorkerConfig,
+    mem: Rc<dyn HostMemory>,
+    /// Worker-local clock: the time `run` was given plus CPU charged since.
+    now: Nanos,
+    current: u32,
+    ready: VecDeque<u32>,
+    coros: Vec<CoroState>,
+    qps: Vec<QpState>,
+    rc_by_node: Vec<Vec<QpId>>,
+    ud_qp: Option<QpId>,
+    outbox: Vec<Doorbell>,
+    inbox: VecDeque<Inbound>,
+    imms: VecDeque<(NodeId, u32)>,
+    imm_waiters: Vec<u32>,
+    timers: BTreeSet<(Nanos, u64, u32)>,
+    timer_seq: u64,
+    pub(crate) rpc: rpc::RpcState,
+    handlers: Vec<Option<Rc<HandlerFn>>>,
+    pub(crate) stats: WorkerStats,
+}
+
+impl Shared {
+    fn charge(&mut self, ns: Nanos) {
+        self.now += ns;
+        self.stats.cpu_busy_ns += ns;
+    }
+
+    fn wake(&mut self, coro: u32) {
+        let c = &mut self.coros[coro as usize];
+        if c.waiting && c.pending == 0 {
+            c.waiting = false;
+            self.ready.push_back(coro);
+        }
+    }
+
+    fn post_from(&mut self, coro: u32, qp: QpId, ops: &mut dyn Iterator<Item = (Op, bool)>) -> Result<u32, PostError> {
+        let Some(q) = self.qps.get_mut(qp.0 as usize) else { return Err(PostError::NoSuchQp(qp)) };
+        if q.error {
+            return Err(PostError::QpInError { qp, peer: q.info.peer });
+        }
+        let mut wrs = Vec::new();
+        let mut signaled = 0u32;
+        let outstanding = (q.posted - q.confirmed) as u32;
+        for (op, sig) in ops {
+            if outstanding + wrs.len() as u32 + 1 > q.info.max_outstanding {
+                return Err(PostError::SendQueueFull {
+                    qp,
+                    outstanding: outstanding + wrs.len() as u32,
+                    max: q.info.max_outstanding,
+                });
+            }
+            let seq = q.posted + wrs.len() as u64 + 1;
+            signaled += sig as u32;
+            wrs.push(WorkRequest { wr_id: ((coro as u64) << CORO_SHIFT) | seq, op, signaled: sig });
+        }
+        if wrs.is_empty() {
+            return Err(PostError::Empty);
+        }
+        q.posted += wrs.len() as u64;
+        let n = wrs.len() as u64;
+        self.charge(self.cfg.costs.mmio_ns + n * self.cfg.costs.wqe_ns);
+        self.stats.doorbells += 1;
+        self.stats.wrs_posted += n;
+        if coro != INTERNAL_CORO {
+            self.coros[coro as usize].pending += signaled;
+        }
+        let at = self.now;
+        self.outbox.push(Doorbell { qp, wrs, at });
+        Ok(signaled)
+    }
+
+    fn handle_completion(&mut self, c: Completion) {
+        self.charge(self.cfg.costs.poll_cqe_ns);
+        self.stats.completions_polled += 1;
+        let seq = c.wr_id & SEQ_MASK;
+        let coro = (c.wr_id >> CORO_SHIFT) as u32;
+        if let Some(q) = self.qps.get_mut(c.qp.0 as usize) {
+            // RC completes in order: this completion confirms every earlier request (passive ACK).
+            q.confirmed = q.confirmed.max(seq);
+            if !c.status.is_ok() && q.info.kind == QpType::Rc {
+                q.error = true;
+            }
+        }
+        if coro == INTERNAL_CORO {
+            return;
+        }
+        let cs = &mut self.coros[coro as usize];
+        if !c.status.is_ok() {
+            cs.failures += 1;
+            if cs.failed.is_none() {
+                cs.failed = Some(c.clone());
+            }
+        }
+        // Only signaled requests were counted as pending.
+        if c.signaled {
+            cs.pending -= 1;
+            self.wake(coro);
+        }
+    }
+
+    fn fire_timers(&mut self) {
+        while let Some(&(at, seq, coro)) = self.timers.first() {
+            if at > self.now {
+                break;
+            }
+            self.timers.remove(&(at, seq, coro));
+            if coro == INTERNAL_CORO {
+                continue;
+            }
+            let c = &mut self.coros[coro as usize];
+            c.timer_fired = true;
+            c.waiting = false;
+            self.ready.push_back(coro);
+        }
+    }
+
+    fn handle_datagram(&mut self, src: Endpoint, bytes: Vec<u8>) {
+        self.charge(self.cfg.costs.poll_cqe_ns);
+        self.stats.datagrams_received += 1;
+        let mut off = 0;
+        while let Some((frame, next)) = Frame::decode(&bytes, off) {
+            off = next;
+            self.charge(self.cfg.costs.rpc_dispatch_ns + self.cfg.costs.copy_ns(frame.payload.len()));
+            match frame.kind {
+                FrameKind::Request | FrameKind::OneWay => self.serve(src, frame),
+                FrameKind::Reply => {
+                    if let Some((coro, dst)) = self.rpc.on_reply(frame.call_id) {
+                        let result = match frame.error(dst) {
+                            Some(e) => Err(e),
+                            None => Ok(frame.payload.to_vec()),
+                        };
+                        let cs = &mut self.coros[coro as usize];
+                        cs.replies.insert(frame.call_id, result);
+                        cs.pending -= 1;
+                        self.wake(coro);
+                    }
+                }
+            }
+        }
+    }
+
+    fn serve(&mut self, src: Endpoint, frame: Frame<'_>) {
+        let token = ReplyToken { to: src, call_id: frame.call_id };
+        let wants_reply = frame.kind == FrameKind::Request;
+        if wants_reply && self.rpc.duplicate(self.now, token) {
+            return;
+        }
+        let Some(Some(h)) = self.handlers.get(frame.handler as usize).cloned() else {
+            // Answer at once so the caller gets a clear error instead of a timeout.
+            if wants_reply {
+                self.rpc.queue_unknown(self.now, token, frame.handler);
+            }
+            return;
+        };
+        self.stats.rpc_handled += 1;
+        let mut reply = Vec::new();
+        let mut cpu = 0;
+        let mut deferred = Vec::new();
+        let outcome = {
+            let mut hctx = HandlerCtx::new(
+                self.cfg.me,
+                src,
+                self.now,
+                &*self.mem,
+                &mut reply,
+                &mut cpu,
+                &mut deferred,
+                token,
+            );
+            h(&mut hctx, frame.payload)
+        };
+        self.charge(cpu + self.cfg.costs.copy_ns(reply.len()));
+        for (t, bytes) in deferred {
+            self.rpc.queue_reply(self.now, t, bytes);
+        }
+        match outcome {
+            Handled::Reply if wants_reply => {
+                self.rpc.remember(token, Some(&reply));
+                self.rpc.queue_reply(self.now, token, reply)
+            }
+            Handled::Reply | Handled::NoReply => {}
+            Handled::Defer => self.rpc.remember(token, None),
+        }
+    }
+
+    /// Packs queued RPC frames into datagrams and posts them as one doorbell on the UD QP.
+    fn flush_rpc(&mut self) {
+        let Some(ud) = self.ud_qp else { return };
+        let now = self.now;
+        let datagrams = self.rpc.take_datagrams(now);
+        if datagrams.is_empty() {
+            return;
+        }
+        let q = &self.qps[ud.0 as usize];
+        let room = q.info.max_outstanding - (q.posted - q.confirmed) as u32;
+        let n = datagrams.len() as u32;
+        if n > room {
+            // The UD send queue is full: keep the excess for the next flush.
+            let (now_send, later): (Vec<_>, Vec<_>) =
+                datagrams.into_iter().enumerate().partition(|(i, _)| (*i as u32) < room);
+            self.rpc.requeue(later.into_iter().map(|(_, d)| d).collect());
+            self.post_datagrams(ud, now_send.into_iter().map(|(_, d)| d).collect());
+        } else {
+            self.post_datagrams(ud, datagrams);
+        }
+    }
+
+    fn post_datagrams(&mut self, ud: QpId, datagrams: Vec<(Endpoint, Vec<u8>)>) {
+        if datagrams.is_empty() {
+            return;
+        }
+        let q = &self.qps[ud.0 as usize];
+        let after = (q.posted - q.confirmed) as u32 + datagrams.len() as u32;
+        // Selective signaling: only signal when the send queue is half full, so sends are
+        // reaped in bulk (FaSST's trick).
+        let signal_last = after * 2 >= q.info.max_outstanding;
+        let n = datagrams.len();
+        self.stats.datagrams_sent += n as u64;
+        let mut it = datagrams
+            .into_iter()
+            .enumerate()
+            .map(|(i, (dest, bytes))| (Op::Send { src: Payload::Inline(bytes), dest: Some(dest) }, signal_last && i + 1 == n));
+        let _ = self.post_from(INTERNAL_CORO, ud, &mut it);
+    }
+}
+
+type Task = Pin<Box<dyn Future<Output = ()>>>;
+
+/// One worker thread's coroutines and event loop, driven by a backend.
+pub struct WorkerCore {
+    shared: Rc<RefCell<Shared>>,
+    tasks: Vec<Option<Task>>,
+}
+
+impl WorkerCore {
+    pub fn new(cfg: WorkerConfig, mem: Rc<dyn HostMemory>) -> Self {
+        let rpc = rpc::RpcState::new(cfg.rpc.clone());
+        let nodes = cfg.nodes as usize;
+        let shared = Shared {
+            cfg,
+            mem,
+            now: 0,
+            current: 0,
+            ready: VecDeque::new(),
+            coros: Vec::new(),
+            qps: Vec::new(),
+            rc_by_node: vec![Vec::new(); nodes],
+            ud_qp: None,
+            outbox: Vec::new(),
+            inbox: VecDeque::new(),
+            imms: VecDeque::new(),
+            imm_waiters: Vec::new(),
+            timers: BTreeSet::new(),
+            timer_seq: 0,
+            rpc,
+            handlers: Vec::new(),
+            stats: WorkerStats::default(),
+        };
+        WorkerCore { shared: Rc::new(RefCell::new(shared)), tasks: Vec::new() }
+    }
+
+    pub fn me(&self) -> Endpoint {
+        self.shared.borrow().cfg.me
+    }
+
+    /// Registers a QP created by the backend. RC QPs are grouped by peer node.
+    pub fn add_qp(&mut self, kind: QpType, peer: NodeId, max_outstanding: u32) -> QpId {
+        let mut s = self.shared.borrow_mut();
+        let id = QpId(s.qps.len() as u32);
+        s.qps.push(QpState { info: QpInfo { id, kind, peer, max_outstanding }, posted: 0, confirmed: 0, error: false });
+        match kind {
+            QpType::Rc => s.rc_by_node[peer.0 as usize].push(id),
+            QpType::Ud => s.ud_qp = Some(id),
+        }
+        id
+    }
+
+    pub fn qp_info(&self, qp: QpId) -> Option<QpInfo> {
+        self.shared.borrow().qps.get(qp.0 as usize).map(|q| q.info)
+    }
+
+    /// Registers an RPC handler under `id` on this worker.
+    pub fn register_handler(&mut self, id: u16, h: Rc<HandlerFn>) {
+        let mut s = self.shared.borrow_mut();
+        if s.handlers.len() <= id as usize {
+            s.handlers.resize(id as usize + 1, None);
+        }
+        s.handlers[id as usize] = Some(h);
+    }
+
+    /// Starts a coroutine. It first runs at the next `run`.
+    pub fn spawn<F, Fut>(&mut self, f: F) -> u32
+    where
+        F: FnOnce(Ctx) -> Fut,
+        Fut: Future<Output = ()> + 'static,
+    {
+        let id = {
+            let mut s = self.shared.borrow_mut();
+            let id = s.coros.len() as u32;
+            assert!(id < INTERNAL_CORO, "too many coroutines on one worker");
+            let me = s.cfg.me;
+            let mut rng = ChaCha8Rng::seed_from_u64(s.cfg.seed);
+            rng.set_stream(((me.node.0 as u64) << 40) | ((me.worker as u64) << 20) | id as u64);
+            s.coros.push(CoroState { rng: Some(rng), ..Default::default() });
+            s.ready.push_back(id);
+            id
+        };
+        let ctx = Ctx { shared: self.shared.clone(), coro: id };
+        self.tasks.push(Some(Box::pin(f(ctx))));
+        id
+    }
+
+    /// A completion polled from this worker's CQ. Signaled completions and error completions
+    /// (signaled or not) come here.
+    pub fn on_completion(&mut self, c: Completion) {
+        self.shared.borrow_mut().inbox.push_back(Inbound::Completion(c));
+    }
+
+    /// A UD datagram received for this worker.
+    pub fn on_datagram(&mut self, src: Endpoint, bytes: Vec<u8>) {
+        self.shared.borrow_mut().inbox.push_back(Inbound::Datagram { src, bytes });
+    }
+
+    /// The receive completion of a WRITE_WITH_IMM that targeted this worker.
+    pub fn on_imm(&mut self, src: NodeId, imm: u32) {
+        self.shared.borrow_mut().inbox.push_back(Inbound::Imm { src, imm });
+    }
+
+    /// Runs one event-loop iteration starting at `now`: polls the inbox, fires timers, runs
+    /// every coroutine that was ready, and flushes batched RPC sends. Returns the CPU time it
+    /// used; the worker is busy until `now + used`.
+    pub fn run(&mut self, now: Nanos) -> Nanos {
+        let start;
+        let to_run;
+        {
+            let mut s = self.shared.borrow_mut();
+            s.now = s.now.max(now);
+            start = s.now;
+            while let Some(ev) = s.inbox.pop_front() {
+                match ev {
+                    Inbound::Completion(c) => s.handle_completion(c),
+                    Inbound::Datagram { src, bytes } => s.handle_datagram(src, bytes),
+                    Inbound::Imm { src, imm } => {
+                        let cost = s.cfg.costs.poll_cqe_ns;
+                        s.charge(cost);
+                        s.imms.push_back((src, imm));
+                        for w in std::mem::take(&mut s.imm_waiters) {
+                            s.coros[w as usize].waiting = false;
+                            s.ready.push_back(w);
+                        }
+                    }
+                }
+            }
+            s.fire_timers();
+            let now = s.now;
+            let expired = s.rpc.expire(now);
+            for (coro, call_id, err) in expired {
+                s.stats.rpc_timeouts += 1;
+                let cs = &mut s.coros[coro as usize];
+                cs.replies.insert(call_id, Err(err));
+                cs.pending -= 1;
+                s.wake(coro);
+            }
+            to_run = s.ready.len();
+        }
+        let waker = Waker::noop();
+        let mut cx = Context::from_waker(waker);
+        for _ in 0..to_run {
+            let id = {
+                let mut s = self.shared.borrow_mut();
+                let Some(id) = s.ready.pop_front() else { break };
+                if s.coros[id as usize].finished {
+                    continue;
+                }
+                let cost = s.cfg.costs.coroutine_switch_ns;
+                s.charge(cost);
+                s.stats.coroutine_switches += 1;
+                s.current = id;
+                id
+            };
+            let task = self.tasks[id as usize].as_mut().expect("finished coroutine was scheduled");
+            if task.as_mut().poll(&mut cx).is_ready() {
+                self.tasks[id as usize] = None;
+                self.shared.borrow_mut().coros[id as usize].finished = true;
+            }
+        }
+        let mut s = self.shared.borrow_mut();
+        s.flush_rpc();
+        s.now - start
+    }
+
+    /// Moves posted doorbells out, in posting order.
+    pub fn drain_doorbells(&mut self, out: &mut Vec<Doorbell>) {
+        out.append(&mut self.shared.borrow_mut().outbox);
+    }
+
+    /// Whether `run` has work right now (inbox or ready coroutines).
+    pub fn has_work(&self) -> bool {
+        let s = self.shared.borrow();
+        !s.inbox.is_empty() || !s.ready.is_empty()
+    }
+
+    /// The earliest deadline (coroutine timer, RPC retransmission, reply-piggyback flush).
+    pub fn poll_timeout(&self) -> Option<Nanos> {
+        let s = self.shared.borrow();
+        let t = s.timers.first().map(|&(t, _, _)| t);
+        match (t, s.rpc.next_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Whether every coroutine has returned.
+    pub fn all_finished(&self) -> bool {
+        self.tasks.iter().all(|t| t.is_none())
+    }
+
+    pub fn stats(&self) -> WorkerStats {
+        self.shared.borrow().stats.clone()
+    }
+
+    /// The worker-local clock.
+    pub fn now(&self) -> Nanos {
+        self.shared.borrow().now
+    }
+}
+
+/// What a coroutine holds: its view of the transport, clock, timers and RNG.
+#[derive(Clone)]
+pub struct Ctx {
+    shared: Rc<RefCell<Shared>>,
+    coro: u32,
+}
+
+impl Ctx {
+    pub fn me(&self) -> Endpoint {
+        self.shared.borrow().cfg.me
+    }
+    pub fn coroutine(&self) -> u32 {
+        self.coro
+    }
+    pub fn nodes(&self) -> u16 {
+        self.shared.borrow().cfg.nodes
+    }
+    pub fn workers(&self) -> u16 {
+        self.shared.borrow().cfg.workers
+    }
+    /// The worker-local clock (includes CPU time charged so far in this step).
+    pub fn now(&self) -> Nanos {
+        self.shared.borrow().now
+    }
+    /// This coroutine's seeded RNG stream.
+    pub fn rng(&self) -> RefMut<'_, ChaCha8Rng> {
+        RefMut::map(self.shared.borrow_mut(), |s| s.coros[self.coro as usize].rng.as_mut().expect("rng"))
+    }
+    /// Spends CPU time (application compute, e.g. YCSB's per-transaction work).
+    pub fn compute(&self, ns: Nanos) {
+        self.shared.borrow_mut().charge(ns);
+    }
+    pub fn costs(&self) -> Ref<'_, CpuCosts> {
+        Ref::map(self.shared.borrow(), |s| &s.cfg.costs)
+    }
+
+    /// The RC QPs this worker has to `node` (one per emulated connection).
+    pub fn rc_qps(&self, node: NodeId) -> Vec<QpId> {
+        self.shared.borrow().rc_by_node.get(node.0 as usize).cloned().unwrap_or_default()
+    }
+    /// The `k`-th RC QP to `node` (k taken modulo the count).
+    pub fn rc_qp(&self, node: NodeId, k: usize) -> Option<QpId> {
+        let s = self.shared.borrow();
+        let v = s.rc_by_node.get(node.0 as usize)?;
+        (!v.is_empty()).then(|| v[k % v.len()])
+    }
+    pub fn qp_info(&self, qp: QpId) -> Option<QpInfo> {
+        self.shared.borrow().qps.get(qp.0 as usize).map(|q| q.info)
+    }
+    /// Requests posted on `qp` and not yet confirmed by a completion.
+    pub fn outstanding(&self, qp: QpId) -> u32 {
+        let s = self.shared.borrow();
+        s.qps.get(qp.0 as usize).map(|q| (q.posted - q.confirmed) as u32).unwrap_or(0)
+    }
+
+    /// This coroutine's scratch buffer in local registered memory.
+    pub fn scratch(&self) -> LocalBuf {
+        let s = self.shared.borrow();
+        let per = s.cfg.scratch_per_coroutine;
+        let off = self.coro as u64 * per as u64;
+        assert!(off + per as u64 <= s.cfg.scratch.len as u64, "scratch memory exhausted: too many coroutines");
+        LocalBuf { lkey: s.cfg.scratch.lkey, addr: s.cfg.scratch.addr + off, len: per }
+    }
+
+    /// Posts `ops` (verb, signaled) on `qp` with one doorbell. Charges one MMIO plus a WQE
+    /// cost per request.
+    pub fn post(&self, qp: QpId, ops: impl IntoIterator<Item = (Op, bool)>) -> Result<(), PostError> {
+        let mut it = ops.into_iter();
+        self.shared.borrow_mut().post_from(self.coro, qp, &mut it).map(|_| ())
+    }
+
+    /// Waits until every signaled request and RPC call this coroutine issued has completed.
+    /// Returns the first failed completion since the last wait, if any.
+    pub fn wait(&self) -> Wait {
+        Wait { ctx: self.clone(), parked: false }
+    }
+
+    /// Issues an RPC to `dst`'s handler; it is sent with the worker's next batch. The reply
+    /// is collected with [`Ctx::take_reply`] after [`Ctx::wait`].
+    pub fn call(&self, dst: Endpoint, handler: u16, payload: &[u8]) -> CallId {
+        let mut s = self.shared.borrow_mut();
+        s.stats.rpc_calls += 1;
+        let now = s.now;
+        let cost = s.cfg.costs.copy_ns(payload.len());
+        s.charge(cost);
+        match s.rpc.call(now, self.coro, dst, handler, payload, true) {
+            Ok(id) => {
+                s.coros[self.coro as usize].pending += 1;
+                id
+            }
+            Err((id, e)) => {
+                s.coros[self.coro as usize].replies.insert(id, Err(e));
+                id
+            }
+        }
+    }
+
+    /// A one-way RPC: the handler runs but no reply is sent or awaited (e.g. lazy log
+    /// reclamation, DrTM+H Sec. 5.4).
+    pub fn call_oneway(&self, dst: Endpoint, handler: u16, payload: &[u8]) {
+        let mut s = self.shared.borrow_mut();
+        s.stats.rpc_calls += 1;
+        let now = s.now;
+        let _ = s.rpc.call(now, self.coro, dst, handler, payload, false);
+    }
+
+    /// Takes the reply to `call` (after `wait`). `None` if it has not arrived.
+    pub fn take_reply(&self, call: CallId) -> Option<Result<Vec<u8>, RpcError>> {
+        self.shared.borrow_mut().coros[self.coro as usize].replies.remove(&call)
+    }
+
+    /// Calls and waits for the reply.
+    pub async fn rpc(&self, dst: Endpoint, handler: u16, payload: &[u8]) -> Result<Vec<u8>, RpcError> {
+        let id = self.call(dst, handler, payload);
+        let _ = self.wait().await;
+        self.take_reply(id).unwrap_or(Err(RpcError::Lost))
+    }
+
+    /// Sends a reply that a handler deferred.
+    pub fn send_deferred_reply(&self, token: ReplyToken, payload: Vec<u8>) {
+        let mut s = self.shared.borrow_mut();
+        let now = s.now;
+        s.rpc.remember(token, Some(&payload));
+        s.rpc.queue_reply(now, token, payload);
+    }
+
+    /// Sleeps for `ns` of this worker's time.
+    pub fn sleep(&self, ns: Nanos) -> Sleep {
+        Sleep { ctx: self.clone(), ns, armed: false }
+    }
+
+    /// Lets the other ready coroutines run before continuing.
+    pub fn yield_now(&self) -> YieldNow {
+        YieldNow { ctx: self.clone(), yielded: false }
+    }
+
+    /// Takes the next received WRITE_WITH_IMM notification, if any.
+    pub fn poll_imm(&self) -> Option<(NodeId, u32)> {
+        self.shared.borrow_mut().imms.pop_front()
+    }
+
+    /// Waits until a WRITE_WITH_IMM notification is available.
+    pub fn wait_imm(&self) -> WaitImm {
+        WaitImm { ctx: self.clone() }
+    }
+
+    // --- local memory (this node's registered memory, through the same rules as the NIC) ---
+
+    pub fn read_local(&self, addr: u64, out: &mut [u8]) -> Result<(), MemError> {
+        let s = self.shared.borrow();
+        let r = s.mem.read(addr, out);
+        drop(s);
+        let c = self.costs().copy_ns(out.len());
+        self.compute(c);
+        r
+    }
+    pub fn write_local(&self, addr: u64, data: &[u8]) -> Result<(), MemError> {
+        let s = self.shared.borrow();
+        let r = s.mem.write(addr, data);
+        drop(s);
+        let c = self.costs().copy_ns(data.len());
+        self.compute(c);
+        r
+    }
+    pub fn load_local(&self, addr: u64) -> Result<u64, MemError> {
+        self.shared.borrow().mem.load_u64(addr)
+    }
+    pub fn store_local(&self, addr: u64, v: u64) -> Result<(), MemError> {
+        self.shared.borrow().mem.store_u64(addr, v)
+    }
+    /// CPU compare-and-swap on local memory (not atomic with NIC atomics at HCA level).
+    pub fn cas_local(&self, addr: u64, compare: u64, swap: u64) -> Result<u64, MemError> {
+        self.shared.borrow().mem.cas_u64(addr, compare, swap)
+    }
+    pub fn faa_local(&self, addr: u64, add: u64) -> Result<u64, MemError> {
+        self.shared.borrow().mem.faa_u64(addr, add)
+    }
+    pub fn regions(&self) -> Vec<MemoryRegion> {
+        self.shared.borrow().mem.regions()
+    }
+}
+
+/// Future of [`Ctx::wait`].
+pub struct Wait {
+    ctx: Ctx,
+    parked: bool,
+}
+
+impl Future for Wait {
+    type Output = Result<(), Completion>;
+    fn poll(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let coro = self.ctx.coro as usize;
+        let mut s = self.ctx.shared.borrow_mut();
+        let c = &mut s.coros[coro];
+        if c.pending == 0 {
+            c.waiting = false;
+            c.failures = 0;
+            return Poll::Ready(match c.failed.take() {
+                Some(f) => Err(f),
+                None => Ok(()),
+            });
+        }
+        c.waiting = true;
+        drop(s);
+        self.parked = true;
+        Poll::Pending
+    }
+}
+
+/// Future of [`Ctx::sleep`].
+pub struct Sleep {
+    ctx: Ctx,
+    ns: Nanos,
+    armed: bool,
+}
+
+impl Future for Sleep {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<()> {
+        let coro = self.ctx.coro;
+        let mut s = self.ctx.shared.borrow_mut();
+        if !self.armed {
+            let at = s.now + self.ns;
+            let seq = s.timer_seq;
+            s.timer_seq += 1;
+            s.timers.insert((at, seq, coro));
+            s.coros[coro as usize].timer_fired = false;
+            drop(s);
+            self.armed = true;
+            return Poll::Pending;
+        }
+        if std::mem::take(&mut s.coros[coro as usize].timer_fired) {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    }
+}
+
+/// Future of [`Ctx::yield_now`].
+pub struct YieldNow {
+    ctx: Ctx,
+    yielded: bool,
+}
+
+impl Future for YieldNow {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<()> {
+        if self.yielded {
+            return Poll::Ready(());
+        }
+        self.yielded = true;
+        let coro = self.ctx.coro;
+        self.ctx.shared.borrow_mut().ready.push_back(coro);
+        Poll::Pending
+    }
+}
+
+/// Future of [`Ctx::wait_imm`].
+pub struct WaitImm {
+    ctx: Ctx,
+}
+
+impl Future for WaitImm {
+    type Output = (NodeId, u32);
+    fn poll(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<(NodeId, u32)> {
+        let coro = self.ctx.coro;
+        let mut s = self.ctx.shared.borrow_mut();
+        if let Some(x) = s.imms.pop_front() {
+            return Poll::Ready(x);
+        }
+        if !s.imm_waiters.contains(&coro) {
+            s.imm_waiters.push(coro);
+        }
+        s.coros[coro as usize].waiting = true;
+        Poll::Pending
+    }
+}
