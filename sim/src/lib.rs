@@ -1,1 +1,17 @@
+//! txbed's deterministic discrete-event simulator of an RDMA cluster.
+//!
+//! - [`engine`]: the event queue (integer-nanosecond time, (time, sequence) order, digest).
+//! - [`profile`]: NIC profiles from `scenarios/nics/*.ron`, converted to integer picoseconds.
+//! - [`memory`]: a node's registered memory, with cache-line-granular READ sampling.
+//! - [`fabric`]: nodes, worker CPUs, NICs, PCIe, links and the switch; drives the
+//!   transport's `WorkerCore`s.
+//! - [`bench_verbs`]: the primitive microbenchmarks (DrTM+H Fig. 5 and 6).
 
+pub mod bench_verbs;
+pub mod engine;
+pub mod fabric;
+pub mod memory;
+pub mod profile;
+
+pub use fabric::{Sim, SimConfig, SimStats};
+pub use profile::NicProfile;

@@ -50,7 +50,11 @@ impl Default for RpcConfig {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RpcError {
     /// No reply after every retransmission: the peer is dead, unreachable or overloaded.
-    Timeout { dst: Endpoint, handler: u16, attempts: u32 },
+    Timeout {
+        dst: Endpoint,
+        handler: u16,
+        attempts: u32,
+    },
     /// The call does not fit one datagram.
     TooLarge { len: usize, max: usize },
     /// The peer has no handler with this id.
@@ -122,7 +126,16 @@ impl<'a> HandlerCtx<'a> {
         deferred: &'a mut Vec<(ReplyToken, Vec<u8>)>,
         token: ReplyToken,
     ) -> Self {
-        HandlerCtx { me, src, now, mem, reply, cpu, deferred, token }
+        HandlerCtx {
+            me,
+            src,
+            now,
+            mem,
+            reply,
+            cpu,
+            deferred,
+            token,
+        }
     }
     /// Charges handler CPU work.
     pub fn compute(&mut self, ns: Nanos) {
@@ -157,7 +170,14 @@ pub(crate) struct Frame<'a> {
 }
 
 impl<'a> Frame<'a> {
-    fn encode(out: &mut Vec<u8>, kind: FrameKind, status: u8, handler: u16, call_id: CallId, payload: &[u8]) {
+    fn encode(
+        out: &mut Vec<u8>,
+        kind: FrameKind,
+        status: u8,
+        handler: u16,
+        call_id: CallId,
+        payload: &[u8],
+    ) {
         out.push(match kind {
             FrameKind::Request => 1,
             FrameKind::Reply => 2,
@@ -185,11 +205,23 @@ impl<'a> Frame<'a> {
         let call_id = u64::from_le_bytes(h[8..16].try_into().ok()?);
         let start = off + FRAME_HEADER;
         let payload = buf.get(start..start.checked_add(len)?)?;
-        Some((Frame { kind, status: h[1], handler, call_id, payload }, start + len))
+        Some((
+            Frame {
+                kind,
+                status: h[1],
+                handler,
+                call_id,
+                payload,
+            },
+            start + len,
+        ))
     }
 
     pub(crate) fn error(&self, dst: Endpoint) -> Option<RpcError> {
-        (self.status == STATUS_UNKNOWN_HANDLER).then_some(RpcError::UnknownHandler { dst, handler: self.handler })
+        (self.status == STATUS_UNKNOWN_HANDLER).then_some(RpcError::UnknownHandler {
+            dst,
+            handler: self.handler,
+        })
     }
 }
 
@@ -239,7 +271,16 @@ impl RpcState {
         self.cfg.mtu as usize - FRAME_HEADER
     }
 
-    fn enqueue(&mut self, dst: Endpoint, kind: FrameKind, status: u8, handler: u16, id: CallId, payload: &[u8], now: Nanos) {
+    fn enqueue(
+        &mut self,
+        dst: Endpoint,
+        kind: FrameKind,
+        status: u8,
+        handler: u16,
+        id: CallId,
+        payload: &[u8],
+        now: Nanos,
+    ) {
         let q = self.out.entry(dst).or_default();
         Frame::encode(&mut q.bytes, kind, status, handler, id, payload);
         q.ends.push(q.bytes.len());
@@ -263,25 +304,61 @@ impl RpcState {
         let id = self.next_call;
         self.next_call += 1;
         if payload.len() > self.max_payload() {
-            return Err((id, RpcError::TooLarge { len: payload.len() + FRAME_HEADER, max: self.cfg.mtu as usize }));
+            return Err((
+                id,
+                RpcError::TooLarge {
+                    len: payload.len() + FRAME_HEADER,
+                    max: self.cfg.mtu as usize,
+                },
+            ));
         }
-        let kind = if want_reply { FrameKind::Request } else { FrameKind::OneWay };
+        let kind = if want_reply {
+            FrameKind::Request
+        } else {
+            FrameKind::OneWay
+        };
         self.enqueue(dst, kind, STATUS_OK, handler, id, payload, now);
         if want_reply {
             let deadline = now + self.cfg.timeout_ns;
             let keep = (self.cfg.retries > 0).then(|| payload.to_vec());
-            self.pending.insert(id, PendingCall { coro, dst, handler, payload: keep, deadline, attempts: 1 });
+            self.pending.insert(
+                id,
+                PendingCall {
+                    coro,
+                    dst,
+                    handler,
+                    payload: keep,
+                    deadline,
+                    attempts: 1,
+                },
+            );
             self.deadlines.insert((deadline, id));
         }
         Ok(id)
     }
 
     pub(crate) fn queue_reply(&mut self, now: Nanos, token: ReplyToken, payload: Vec<u8>) {
-        self.enqueue(token.to, FrameKind::Reply, STATUS_OK, 0, token.call_id, &payload, now);
+        self.enqueue(
+            token.to,
+            FrameKind::Reply,
+            STATUS_OK,
+            0,
+            token.call_id,
+            &payload,
+            now,
+        );
     }
 
     pub(crate) fn queue_unknown(&mut self, now: Nanos, token: ReplyToken, handler: u16) {
-        self.enqueue(token.to, FrameKind::Reply, STATUS_UNKNOWN_HANDLER, handler, token.call_id, &[], now);
+        self.enqueue(
+            token.to,
+            FrameKind::Reply,
+            STATUS_UNKNOWN_HANDLER,
+            handler,
+            token.call_id,
+            &[],
+            now,
+        );
     }
 
     /// A reply arrived: the coroutine that waits for it, if the call is still pending.
@@ -296,7 +373,13 @@ impl RpcState {
         if self.cfg.retries == 0 {
             return false;
         }
-        let Some(seen) = self.served.get(&token.to).and_then(|m| m.get(&token.call_id)) else { return false };
+        let Some(seen) = self
+            .served
+            .get(&token.to)
+            .and_then(|m| m.get(&token.call_id))
+        else {
+            return false;
+        };
         if let Some(reply) = seen.clone() {
             self.queue_reply(now, token, reply);
         }
@@ -330,12 +413,28 @@ impl RpcState {
                     p.deadline = now + self.cfg.timeout_ns;
                     let (dst, handler, d) = (p.dst, p.handler, p.deadline);
                     self.deadlines.insert((d, id));
-                    self.enqueue(dst, FrameKind::Request, STATUS_OK, handler, id, &payload, now);
+                    self.enqueue(
+                        dst,
+                        FrameKind::Request,
+                        STATUS_OK,
+                        handler,
+                        id,
+                        &payload,
+                        now,
+                    );
                     continue;
                 }
             }
             let p = self.pending.remove(&id).expect("checked");
-            failed.push((p.coro, id, RpcError::Timeout { dst: p.dst, handler: p.handler, attempts: p.attempts }));
+            failed.push((
+                p.coro,
+                id,
+                RpcError::Timeout {
+                    dst: p.dst,
+                    handler: p.handler,
+                    attempts: p.attempts,
+                },
+            ));
         }
         failed
     }
@@ -349,7 +448,8 @@ impl RpcState {
         let flush = self.cfg.piggyback_flush_ns;
         let mut emptied = Vec::new();
         for (dst, q) in self.out.iter_mut() {
-            let due = q.has_request || !piggyback || q.oldest_reply.is_some_and(|t| now >= t + flush);
+            let due =
+                q.has_request || !piggyback || q.oldest_reply.is_some_and(|t| now >= t + flush);
             if !due || q.ends.is_empty() {
                 continue;
             }
@@ -386,7 +486,11 @@ impl RpcState {
     pub(crate) fn next_deadline(&self) -> Option<Nanos> {
         let d = self.deadlines.first().map(|&(t, _)| t);
         let p = if self.cfg.piggyback {
-            self.out.values().filter_map(|q| q.oldest_reply).min().map(|t| t + self.cfg.piggyback_flush_ns)
+            self.out
+                .values()
+                .filter_map(|q| q.oldest_reply)
+                .min()
+                .map(|t| t + self.cfg.piggyback_flush_ns)
         } else {
             None
         };

@@ -101,13 +101,35 @@ impl Payload {
 /// One verb. Atomics operate on 8 aligned bytes and return the old value into `local`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Op {
-    Read { local: LocalBuf, remote: RemoteBuf },
-    Write { src: Payload, remote: RemoteBuf },
-    WriteImm { src: Payload, remote: RemoteBuf, imm: u32 },
-    Cas { local: LocalBuf, remote: RemoteBuf, compare: u64, swap: u64 },
-    Faa { local: LocalBuf, remote: RemoteBuf, add: u64 },
+    Read {
+        local: LocalBuf,
+        remote: RemoteBuf,
+    },
+    Write {
+        src: Payload,
+        remote: RemoteBuf,
+    },
+    WriteImm {
+        src: Payload,
+        remote: RemoteBuf,
+        imm: u32,
+    },
+    Cas {
+        local: LocalBuf,
+        remote: RemoteBuf,
+        compare: u64,
+        swap: u64,
+    },
+    Faa {
+        local: LocalBuf,
+        remote: RemoteBuf,
+        add: u64,
+    },
     /// SEND on an RC QP goes to its peer; on a UD QP to `dest`.
-    Send { src: Payload, dest: Option<Endpoint> },
+    Send {
+        src: Payload,
+        dest: Option<Endpoint>,
+    },
 }
 
 /// The kind of a verb, for statistics, cost tables and completions.
@@ -258,7 +280,11 @@ impl fmt::Display for Completion {
 pub enum PostError {
     /// More requests than the QP's send queue holds (`ENOMEM`). Unsignaled requests occupy
     /// slots until a later signaled completion on the QP confirms them.
-    SendQueueFull { qp: QpId, outstanding: u32, max: u32 },
+    SendQueueFull {
+        qp: QpId,
+        outstanding: u32,
+        max: u32,
+    },
     /// The QP is in the error state after a failed request; it must be re-created.
     QpInError { qp: QpId, peer: NodeId },
     /// No such QP on this worker.

@@ -1,0 +1,1290 @@
+//! The simulated cluster: nodes with worker CPUs, NICs, PCIe, links and one switch.
+//!
+//! Life of a one-sided request (times in picoseconds, events in nanoseconds):
+//! 1. A coroutine posts a doorbell; the worker pays the MMIO in CPU time. The NIC sees it
+//!    `mmio_latency` later (event `Doorbell`). One WQE rides in the MMIO itself (BlueFlame);
+//!    a batch is DMA-fetched with one PCIe read.
+//! 2. The requester NIC spends processing-unit work on each WQE (plus a QP-context miss if the
+//!    QP is not cached), DMA-reads a non-inline payload, serialises the packet on its link, and
+//!    the switch forwards it to the responder's port (event `ReqArrive`).
+//! 3. The responder NIC applies the verb to host memory at that time, with no CPU involved:
+//!    WRITEs land, READs sample memory line by line, atomics read, then write `atomic_rmw`
+//!    later (HCA) or at once (GLOB). A bad rkey or range is NAKed.
+//! 4. The response (data, atomic result or ACK) travels back (event `RespArrive`); the
+//!    requester DMA-writes data and, for signaled requests or errors, a CQE. Completions of one
+//!    QP are delivered in posting order.
+//!
+//! Everything is ordered by (time, sequence), every event folds into the digest, and all
+//! randomness comes from one seeded ChaCha stream, so a run is a pure function of its inputs.
+
+use std::cell::Cell;
+use std::future::Future;
+use std::rc::Rc;
+
+use rand::RngCore;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use txbed_transport::*;
+
+use crate::engine::EventQueue;
+use crate::memory::{NodeMemory, CACHE_LINE};
+use crate::profile::{headers as h, Atomicity, NicModel, NicProfile, VerbClass};
+
+/// How a simulated cluster is built.
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    pub nodes: u16,
+    pub workers: u16,
+    /// RC QPs each worker opens to each remote node (5 emulates an 80-node cluster on 16
+    /// nodes, DrTM+H Sec. 4.2).
+    pub qps_per_node: u16,
+    pub profile: NicProfile,
+    pub seed: u64,
+    /// Coroutines per worker the scratch memory must hold.
+    pub max_coroutines: u32,
+    pub scratch_per_coroutine: u32,
+    pub rpc: RpcConfig,
+}
+
+impl SimConfig {
+    pub fn new(nodes: u16, workers: u16, profile: NicProfile, seed: u64) -> Self {
+        let rpc = RpcConfig {
+            mtu: profile.mtu,
+            ..RpcConfig::default()
+        };
+        SimConfig {
+            nodes,
+            workers,
+            qps_per_node: 1,
+            profile,
+            seed,
+            max_coroutines: 32,
+            scratch_per_coroutine: 8192,
+            rpc,
+        }
+    }
+}
+
+/// Counters of the whole simulation.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SimStats {
+    /// Requests by opcode (index = `Opcode as usize`).
+    pub verbs: [u64; 7],
+    pub wire_bytes: u64,
+    pub doorbells: u64,
+    pub qp_cache_misses: u64,
+    pub qp_cache_lookups: u64,
+    pub ud_dropped: u64,
+    pub torn_lines: u64,
+}
+
+#[derive(Copy, Clone, Debug)]
+enum Ev {
+    Wake {
+        node: u16,
+        worker: u16,
+        gen: u32,
+    },
+    Doorbell {
+        db: u32,
+    },
+    /// A packet is ready to leave its NIC: reserve the link and the switch port now, in time
+    /// order, then schedule its arrival. `response` selects the direction.
+    Depart {
+        op: u32,
+        response: bool,
+    },
+    ReqArrive {
+        op: u32,
+    },
+    RespArrive {
+        op: u32,
+    },
+    AtomicCommit {
+        op: u32,
+    },
+    Deliver {
+        op: u32,
+    },
+    Kill {
+        node: u16,
+    },
+}
+
+/// Exact LRU over QP indices of one node (intrusive doubly linked list).
+struct Lru {
+    cap: u32,
+    len: u32,
+    head: u32,
+    tail: u32,
+    prev: Vec<u32>,
+    next: Vec<u32>,
+    present: Vec<bool>,
+}
+
+const NIL: u32 = u32::MAX;
+
+impl Lru {
+    fn new(cap: u32, keys: usize) -> Self {
+        Lru {
+            cap,
+            len: 0,
+            head: NIL,
+            tail: NIL,
+            prev: vec![NIL; keys],
+            next: vec![NIL; keys],
+            present: vec![false; keys],
+        }
+    }
+    fn unlink(&mut self, k: u32) {
+        let (p, n) = (self.prev[k as usize], self.next[k as usize]);
+        if p != NIL {
+            self.next[p as usize] = n
+        } else {
+            self.head = n
+        }
+        if n != NIL {
+            self.prev[n as usize] = p
+        } else {
+            self.tail = p
+        }
+    }
+    fn push_front(&mut self, k: u32) {
+        self.prev[k as usize] = NIL;
+        self.next[k as usize] = self.head;
+        if self.head != NIL {
+            self.prev[self.head as usize] = k
+        } else {
+            self.tail = k
+        }
+        self.head = k;
+    }
+    /// Uses `k`; returns whether it was cached.
+    fn touch(&mut self, k: u32) -> bool {
+        if self.present[k as usize] {
+            if self.head != k {
+                self.unlink(k);
+                self.push_front(k);
+            }
+            return true;
+        }
+        if self.len == self.cap {
+            let victim = self.tail;
+            self.unlink(victim);
+            self.present[victim as usize] = false;
+            self.len -= 1;
+        }
+        self.present[k as usize] = true;
+        self.len += 1;
+        self.push_front(k);
+        false
+    }
+}
+
+struct Nic {
+    /// When the processing-unit pool is next free (fluid model of `units` parallel units).
+    pu_free: u64,
+    /// Link out of this NIC, and the switch port into it.
+    tx_free: u64,
+    port_free: u64,
+    /// PCIe bandwidth for the NIC's DMA reads of host memory (WQE batches, payloads).
+    pcie_rd_free: u64,
+    qp_cache: Lru,
+    /// Words with a NIC atomic between its read and write (HCA), and until when.
+    atomic_busy: Vec<(u64, u64)>,
+}
+
+struct SimQp {
+    worker: u16,
+    kind: QpType,
+    peer_node: u16,
+    /// Index of the connected QP at the peer (RC), unused for UD.
+    peer_qp: u32,
+    core_qp: QpId,
+    /// No new request may start (an error happened or was detected at post).
+    error: bool,
+    /// The first error completion was delivered; later completions are flushed.
+    error_reported: bool,
+    /// Requester side: departures of this QP leave in posting order.
+    tx_order: u64,
+    /// Responder side: requests after an atomic wait for its write (per-QP FIFO).
+    ordered_after: u64,
+    /// Responder side: responses leave in request order.
+    resp_order: u64,
+    /// Requester side: completions are delivered in order.
+    last_completion: u64,
+}
+
+struct Worker {
+    core: WorkerCore,
+    nic: u8,
+    busy_until: u64,
+    wake_at: Option<u64>,
+    gen: u32,
+    /// Worker QP id -> node QP index.
+    qps: Vec<u32>,
+    ud_qp: u32,
+}
+
+struct Node {
+    alive: bool,
+    mem: Rc<NodeMemory>,
+    nics: Vec<Nic>,
+    workers: Vec<Worker>,
+    qps: Vec<SimQp>,
+    scratch: MemoryRegion,
+}
+
+struct InFlight {
+    src: u16,
+    src_qp: u32,
+    dst: u16,
+    dst_qp: u32,
+    wr: WorkRequest,
+    data: Vec<u8>,
+    status: WcStatus,
+    sent_ps: u64,
+    /// READ whose lines are being sampled at the responder.
+    tracked_read: bool,
+    atomic_new: Option<u64>,
+    /// Events still referring to this slot.
+    refs: u8,
+    /// Target worker of a SEND or WRITE_WITH_IMM delivery.
+    dst_worker: u16,
+    /// Precise (picosecond) time the next departure is ready, and its wire bytes.
+    depart_ps: u64,
+    wire: u64,
+    /// Response payload bytes DMA-written at the requester (READ data).
+    resp_payload: u32,
+    dropped: bool,
+}
+
+struct PendingDoorbell {
+    node: u16,
+    worker: u16,
+    db: Doorbell,
+}
+
+/// A deterministic simulated RDMA cluster.
+pub struct Sim {
+    q: EventQueue<Ev>,
+    m: NicModel,
+    clock_ps: Rc<Cell<u64>>,
+    rng: ChaCha8Rng,
+    nodes: Vec<Node>,
+    ops: Vec<InFlight>,
+    free_ops: Vec<u32>,
+    dbs: Vec<Option<PendingDoorbell>>,
+    free_dbs: Vec<u32>,
+    drained: Vec<Doorbell>,
+    stats: SimStats,
+    cfg: SimConfig,
+}
+
+fn ceil_ns(ps: u64) -> u64 {
+    ps.div_ceil(1000)
+}
+
+fn class(op: &Op) -> VerbClass {
+    match op {
+        Op::Read { .. } => VerbClass::Read,
+        Op::Write { .. } | Op::WriteImm { .. } => VerbClass::Write,
+        Op::Cas { .. } | Op::Faa { .. } => VerbClass::Atomic,
+        Op::Send { .. } => VerbClass::Send,
+    }
+}
+
+/// Transport headers of the request packet and of the response.
+fn request_headers(op: &Op) -> u32 {
+    match op {
+        Op::Read { .. } => h::BTH + h::RETH,
+        Op::Write { .. } => h::BTH + h::RETH,
+        Op::WriteImm { .. } => h::BTH + h::RETH + h::IMM,
+        Op::Cas { .. } | Op::Faa { .. } => h::BTH + h::ATOMIC_ETH,
+        Op::Send { dest: Some(_), .. } => h::BTH + h::DETH,
+        Op::Send { dest: None, .. } => h::BTH,
+    }
+}
+
+impl Sim {
+    pub fn new(cfg: SimConfig) -> Result<Sim, String> {
+        if cfg.nodes == 0 || cfg.workers == 0 || cfg.qps_per_node == 0 {
+            return Err("nodes, workers and qps_per_node must each be at least 1".into());
+        }
+        let m = NicModel::new(&cfg.profile);
+        let clock_ps = Rc::new(Cell::new(0));
+        let nn = cfg.nodes as usize;
+        let nics = m.nics_per_node as usize;
+        let mut nodes = Vec::with_capacity(nn);
+        let rpc = RpcConfig {
+            mtu: m.mtu,
+            ..cfg.rpc.clone()
+        };
+        for n in 0..nn {
+            let mem = Rc::new(NodeMemory::new(clock_ps.clone()));
+            let per_worker = cfg.max_coroutines as u64 * cfg.scratch_per_coroutine as u64;
+            let scratch = mem.register(
+                per_worker * cfg.workers as u64,
+                rkey_for(n as u16, 0),
+                lkey_for(n as u16, 0),
+            );
+            let mut workers = Vec::new();
+            for w in 0..cfg.workers {
+                let wc = WorkerConfig {
+                    me: Endpoint {
+                        node: NodeId(n as u16),
+                        worker: w,
+                    },
+                    nodes: cfg.nodes,
+                    workers: cfg.workers,
+                    costs: m.host.clone(),
+                    rpc: rpc.clone(),
+                    seed: cfg.seed,
+                    scratch: LocalBuf {
+                        lkey: scratch.lkey,
+                        addr: scratch.addr + w as u64 * per_worker,
+                        len: per_worker as u32,
+                    },
+                    scratch_per_coroutine: cfg.scratch_per_coroutine,
+                };
+                workers.push(Worker {
+                    core: WorkerCore::new(wc, mem.clone()),
+                    nic: (w as u32 % m.nics_per_node) as u8,
+                    busy_until: 0,
+                    wake_at: None,
+                    gen: 0,
+                    qps: Vec::new(),
+                    ud_qp: 0,
+                });
+            }
+            nodes.push(Node {
+                alive: true,
+                mem,
+                nics: Vec::new(),
+                workers,
+                qps: Vec::new(),
+                scratch,
+            });
+        }
+        // QPs: worker w of node a has K RC QPs to every other node, connected to worker w's
+        // k-th QP of that node; plus one UD QP.
+        let k = cfg.qps_per_node as u32;
+        let idx = |w: usize, b: usize, kk: u32| -> u32 {
+            // Node-local QP index layout: per worker, UD first then RC by (peer, k).
+            ((w * (1 + nn * k as usize)) + 1 + b * k as usize + kk as usize) as u32
+        };
+        for a in 0..nn {
+            for w in 0..cfg.workers as usize {
+                let sq = m.send_queue_depth;
+                let base = w * (1 + nn * k as usize);
+                let core_ud = nodes[a].workers[w]
+                    .core
+                    .add_qp(QpType::Ud, NodeId(a as u16), sq);
+                debug_assert_eq!(nodes[a].qps.len(), base);
+                nodes[a]
+                    .qps
+                    .push(SimQp::new(w as u16, QpType::Ud, a as u16, 0, core_ud));
+                nodes[a].workers[w].ud_qp = base as u32;
+                nodes[a].workers[w].qps.push(base as u32);
+                for b in 0..nn {
+                    for kk in 0..k {
+                        // Slots for b == a exist so indices are regular; they are never used.
+                        let core = if b != a {
+                            let id =
+                                nodes[a].workers[w]
+                                    .core
+                                    .add_qp(QpType::Rc, NodeId(b as u16), sq);
+                            nodes[a].workers[w].qps.push(idx(w, b, kk));
+                            id
+                        } else {
+                            QpId(u32::MAX)
+                        };
+                        nodes[a].qps.push(SimQp::new(
+                            w as u16,
+                            QpType::Rc,
+                            b as u16,
+                            idx(w, a, kk),
+                            core,
+                        ));
+                    }
+                }
+            }
+            let nq = nodes[a].qps.len();
+            for _ in 0..nics {
+                nodes[a].nics.push(Nic {
+                    pu_free: 0,
+                    tx_free: 0,
+                    port_free: 0,
+                    pcie_rd_free: 0,
+                    qp_cache: Lru::new(m.qp_cache_entries, nq),
+                    atomic_busy: Vec::new(),
+                });
+            }
+        }
+        Ok(Sim {
+            q: EventQueue::new(),
+            rng: ChaCha8Rng::seed_from_u64(cfg.seed ^ 0x5eed_0f_fab1c),
+            m,
+            clock_ps,
+            nodes,
+            ops: Vec::new(),
+            free_ops: Vec::new(),
+            dbs: Vec::new(),
+            free_dbs: Vec::new(),
+            drained: Vec::new(),
+            stats: SimStats::default(),
+            cfg,
+        })
+    }
+
+    pub fn config(&self) -> &SimConfig {
+        &self.cfg
+    }
+    pub fn model(&self) -> &NicModel {
+        &self.m
+    }
+    pub fn now(&self) -> Nanos {
+        self.q.now()
+    }
+    pub fn digest(&self) -> u64 {
+        self.q.digest()
+    }
+    pub fn events(&self) -> u64 {
+        self.q.processed()
+    }
+    pub fn stats(&self) -> SimStats {
+        let mut s = self.stats.clone();
+        s.torn_lines = self.nodes.iter().map(|n| n.mem.torn_saves.get()).sum();
+        s
+    }
+    pub fn nodes(&self) -> u16 {
+        self.cfg.nodes
+    }
+    pub fn workers(&self) -> u16 {
+        self.cfg.workers
+    }
+
+    /// Registers an extra region of `len` bytes on `node` (e.g. the store).
+    pub fn register_region(&mut self, node: u16, len: u64) -> MemoryRegion {
+        let n = &self.nodes[node as usize];
+        let i = n.mem.regions().len() as u16;
+        n.mem.register(len, rkey_for(node, i), lkey_for(node, i))
+    }
+
+    pub fn memory(&self, node: u16) -> Rc<NodeMemory> {
+        self.nodes[node as usize].mem.clone()
+    }
+
+    pub fn scratch_region(&self, node: u16) -> MemoryRegion {
+        self.nodes[node as usize].scratch
+    }
+
+    pub fn worker(&mut self, node: u16, worker: u16) -> &mut WorkerCore {
+        &mut self.nodes[node as usize].workers[worker as usize].core
+    }
+
+    pub fn worker_stats(&self) -> WorkerStats {
+        let mut t = WorkerStats::default();
+        for n in &self.nodes {
+            for w in &n.workers {
+                let s = w.core.stats();
+                t.doorbells += s.doorbells;
+                t.wrs_posted += s.wrs_posted;
+                t.completions_polled += s.completions_polled;
+                t.rpc_calls += s.rpc_calls;
+                t.rpc_handled += s.rpc_handled;
+                t.rpc_retransmits += s.rpc_retransmits;
+                t.rpc_timeouts += s.rpc_timeouts;
+                t.datagrams_sent += s.datagrams_sent;
+                t.datagrams_received += s.datagrams_received;
+                t.coroutine_switches += s.coroutine_switches;
+                t.cpu_busy_ns += s.cpu_busy_ns;
+            }
+        }
+        t
+    }
+
+    /// Starts a coroutine on a worker.
+    pub fn spawn<F, Fut>(&mut self, node: u16, worker: u16, f: F)
+    where
+        F: FnOnce(Ctx) -> Fut,
+        Fut: Future<Output = ()> + 'static,
+    {
+        self.nodes[node as usize].workers[worker as usize]
+            .core
+            .spawn(f);
+        let now = self.q.now();
+        self.ensure_wake(node, worker, now);
+    }
+
+    /// Kills `node` at time `at`: its CPUs stop and its NIC stops answering.
+    pub fn kill_node_at(&mut self, node: u16, at: Nanos) {
+        self.q.schedule(at, Ev::Kill { node });
+    }
+
+    pub fn is_alive(&self, node: u16) -> bool {
+        self.nodes[node as usize].alive
+    }
+
+    /// Runs every event up to and including time `until`.
+    pub fn run_until(&mut self, until: Nanos) {
+        while let Some(ev) = self.q.pop_until(until) {
+            self.clock_ps.set(self.q.now() * 1000);
+            self.dispatch(ev);
+        }
+        self.q.advance_to(until);
+        self.clock_ps.set(self.q.now() * 1000);
+    }
+
+    /// Runs until no event is left or `limit` is reached; returns whether it went idle.
+    pub fn run_to_idle(&mut self, limit: Nanos) -> bool {
+        self.run_until(limit);
+        self.q.is_empty()
+    }
+
+    fn ensure_wake(&mut self, node: u16, worker: u16, t: Nanos) {
+        let w = &mut self.nodes[node as usize].workers[worker as usize];
+        let t = t.max(w.busy_until).max(self.q.now());
+        if w.wake_at.is_some_and(|x| x <= t) {
+            return;
+        }
+        w.gen = w.gen.wrapping_add(1);
+        w.wake_at = Some(t);
+        let gen = w.gen;
+        self.q.schedule(t, Ev::Wake { node, worker, gen });
+    }
+
+    fn dispatch(&mut self, ev: Ev) {
+        match ev {
+            Ev::Wake { node, worker, gen } => self.on_wake(node, worker, gen),
+            Ev::Doorbell { db } => self.on_doorbell(db),
+            Ev::Depart { op, response } => self.on_depart(op, response),
+            Ev::ReqArrive { op } => self.on_request(op),
+            Ev::RespArrive { op } => self.on_response(op),
+            Ev::AtomicCommit { op } => self.on_atomic_commit(op),
+            Ev::Deliver { op } => self.on_deliver(op),
+            Ev::Kill { node } => {
+                self.q.record(7, node as u64, 0);
+                self.nodes[node as usize].alive = false;
+            }
+        }
+    }
+
+    fn on_wake(&mut self, node: u16, worker: u16, gen: u32) {
+        let now = self.q.now();
+        let n = &mut self.nodes[node as usize];
+        let w = &mut n.workers[worker as usize];
+        if !n.alive || w.gen != gen {
+            return;
+        }
+        self.q.record(1, ((node as u64) << 16) | worker as u64, 0);
+        w.wake_at = None;
+        let used = w.core.run(now);
+        w.busy_until = now + used;
+        w.core.drain_doorbells(&mut self.drained);
+        let has_work = w.core.has_work();
+        let timeout = w.core.poll_timeout();
+        let busy = w.busy_until;
+        let mut drained = std::mem::take(&mut self.drained);
+        for db in drained.drain(..) {
+            let at = ceil_ns(db.at * 1000 + self.m.mmio_latency_ps);
+            let slot = match self.free_dbs.pop() {
+                Some(s) => s,
+                None => {
+                    self.dbs.push(None);
+                    (self.dbs.len() - 1) as u32
+                }
+            };
+            self.dbs[slot as usize] = Some(PendingDoorbell { node, worker, db });
+            self.stats.doorbells += 1;
+            self.q.schedule(at, Ev::Doorbell { db: slot });
+        }
+        self.drained = drained;
+        if has_work {
+            self.ensure_wake(node, worker, busy);
+        } else if let Some(t) = timeout {
+            self.ensure_wake(node, worker, t.max(busy));
+        }
+    }
+
+    fn alloc_op(&mut self, op: InFlight) -> u32 {
+        match self.free_ops.pop() {
+            Some(i) => {
+                self.ops[i as usize] = op;
+                i
+            }
+            None => {
+                self.ops.push(op);
+                (self.ops.len() - 1) as u32
+            }
+        }
+    }
+
+    fn release(&mut self, op: u32) {
+        let o = &mut self.ops[op as usize];
+        o.refs -= 1;
+        if o.refs == 0 {
+            o.data = Vec::new();
+            self.free_ops.push(op);
+        }
+    }
+
+    /// Processing-unit pool: returns when work started plus the work's own duration.
+    fn pu(nic: &mut Nic, units: u64, ready: u64, work: u64) -> u64 {
+        let start = ready.max(nic.pu_free);
+        nic.pu_free = start + work / units;
+        start + work
+    }
+
+    /// The NIC of the worker that owns QP `qp` of `node`.
+    fn nic_of(&self, node: u16, qp: u32) -> usize {
+        let w = self.nodes[node as usize].qps[qp as usize].worker;
+        self.nodes[node as usize].workers[w as usize].nic as usize
+    }
+
+    /// Sends a packet of `bytes` from (src node, src nic) to (dst node, dst nic), ready at
+    /// `ready`; returns the arrival time of its last bit.
+    fn transmit(
+        &mut self,
+        src: u16,
+        snic: usize,
+        dst: u16,
+        dnic: usize,
+        ready: u64,
+        bytes: u64,
+    ) -> u64 {
+        self.stats.wire_bytes += bytes;
+        let ser = self.m.wire_ps(bytes);
+        if src == dst && snic == dnic {
+            // NIC loopback: no wire.
+            return ready + self.m.pipeline_ps;
+        }
+        let s = &mut self.nodes[src as usize].nics[snic];
+        let start = ready.max(s.tx_free);
+        s.tx_free = start + ser;
+        // Cut-through switch: the head reaches the output port after one hop and the switch.
+        let head = start + self.m.propagation_ps + self.m.switch_ps;
+        let d = &mut self.nodes[dst as usize].nics[dnic];
+        let out = head.max(d.port_free);
+        d.port_free = out + ser;
+        out + ser + self.m.propagation_ps
+    }
+
+    fn qp_miss(&mut self, node: u16, nic: usize, qp: u32) -> (u64, u64) {
+        self.stats.qp_cache_lookups += 1;
+        if self.nodes[node as usize].nics[nic].qp_cache.touch(qp) {
+            (0, 0)
+        } else {
+            self.stats.qp_cache_misses += 1;
+            (self.m.qp_miss_ps, self.m.qp_miss_latency_ps)
+        }
+    }
+
+    fn on_doorbell(&mut self, slot: u32) {
+        let PendingDoorbell { node, worker, db } =
+            self.dbs[slot as usize].take().expect("doorbell slot");
+        self.free_dbs.push(slot);
+        self.q.record(
+            2,
+            ((node as u64) << 16) | worker as u64,
+            db.wrs.len() as u64,
+        );
+        if !self.nodes[node as usize].alive {
+            return;
+        }
+        let now_ps = self.q.now() * 1000;
+        let qp_idx = self.nodes[node as usize].workers[worker as usize].qps[db.qp.0 as usize];
+        let nic = self.nodes[node as usize].workers[worker as usize].nic as usize;
+        let n = db.wrs.len() as u32;
+        // One WQE arrives inside the MMIO (BlueFlame); a batch is fetched by one DMA read.
+        let mut ready = if n == 1 {
+            now_ps
+        } else {
+            let bytes = n * self.m.wqe_bytes;
+            let t = self.m.pcie_ps(bytes);
+            let nc = &mut self.nodes[node as usize].nics[nic];
+            let start = now_ps.max(nc.pcie_rd_free);
+            nc.pcie_rd_free = start + t;
+            start + t + self.m.pcie_read_ps
+        };
+        for wr in db.wrs {
+            ready = self.start_request(node, worker, nic, qp_idx, wr, ready);
+        }
+    }
+
+    /// Requester-side processing of one WQE; returns when the next WQE of the batch can start.
+    fn start_request(
+        &mut self,
+        node: u16,
+        worker: u16,
+        nic: usize,
+        qp_idx: u32,
+        wr: WorkRequest,
+        ready: u64,
+    ) -> u64 {
+        let m = &self.m;
+        self.stats.verbs[wr.op.opcode() as usize] += 1;
+        let qp = &self.nodes[node as usize].qps[qp_idx as usize];
+        let (kind, peer, peer_qp_rc, qp_error) = (qp.kind, qp.peer_node, qp.peer_qp, qp.error);
+        let mem = self.nodes[node as usize].mem.clone();
+        // Local checks the NIC makes before sending anything.
+        let local_status = match (&wr.op, kind) {
+            (Op::Send { .. }, _) => WcStatus::Success,
+            (_, QpType::Ud) => WcStatus::LocalQpOperationError,
+            _ => WcStatus::Success,
+        };
+        let local_status = if local_status != WcStatus::Success {
+            local_status
+        } else {
+            match &wr.op {
+                Op::Read { local, remote } if local.len < remote.len => WcStatus::LocalLengthError,
+                Op::Read { local, .. } | Op::Cas { local, .. } | Op::Faa { local, .. }
+                    if !mem.check_local(local.lkey, local.addr, local.len as u64) =>
+                {
+                    WcStatus::LocalProtectionError
+                }
+                Op::Cas { local, .. } | Op::Faa { local, .. } if local.len < 8 => {
+                    WcStatus::LocalLengthError
+                }
+                Op::Write { src, .. } | Op::WriteImm { src, .. } | Op::Send { src, .. } => {
+                    match src {
+                        Payload::Inline(b)
+                            if b.len() as u32 > m.max_inline && kind == QpType::Rc =>
+                        {
+                            WcStatus::LocalLengthError
+                        }
+                        Payload::Local(l) if !mem.check_local(l.lkey, l.addr, l.len as u64) => {
+                            WcStatus::LocalProtectionError
+                        }
+                        _ if kind == QpType::Ud && src.len() > m.mtu => WcStatus::LocalLengthError,
+                        _ => WcStatus::Success,
+                    }
+                }
+                _ => WcStatus::Success,
+            }
+        };
+        // Destination: RC peer QP, or the UD destination's UD QP.
+        let (dst, dst_qp, dst_worker) = match (&wr.op, kind) {
+            (Op::Send { dest: Some(e), .. }, QpType::Ud) => {
+                let d = e.node.0.min(self.cfg.nodes - 1);
+                let dw = e.worker.min(self.cfg.workers - 1);
+                (d, self.nodes[d as usize].workers[dw as usize].ud_qp, dw)
+            }
+            _ => (peer, peer_qp_rc, worker),
+        };
+        let mut o = InFlight {
+            src: node,
+            src_qp: qp_idx,
+            dst,
+            dst_qp,
+            wr,
+            data: Vec::new(),
+            status: WcStatus::Success,
+            sent_ps: ready,
+            tracked_read: false,
+            atomic_new: None,
+            refs: 1,
+            dst_worker,
+            depart_ps: 0,
+            wire: 0,
+            resp_payload: 0,
+            dropped: false,
+        };
+        if qp_error || local_status != WcStatus::Success {
+            o.status = if qp_error {
+                WcStatus::Flushed
+            } else {
+                local_status
+            };
+            if kind == QpType::Rc || local_status != WcStatus::Success {
+                self.nodes[node as usize].qps[qp_idx as usize].error |= kind == QpType::Rc;
+            }
+            let id = self.alloc_op(o);
+            let t = ready.max(self.nodes[node as usize].qps[qp_idx as usize].last_completion);
+            self.nodes[node as usize].qps[qp_idx as usize].last_completion = t;
+            self.q.schedule(ceil_ns(t), Ev::RespArrive { op: id });
+            return ready;
+        }
+        let cls = class(&o.wr.op);
+        let (miss_work, miss_lat) = self.qp_miss(node, nic, qp_idx);
+        let work = self.m.requester_ps[cls as usize] + miss_work;
+        let units = self.m.units;
+        let mut t = {
+            let qp = &mut self.nodes[node as usize].qps[qp_idx as usize];
+            let r = ready.max(qp.tx_order);
+            let done = Self::pu(&mut self.nodes[node as usize].nics[nic], units, r, work);
+            done + miss_lat + self.m.pipeline_ps
+        };
+        // Payload: inline bytes came with the WQE; otherwise DMA-read them now.
+        let payload_len = o.wr.op.payload_len();
+        match &o.wr.op {
+            Op::Write { src, .. } | Op::WriteImm { src, .. } | Op::Send { src, .. } => match src {
+                Payload::Inline(b) => o.data.extend_from_slice(b),
+                Payload::Local(l) => {
+                    o.data.resize(l.len as usize, 0);
+                    let _ = mem.nic_read(l.addr, &mut o.data);
+                    let dma = self.m.pcie_ps(l.len);
+                    let nc = &mut self.nodes[node as usize].nics[nic];
+                    let start = t.max(nc.pcie_rd_free);
+                    nc.pcie_rd_free = start + dma;
+                    t = start + dma + self.m.pcie_read_ps;
+                }
+            },
+            _ => {}
+        }
+        self.nodes[node as usize].qps[qp_idx as usize].tx_order = t;
+        let out_bytes = match &o.wr.op {
+            Op::Read { .. } | Op::Cas { .. } | Op::Faa { .. } => {
+                self.m.wire_bytes(request_headers(&o.wr.op), 0)
+            }
+            op => self.m.wire_bytes(request_headers(op), payload_len),
+        };
+        let is_ud = kind == QpType::Ud;
+        let dropped = is_ud && self.m.ud_drop && self.rng.next_u64() < self.m.ud_drop_threshold;
+        if dropped {
+            self.stats.ud_dropped += 1;
+        }
+        o.depart_ps = t;
+        o.wire = out_bytes;
+        o.dropped = dropped;
+        // UD has no acknowledgement: a signaled send completes once it is on the wire.
+        o.refs = if is_ud {
+            (!dropped) as u8 + o.wr.signaled as u8
+        } else {
+            1
+        };
+        if o.refs == 0 {
+            return ready;
+        }
+        let id = self.alloc_op(o);
+        self.q.schedule(
+            ceil_ns(t),
+            Ev::Depart {
+                op: id,
+                response: false,
+            },
+        );
+        // The next WQE of the same doorbell can start once this one has its processing unit.
+        ready
+    }
+
+    fn on_request(&mut self, id: u32) {
+        let now_ps = self.q.now() * 1000;
+        let (src, dst, dst_qp, sent) = {
+            let o = &self.ops[id as usize];
+            (o.src, o.dst, o.dst_qp, o.sent_ps)
+        };
+        self.q.record(
+            3,
+            self.ops[id as usize].wr.wr_id,
+            ((src as u64) << 16) | dst as u64,
+        );
+        let is_ud = self.nodes[dst as usize].qps[dst_qp as usize].kind == QpType::Ud;
+        if !self.nodes[dst as usize].alive {
+            if is_ud {
+                self.release(id);
+            } else {
+                // No ACK ever comes: the requester retries until it gives up.
+                let o = &mut self.ops[id as usize];
+                o.status = WcStatus::RetryExceeded;
+                let t = (sent + self.m.rc_give_up_ps).max(now_ps);
+                self.schedule_completion(id, t);
+            }
+            return;
+        }
+        let ordered_after = self.nodes[dst as usize].qps[dst_qp as usize].ordered_after;
+        if now_ps < ordered_after {
+            self.q
+                .schedule(ceil_ns(ordered_after), Ev::ReqArrive { op: id });
+            return;
+        }
+        let dnic = self.nic_of(dst, dst_qp);
+        // NIC atomics on a word serialise in the responder NIC.
+        if let Op::Cas { remote, .. } | Op::Faa { remote, .. } = &self.ops[id as usize].wr.op {
+            let addr = remote.addr;
+            let busy = &mut self.nodes[dst as usize].nics[dnic].atomic_busy;
+            busy.retain(|&(_, until)| until > now_ps);
+            if let Some(&(_, until)) = busy.iter().find(|&&(a, _)| a == addr) {
+                self.q.schedule(ceil_ns(until), Ev::ReqArrive { op: id });
+                return;
+            }
+        }
+        let cls = class(&self.ops[id as usize].wr.op);
+        let (miss_work, miss_lat) = self.qp_miss(dst, dnic, dst_qp);
+        let work = self.m.responder_ps[cls as usize] + miss_work;
+        let units = self.m.units;
+        let done = Self::pu(
+            &mut self.nodes[dst as usize].nics[dnic],
+            units,
+            now_ps,
+            work,
+        ) + miss_lat
+            + self.m.pipeline_ps;
+        let mem = self.nodes[dst as usize].mem.clone();
+        let o = &mut self.ops[id as usize];
+        // Remote checks: rkey, bounds, atomic alignment.
+        let remote_ok = match &o.wr.op {
+            Op::Read { remote, .. } | Op::Write { remote, .. } | Op::WriteImm { remote, .. } => {
+                mem.check_remote(remote.rkey, remote.addr, remote.len as u64)
+                    && (matches!(o.wr.op, Op::Read { .. }) || remote.len >= o.data.len() as u32)
+            }
+            Op::Cas { remote, .. } | Op::Faa { remote, .. } => {
+                remote.addr % 8 == 0 && mem.check_remote(remote.rkey, remote.addr, 8)
+            }
+            Op::Send { .. } => true,
+        };
+        let mut resp_ready = done;
+        let mut resp_payload = 0u32;
+        let mut resp_headers = h::BTH + h::AETH;
+        if !remote_ok {
+            o.status = WcStatus::RemoteAccessError;
+        } else {
+            match &o.wr.op {
+                Op::Write { remote, .. } | Op::WriteImm { remote, .. } => {
+                    let _ = mem.nic_write(remote.addr, &o.data);
+                    if let Op::WriteImm { imm, .. } = o.wr.op {
+                        o.atomic_new = Some(imm as u64);
+                        o.refs += 1;
+                        let at = done + self.m.pcie_write_ps + self.m.cqe_ps;
+                        self.q.schedule(ceil_ns(at), Ev::Deliver { op: id });
+                    }
+                }
+                Op::Read { remote, .. } => {
+                    // The DMA reads reach memory half a PCIe round trip after the NIC issues
+                    // them, one cache line after another.
+                    let gap = self.m.pcie_ps(CACHE_LINE as u32).max(1);
+                    let t0 = done + self.m.pcie_read_ps / 2;
+                    match mem.begin_read(id as u64, remote.addr, remote.len as u64, t0, gap) {
+                        Some(d) => o.data = d,
+                        None => o.tracked_read = true,
+                    }
+                    let dma = self.m.pcie_ps(remote.len);
+                    let nc = &mut self.nodes[dst as usize].nics[dnic];
+                    let start = done.max(nc.pcie_rd_free);
+                    nc.pcie_rd_free = start + dma;
+                    resp_ready = start + dma + self.m.pcie_read_ps;
+                    resp_payload = remote.len;
+                }
+                Op::Cas {
+                    remote,
+                    compare,
+                    swap,
+                    ..
+                } => {
+                    let (addr, compare, swap) = (remote.addr, *compare, *swap);
+                    let old = mem.nic_load_u64(addr);
+                    let new = (old == compare).then_some(swap);
+                    Self::begin_atomic(
+                        &mut self.q,
+                        &mut self.nodes[dst as usize],
+                        dnic,
+                        &self.m,
+                        o,
+                        id,
+                        addr,
+                        old,
+                        new,
+                        now_ps,
+                        dst_qp,
+                    );
+                    resp_ready = done.max(now_ps + self.m.atomic_rmw_ps);
+                    resp_payload = 0;
+                    resp_headers = h::BTH + h::AETH + h::ATOMIC_ACK_ETH;
+                }
+                Op::Faa { remote, add, .. } => {
+                    let (addr, add) = (remote.addr, *add);
+                    let old = mem.nic_load_u64(addr);
+                    let new = Some(old.wrapping_add(add));
+                    Self::begin_atomic(
+                        &mut self.q,
+                        &mut self.nodes[dst as usize],
+                        dnic,
+                        &self.m,
+                        o,
+                        id,
+                        addr,
+                        old,
+                        new,
+                        now_ps,
+                        dst_qp,
+                    );
+                    resp_ready = done.max(now_ps + self.m.atomic_rmw_ps);
+                    resp_headers = h::BTH + h::AETH + h::ATOMIC_ACK_ETH;
+                }
+                Op::Send { .. } => {
+                    // Receive: DMA the payload into a posted RECV buffer, then a CQE.
+                    let at = done
+                        + self.m.pcie_write_ps
+                        + self.m.pcie_ps(o.data.len() as u32)
+                        + self.m.cqe_ps;
+                    let cqe = self.m.cqe_ps;
+                    Self::pu(&mut self.nodes[dst as usize].nics[dnic], units, done, cqe);
+                    if is_ud {
+                        // The UD slot now belongs to the delivery alone.
+                        self.q.schedule(ceil_ns(at), Ev::Deliver { op: id });
+                        return;
+                    }
+                    let o = &mut self.ops[id as usize];
+                    o.refs += 1;
+                    self.q.schedule(ceil_ns(at), Ev::Deliver { op: id });
+                }
+            }
+        }
+        // Response: READ data, atomic result, or ACK/NAK, in request order per QP.
+        let resp_ready = resp_ready.max(self.nodes[dst as usize].qps[dst_qp as usize].resp_order);
+        self.nodes[dst as usize].qps[dst_qp as usize].resp_order = resp_ready;
+        let bytes = self.m.wire_bytes(resp_headers, resp_payload);
+        let o = &mut self.ops[id as usize];
+        o.depart_ps = resp_ready;
+        o.wire = bytes;
+        o.resp_payload = resp_payload;
+        let _ = sent;
+        self.q.schedule(
+            ceil_ns(resp_ready),
+            Ev::Depart {
+                op: id,
+                response: true,
+            },
+        );
+    }
+
+    fn on_depart(&mut self, id: u32, response: bool) {
+        let o = &self.ops[id as usize];
+        let (src, dst, sq, dq, ready, bytes) =
+            (o.src, o.dst, o.src_qp, o.dst_qp, o.depart_ps, o.wire);
+        self.q.record(8, o.wr.wr_id, response as u64);
+        let snic = self.nic_of(src, sq);
+        let dnic = self.nic_of(dst, dq);
+        if response {
+            if !self.nodes[dst as usize].alive {
+                // The responder died before answering: the requester retries, then gives up.
+                let o = &mut self.ops[id as usize];
+                o.status = WcStatus::RetryExceeded;
+                let t = o.sent_ps + self.m.rc_give_up_ps;
+                self.schedule_completion(id, t.max(ready));
+                return;
+            }
+            let arrive = self.transmit(dst, dnic, src, snic, ready, bytes);
+            // Requester: data DMA-write (READ, atomic result) and CQE.
+            let landed = arrive
+                + self.m.pipeline_ps
+                + self.m.pcie_write_ps
+                + self.m.pcie_ps(self.ops[id as usize].resp_payload);
+            self.schedule_completion(id, landed);
+            return;
+        }
+        if !self.nodes[src as usize].alive {
+            self.release(id);
+            return;
+        }
+        let arrive = self.transmit(src, snic, dst, dnic, ready, bytes);
+        let is_ud = self.nodes[src as usize].qps[sq as usize].kind == QpType::Ud;
+        if is_ud {
+            let (signaled, dropped) = (
+                self.ops[id as usize].wr.signaled,
+                self.ops[id as usize].dropped,
+            );
+            if !dropped {
+                self.q.schedule(ceil_ns(arrive), Ev::ReqArrive { op: id });
+            }
+            if signaled {
+                let c = ready + self.m.wire_ps(bytes) + self.m.pcie_write_ps;
+                self.q.schedule(ceil_ns(c), Ev::RespArrive { op: id });
+            }
+        } else {
+            self.q.schedule(ceil_ns(arrive), Ev::ReqArrive { op: id });
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn begin_atomic(
+        q: &mut EventQueue<Ev>,
+        node: &mut Node,
+        nic: usize,
+        m: &NicModel,
+        o: &mut InFlight,
+        id: u32,
+        addr: u64,
+        old: u64,
+        new: Option<u64>,
+        now_ps: u64,
+        dst_qp: u32,
+    ) {
+        o.data = old.to_le_bytes().to_vec();
+        match m.atomicity {
+            Atomicity::Glob => {
+                if let Some(v) = new {
+                    let _ = node.mem.nic_write(addr, &v.to_le_bytes());
+                }
+            }
+            Atomicity::Hca => {
+                // The write lands later; a CPU write in between is overwritten.
+                let until = now_ps + m.atomic_rmw_ps;
+                node.nics[nic].atomic_busy.push((addr, until));
+                node.qps[dst_qp as usize].ordered_after = until;
+                o.atomic_new = new;
+                o.refs += 1;
+                q.schedule(ceil_ns(until), Ev::AtomicCommit { op: id });
+            }
+        }
+    }
+
+    /// Schedules the requester-side completion of `id` at `t` or later, keeping per-QP order.
+    fn schedule_completion(&mut self, id: u32, t: u64) {
+        let (src, sq) = (self.ops[id as usize].src, self.ops[id as usize].src_qp);
+        let qp = &mut self.nodes[src as usize].qps[sq as usize];
+        let t = t.max(qp.last_completion);
+        qp.last_completion = t;
+        self.q.schedule(ceil_ns(t), Ev::RespArrive { op: id });
+    }
+
+    fn on_atomic_commit(&mut self, id: u32) {
+        let o = &self.ops[id as usize];
+        self.q.record(4, o.wr.wr_id, o.dst as u64);
+        if let (Some(v), Op::Cas { remote, .. } | Op::Faa { remote, .. }) = (o.atomic_new, &o.wr.op)
+        {
+            let _ = self.nodes[o.dst as usize]
+                .mem
+                .nic_write(remote.addr, &v.to_le_bytes());
+        }
+        self.release(id);
+    }
+
+    fn on_deliver(&mut self, id: u32) {
+        let o = &mut self.ops[id as usize];
+        let (dst, dw, src) = (o.dst, o.dst_worker, o.src);
+        self.q
+            .record(5, o.wr.wr_id, ((src as u64) << 16) | dst as u64);
+        if self.nodes[dst as usize].alive {
+            let src_worker = self.nodes[src as usize].qps[o.src_qp as usize].worker;
+            match &o.wr.op {
+                Op::WriteImm { imm, .. } => {
+                    let imm = *imm;
+                    self.nodes[dst as usize].workers[dw as usize]
+                        .core
+                        .on_imm(NodeId(src), imm);
+                }
+                _ => {
+                    let bytes = std::mem::take(&mut o.data);
+                    let from = Endpoint {
+                        node: NodeId(src),
+                        worker: src_worker,
+                    };
+                    self.nodes[dst as usize].workers[dw as usize]
+                        .core
+                        .on_datagram(from, bytes);
+                }
+            }
+            let now = self.q.now();
+            self.ensure_wake(dst, dw, now);
+        }
+        self.release(id);
+    }
+
+    fn on_response(&mut self, id: u32) {
+        let (src, sq) = (self.ops[id as usize].src, self.ops[id as usize].src_qp);
+        self.q.record(
+            6,
+            self.ops[id as usize].wr.wr_id,
+            self.ops[id as usize].status as u64,
+        );
+        if !self.nodes[src as usize].alive {
+            self.finish_tracked_read(id);
+            self.release(id);
+            return;
+        }
+        let kind = self.nodes[src as usize].qps[sq as usize].kind;
+        let mut status = self.ops[id as usize].status;
+        if kind == QpType::Rc {
+            let qp = &mut self.nodes[src as usize].qps[sq as usize];
+            if qp.error_reported {
+                status = WcStatus::Flushed;
+            } else if status != WcStatus::Success {
+                qp.error_reported = true;
+                qp.error = true;
+            }
+        }
+        // Result bytes (READ data, atomic old value). A SEND's payload stays for its delivery.
+        let mut data = Vec::new();
+        if self.ops[id as usize].tracked_read {
+            self.finish_tracked_read_into(id, &mut data);
+        } else if matches!(
+            self.ops[id as usize].wr.op,
+            Op::Read { .. } | Op::Cas { .. } | Op::Faa { .. }
+        ) {
+            data = std::mem::take(&mut self.ops[id as usize].data);
+        }
+        let mem = self.nodes[src as usize].mem.clone();
+        if status == WcStatus::Success {
+            match &self.ops[id as usize].wr.op {
+                Op::Read { local, .. } | Op::Cas { local, .. } | Op::Faa { local, .. } => {
+                    let _ = mem.nic_write(local.addr, &data);
+                }
+                _ => {}
+            }
+        }
+        let o = &self.ops[id as usize];
+        if o.wr.signaled || status != WcStatus::Success {
+            let worker = self.nodes[src as usize].qps[sq as usize].worker;
+            let nic = self.nodes[src as usize].workers[worker as usize].nic as usize;
+            let now_ps = self.q.now() * 1000;
+            let (units, cqe) = (self.m.units, self.m.cqe_ps);
+            Self::pu(&mut self.nodes[src as usize].nics[nic], units, now_ps, cqe);
+            let c = Completion {
+                wr_id: o.wr.wr_id,
+                qp: self.nodes[src as usize].qps[sq as usize].core_qp,
+                opcode: o.wr.op.opcode(),
+                status,
+                signaled: o.wr.signaled,
+                peer: NodeId(o.dst),
+            };
+            self.nodes[src as usize].workers[worker as usize]
+                .core
+                .on_completion(c);
+            let now = self.q.now();
+            self.ensure_wake(src, worker, now);
+        }
+        self.release(id);
+    }
+
+    fn finish_tracked_read(&mut self, id: u32) {
+        let mut d = Vec::new();
+        self.finish_tracked_read_into(id, &mut d);
+    }
+
+    fn finish_tracked_read_into(&mut self, id: u32, out: &mut Vec<u8>) {
+        let o = &mut self.ops[id as usize];
+        if o.tracked_read {
+            o.tracked_read = false;
+            self.nodes[o.dst as usize].mem.finish_read(id as u64, out);
+        }
+    }
+}
+
+impl SimQp {
+    fn new(worker: u16, kind: QpType, peer_node: u16, peer_qp: u32, core_qp: QpId) -> Self {
+        SimQp {
+            worker,
+            kind,
+            peer_node,
+            peer_qp,
+            core_qp,
+            error: false,
+            error_reported: false,
+            tx_order: 0,
+            ordered_after: 0,
+            resp_order: 0,
+            last_completion: 0,
+        }
+    }
+}
+
+/// Remote key of region `i` on `node`: distinct across nodes so a key from one node is
+/// rejected by another.
+pub fn rkey_for(node: u16, i: u16) -> u32 {
+    0x5000_0000 | ((node as u32) << 12) | i as u32
+}
+
+pub fn lkey_for(node: u16, i: u16) -> u32 {
+    0x6000_0000 | ((node as u32) << 12) | i as u32
+}

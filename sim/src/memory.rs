@@ -1,0 +1,266 @@
+//! A node's registered memory in the simulator, shared by its CPU (workers) and its NIC.
+//!
+//! A one-sided READ is atomic only within each 64-byte cache line: the NIC DMA-reads the lines
+//! one after another. The simulator models this by giving every line of an in-flight READ a
+//! sample time. Any write (by a NIC or a CPU) first saves, for each pending READ it overlaps,
+//! the old contents of the lines that READ had already sampled; lines sampled later see the new
+//! bytes. When the READ completes, lines never saved are taken from memory as it is then.
+//! A READ racing a WRITE can therefore return a torn record, but never a torn cache line.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+
+use txbed_transport::{HostMemory, MemError, MemoryRegion};
+
+pub const CACHE_LINE: u64 = 64;
+
+struct Region {
+    mr: MemoryRegion,
+    data: Vec<u8>,
+}
+
+struct PendingRead {
+    id: u64,
+    addr: u64,
+    len: u64,
+    /// Sample time of the first line and spacing between lines (picoseconds).
+    t0_ps: u64,
+    gap_ps: u64,
+    saved: Vec<u8>,
+    /// One bit per line: saved before a later write changed it.
+    saved_mask: Vec<u64>,
+}
+
+impl PendingRead {
+    fn first_line(&self) -> u64 {
+        self.addr / CACHE_LINE
+    }
+}
+
+/// The memory of one simulated node.
+pub struct NodeMemory {
+    regions: RefCell<Vec<Region>>,
+    pending: RefCell<Vec<PendingRead>>,
+    /// Current simulated time in picoseconds (shared clock of the simulation).
+    clock_ps: Rc<Cell<u64>>,
+    /// Counts of lines saved because a write raced a READ (observability for tests).
+    pub torn_saves: Cell<u64>,
+}
+
+/// Address space layout: region `i` of a node starts at `REGION_BASE * (i + 1)`.
+pub const REGION_BASE: u64 = 1 << 40;
+
+impl NodeMemory {
+    pub fn new(clock_ps: Rc<Cell<u64>>) -> Self {
+        NodeMemory {
+            regions: RefCell::new(Vec::new()),
+            pending: RefCell::new(Vec::new()),
+            clock_ps,
+            torn_saves: Cell::new(0),
+        }
+    }
+
+    /// Registers a zeroed region of `len` bytes with the given keys.
+    pub fn register(&self, len: u64, rkey: u32, lkey: u32) -> MemoryRegion {
+        let mut r = self.regions.borrow_mut();
+        let addr = REGION_BASE * (r.len() as u64 + 1);
+        let mr = MemoryRegion {
+            addr,
+            len,
+            rkey,
+            lkey,
+        };
+        r.push(Region {
+            mr,
+            data: vec![0; len as usize],
+        });
+        mr
+    }
+
+    /// Finds the region that holds `[addr, addr+len)`, checking the key if given.
+    fn locate(
+        &self,
+        addr: u64,
+        len: u64,
+        rkey: Option<u32>,
+        lkey: Option<u32>,
+    ) -> Option<(usize, usize)> {
+        let r = self.regions.borrow();
+        let idx = (addr / REGION_BASE).checked_sub(1)? as usize;
+        let reg = r.get(idx)?;
+        if rkey.is_some_and(|k| k != reg.mr.rkey) || lkey.is_some_and(|k| k != reg.mr.lkey) {
+            return None;
+        }
+        reg.mr
+            .contains(addr, len)
+            .then(|| (idx, (addr - reg.mr.addr) as usize))
+    }
+
+    /// Whether a remote access with `rkey` to `[addr, addr+len)` is allowed.
+    pub fn check_remote(&self, rkey: u32, addr: u64, len: u64) -> bool {
+        self.locate(addr, len, Some(rkey), None).is_some()
+    }
+
+    /// Whether a local buffer with `lkey` is valid.
+    pub fn check_local(&self, lkey: u32, addr: u64, len: u64) -> bool {
+        self.locate(addr, len, None, Some(lkey)).is_some()
+    }
+
+    fn raw_read(&self, addr: u64, out: &mut [u8]) -> Result<(), MemError> {
+        let (i, off) =
+            self.locate(addr, out.len() as u64, None, None)
+                .ok_or(MemError::OutOfBounds {
+                    addr,
+                    len: out.len() as u64,
+                })?;
+        out.copy_from_slice(&self.regions.borrow()[i].data[off..off + out.len()]);
+        Ok(())
+    }
+
+    /// Every write goes through here so in-flight READs can save what they already sampled.
+    fn raw_write(&self, addr: u64, data: &[u8]) -> Result<(), MemError> {
+        let len = data.len() as u64;
+        let (i, off) = self
+            .locate(addr, len, None, None)
+            .ok_or(MemError::OutOfBounds { addr, len })?;
+        self.save_raced_lines(addr, len);
+        self.regions.borrow_mut()[i].data[off..off + data.len()].copy_from_slice(data);
+        Ok(())
+    }
+
+    fn save_raced_lines(&self, addr: u64, len: u64) {
+        let mut pending = self.pending.borrow_mut();
+        if pending.is_empty() {
+            return;
+        }
+        let now = self.clock_ps.get();
+        let regions = self.regions.borrow();
+        for p in pending.iter_mut() {
+            let lo = addr.max(p.addr);
+            let hi = (addr + len).min(p.addr + p.len);
+            if lo >= hi {
+                continue;
+            }
+            let first = p.first_line();
+            for line in lo / CACHE_LINE..=(hi - 1) / CACHE_LINE {
+                let k = (line - first) as usize;
+                let sampled_at = p.t0_ps + k as u64 * p.gap_ps;
+                if sampled_at >= now || p.saved_mask[k / 64] & (1 << (k % 64)) != 0 {
+                    continue;
+                }
+                p.saved_mask[k / 64] |= 1 << (k % 64);
+                // Copy the part of this line that the READ covers, as it was before the write.
+                let a = (line * CACHE_LINE).max(p.addr);
+                let b = ((line + 1) * CACHE_LINE).min(p.addr + p.len);
+                let idx = (a / REGION_BASE - 1) as usize;
+                let reg = &regions[idx];
+                let src = (a - reg.mr.addr) as usize;
+                let dst = (a - p.addr) as usize;
+                p.saved[dst..dst + (b - a) as usize]
+                    .copy_from_slice(&reg.data[src..src + (b - a) as usize]);
+                self.torn_saves.set(self.torn_saves.get() + 1);
+            }
+        }
+    }
+
+    /// Starts a READ whose lines are sampled from `t0_ps`, `gap_ps` apart. A READ inside one
+    /// line is sampled at once and needs no tracking: returns its data immediately.
+    pub fn begin_read(
+        &self,
+        id: u64,
+        addr: u64,
+        len: u64,
+        t0_ps: u64,
+        gap_ps: u64,
+    ) -> Option<Vec<u8>> {
+        if addr / CACHE_LINE == (addr + len.max(1) - 1) / CACHE_LINE {
+            let mut out = vec![0; len as usize];
+            self.raw_read(addr, &mut out).ok()?;
+            return Some(out);
+        }
+        let lines = ((addr + len - 1) / CACHE_LINE - addr / CACHE_LINE + 1) as usize;
+        self.pending.borrow_mut().push(PendingRead {
+            id,
+            addr,
+            len,
+            t0_ps,
+            gap_ps,
+            saved: vec![0; len as usize],
+            saved_mask: vec![0; lines.div_ceil(64)],
+        });
+        None
+    }
+
+    /// Finishes a tracked READ: saved lines as they were, the rest from memory now.
+    pub fn finish_read(&self, id: u64, out: &mut Vec<u8>) {
+        let mut pending = self.pending.borrow_mut();
+        let Some(pos) = pending.iter().position(|p| p.id == id) else {
+            return;
+        };
+        let p = pending.swap_remove(pos);
+        drop(pending);
+        let mut cur = vec![0; p.len as usize];
+        let _ = self.raw_read(p.addr, &mut cur);
+        let first = p.first_line();
+        out.clear();
+        out.extend_from_slice(&cur);
+        let lines = ((p.addr + p.len - 1) / CACHE_LINE - first + 1) as usize;
+        for k in 0..lines {
+            if p.saved_mask[k / 64] & (1 << (k % 64)) != 0 {
+                let a = ((first + k as u64) * CACHE_LINE).max(p.addr);
+                let b = ((first + k as u64 + 1) * CACHE_LINE).min(p.addr + p.len);
+                let (s, e) = ((a - p.addr) as usize, (b - p.addr) as usize);
+                out[s..e].copy_from_slice(&p.saved[s..e]);
+            }
+        }
+    }
+
+    /// NIC-side write (WRITE, atomic result, READ data landing in the requester's buffer).
+    pub fn nic_write(&self, addr: u64, data: &[u8]) -> Result<(), MemError> {
+        self.raw_write(addr, data)
+    }
+
+    pub fn nic_read(&self, addr: u64, out: &mut [u8]) -> Result<(), MemError> {
+        self.raw_read(addr, out)
+    }
+
+    pub fn nic_load_u64(&self, addr: u64) -> u64 {
+        let mut b = [0u8; 8];
+        let _ = self.raw_read(addr, &mut b);
+        u64::from_le_bytes(b)
+    }
+}
+
+fn aligned(addr: u64) -> Result<(), MemError> {
+    if addr % 8 == 0 {
+        Ok(())
+    } else {
+        Err(MemError::Misaligned { addr })
+    }
+}
+
+impl HostMemory for NodeMemory {
+    fn regions(&self) -> Vec<MemoryRegion> {
+        self.regions.borrow().iter().map(|r| r.mr).collect()
+    }
+    fn read(&self, addr: u64, out: &mut [u8]) -> Result<(), MemError> {
+        self.raw_read(addr, out)
+    }
+    fn write(&self, addr: u64, data: &[u8]) -> Result<(), MemError> {
+        self.raw_write(addr, data)
+    }
+    fn cas_u64(&self, addr: u64, compare: u64, swap: u64) -> Result<u64, MemError> {
+        aligned(addr)?;
+        let old = self.load_u64(addr)?;
+        if old == compare {
+            self.raw_write(addr, &swap.to_le_bytes())?;
+        }
+        Ok(old)
+    }
+    fn faa_u64(&self, addr: u64, add: u64) -> Result<u64, MemError> {
+        aligned(addr)?;
+        let old = self.load_u64(addr)?;
+        self.raw_write(addr, &old.wrapping_add(add).to_le_bytes())?;
+        Ok(old)
+    }
+}
