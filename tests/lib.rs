@@ -11,12 +11,7 @@ pub fn small_sim(nodes: u16, workers: u16, seed: u64, tweak: impl FnOnce(&mut Ni
 }
 
 /// Like [`small_sim`], with access to the whole configuration.
-pub fn small_sim_with(
-    nodes: u16,
-    workers: u16,
-    seed: u64,
-    tweak: impl FnOnce(&mut SimConfig),
-) -> Sim {
+pub fn small_sim_with(nodes: u16, workers: u16, seed: u64, tweak: impl FnOnce(&mut SimConfig)) -> Sim {
     let p = NicProfile::load("cx4").expect("built-in profile");
     let mut cfg = SimConfig::new(nodes, workers, p, seed);
     cfg.max_coroutines = 8;

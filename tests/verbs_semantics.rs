@@ -9,19 +9,11 @@ use txbed_tests::{cell, small_sim, small_sim_with};
 use txbed_transport::*;
 
 fn remote(mr: MemoryRegion, off: u64, len: u32) -> RemoteBuf {
-    RemoteBuf {
-        rkey: mr.rkey,
-        addr: mr.addr + off,
-        len,
-    }
+    RemoteBuf { rkey: mr.rkey, addr: mr.addr + off, len }
 }
 
 fn sub(l: LocalBuf, off: u64, len: u32) -> LocalBuf {
-    LocalBuf {
-        lkey: l.lkey,
-        addr: l.addr + off,
-        len,
-    }
+    LocalBuf { lkey: l.lkey, addr: l.addr + off, len }
 }
 
 /// CAS then READ on one QP: the READ executes after the CAS and sees its result, whether
@@ -36,16 +28,8 @@ fn cas_then_read_on_one_qp_sees_the_cas() {
         sim.spawn(0, 0, move |ctx| async move {
             let qp = ctx.rc_qp(NodeId(1), 0).unwrap();
             let s = ctx.scratch();
-            let cas = Op::Cas {
-                local: sub(s, 0, 8),
-                remote: remote(mr, 64, 8),
-                compare: 0,
-                swap: 42,
-            };
-            let read = Op::Read {
-                local: sub(s, 8, 8),
-                remote: remote(mr, 64, 8),
-            };
+            let cas = Op::Cas { local: sub(s, 0, 8), remote: remote(mr, 64, 8), compare: 0, swap: 42 };
+            let read = Op::Read { local: sub(s, 8, 8), remote: remote(mr, 64, 8) };
             if same_doorbell {
                 ctx.post(qp, [(cas, false), (read, true)]).unwrap();
             } else {
@@ -78,12 +62,8 @@ fn passive_ack_confirms_unsignaled_requests() {
             };
             ctx.post(qp, [(w, false)]).unwrap();
         }
-        out.borrow_mut()
-            .push(format!("outstanding={}", ctx.outstanding(qp)));
-        let extra = Op::Write {
-            src: Payload::Inline(vec![0; 8]),
-            remote: remote(mr, 60_000, 8),
-        };
+        out.borrow_mut().push(format!("outstanding={}", ctx.outstanding(qp)));
+        let extra = Op::Write { src: Payload::Inline(vec![0; 8]), remote: remote(mr, 60_000, 8) };
         let two = [(extra.clone(), false), (extra.clone(), true)];
         match ctx.post(qp, two) {
             Err(PostError::SendQueueFull { .. }) => out.borrow_mut().push("full".into()),
@@ -95,25 +75,13 @@ fn passive_ack_confirms_unsignaled_requests() {
         };
         ctx.post(qp, [(last, true)]).unwrap();
         ctx.wait().await.unwrap();
-        out.borrow_mut()
-            .push(format!("outstanding={}", ctx.outstanding(qp)));
+        out.borrow_mut().push(format!("outstanding={}", ctx.outstanding(qp)));
     });
     sim.run_until(1_000_000);
-    assert_eq!(
-        *log.borrow(),
-        vec![
-            format!("outstanding={}", depth - 1),
-            "full".into(),
-            "outstanding=0".into()
-        ]
-    );
+    assert_eq!(*log.borrow(), vec![format!("outstanding={}", depth - 1), "full".into(), "outstanding=0".into()]);
     let mem = sim.memory(1);
     for i in 0..depth as u64 {
-        assert_eq!(
-            mem.load_u64(mr.addr + i * 8).unwrap(),
-            i + 1,
-            "write {i} landed"
-        );
+        assert_eq!(mem.load_u64(mr.addr + i * 8).unwrap(), i + 1, "write {i} landed");
     }
 }
 
@@ -136,10 +104,7 @@ fn multi_line_read_can_tear_but_lines_never_do() {
                 for v in 0..400u32 {
                     let b = (1 + (v * 8 + w as u32 * 4 + c) % 250) as u8;
                     ctx.write_local(s.addr, &[b; LEN as usize]).unwrap();
-                    let wr = Op::Write {
-                        src: Payload::Local(sub(s, 0, LEN)),
-                        remote: remote(mr, 0, LEN),
-                    };
+                    let wr = Op::Write { src: Payload::Local(sub(s, 0, LEN)), remote: remote(mr, 0, LEN) };
                     ctx.post(qp, [(wr, true)]).unwrap();
                     ctx.wait().await.unwrap();
                 }
@@ -153,17 +118,7 @@ fn multi_line_read_can_tear_but_lines_never_do() {
                     // Random think time so readers do not run in lockstep with writers.
                     let pause = ctx.rng().gen_range(0..500);
                     ctx.sleep(pause).await;
-                    ctx.post(
-                        qp,
-                        [(
-                            Op::Read {
-                                local: sub(s, 0, LEN),
-                                remote: remote(mr, 0, LEN),
-                            },
-                            true,
-                        )],
-                    )
-                    .unwrap();
+                    ctx.post(qp, [(Op::Read { local: sub(s, 0, LEN), remote: remote(mr, 0, LEN) }, true)]).unwrap();
                     ctx.wait().await.unwrap();
                     let mut buf = [0u8; LEN as usize];
                     ctx.read_local(s.addr, &mut buf).unwrap();
@@ -182,11 +137,7 @@ fn multi_line_read_can_tear_but_lines_never_do() {
     sim.run_until(50_000_000);
     assert_eq!(reads.get(), 8 * 400);
     assert_eq!(bad_line.get(), 0, "a single cache line was torn");
-    assert!(
-        torn.get() > 0,
-        "no torn multi-line READ in {} racing reads",
-        reads.get()
-    );
+    assert!(torn.get() > 0, "no torn multi-line READ in {} racing reads", reads.get());
     assert!(sim.stats().torn_lines > 0);
 }
 
@@ -201,19 +152,7 @@ fn race_nic_and_cpu_cas(atomicity: Atomicity, offset_ns: u64) -> (u64, u64, u64)
     sim.spawn(0, 0, move |ctx| async move {
         let qp = ctx.rc_qp(NodeId(1), 0).unwrap();
         let s = ctx.scratch();
-        ctx.post(
-            qp,
-            [(
-                Op::Cas {
-                    local: sub(s, 0, 8),
-                    remote: remote(mr, 0, 8),
-                    compare: 0,
-                    swap: 1,
-                },
-                true,
-            )],
-        )
-        .unwrap();
+        ctx.post(qp, [(Op::Cas { local: sub(s, 0, 8), remote: remote(mr, 0, 8), compare: 0, swap: 1 }, true)]).unwrap();
         ctx.wait().await.unwrap();
         *o.borrow_mut() = ctx.load_local(s.addr).unwrap();
     });
@@ -240,17 +179,11 @@ fn hca_nic_atomics_race_cpu_cas_glob_does_not() {
             nic == 0 && cpu == 0 && fin == 1
         })
         .count();
-    assert!(
-        both_won_hca > 0,
-        "HCA: no offset produced the lost CPU update"
-    );
+    assert!(both_won_hca > 0, "HCA: no offset produced the lost CPU update");
     for &o in &offsets {
         let (nic, cpu, fin) = race_nic_and_cpu_cas(Atomicity::Glob, o);
         let winners = (nic == 0) as u32 + (cpu == 0) as u32;
-        assert_eq!(
-            winners, 1,
-            "GLOB at offset {o}: nic_old={nic} cpu_old={cpu} final={fin}"
-        );
+        assert_eq!(winners, 1, "GLOB at offset {o}: nic_old={nic} cpu_old={cpu} final={fin}");
         assert_eq!(fin, if nic == 0 { 1 } else { 2 });
     }
 }
@@ -266,10 +199,7 @@ fn ud_delivered(drop: f64, n: u32, seed: u64) -> u32 {
     });
     sim.worker(1, 0).register_handler(1, h);
     sim.spawn(0, 0, move |ctx| async move {
-        let dst = Endpoint {
-            node: NodeId(1),
-            worker: 0,
-        };
+        let dst = Endpoint { node: NodeId(1), worker: 0 };
         for i in 0..n {
             ctx.call_oneway(dst, 1, &i.to_le_bytes());
             // One datagram per event-loop iteration.
@@ -284,10 +214,7 @@ fn ud_delivered(drop: f64, n: u32, seed: u64) -> u32 {
 fn ud_drops_datagrams_with_the_configured_probability() {
     assert_eq!(ud_delivered(0.0, 2000, 1), 2000);
     let half = ud_delivered(0.5, 2000, 1);
-    assert!(
-        (850..=1150).contains(&half),
-        "delivered {half} of 2000 at p=0.5"
-    );
+    assert!((850..=1150).contains(&half), "delivered {half} of 2000 at p=0.5");
     assert_eq!(ud_delivered(1.0, 200, 1), 0);
 }
 
@@ -312,15 +239,9 @@ fn rpc_retransmits_through_loss_and_runs_handlers_once() {
     let ok = Rc::new(Cell::new(0u32));
     let o = ok.clone();
     sim.spawn(0, 0, move |ctx| async move {
-        let dst = Endpoint {
-            node: NodeId(1),
-            worker: 0,
-        };
+        let dst = Endpoint { node: NodeId(1), worker: 0 };
         for i in 0..200u32 {
-            let reply = ctx
-                .rpc(dst, 3, &i.to_le_bytes())
-                .await
-                .expect("rpc succeeds after retries");
+            let reply = ctx.rpc(dst, 3, &i.to_le_bytes()).await.expect("rpc succeeds after retries");
             assert_eq!(&reply[..4], &i.to_le_bytes());
             assert_eq!(reply[4], 0xAA);
             o.set(o.get() + 1);
@@ -339,17 +260,7 @@ fn rpc_to_unknown_handler_is_an_error() {
     let res = cell::<Option<Result<Vec<u8>, RpcError>>>();
     let r = res.clone();
     sim.spawn(0, 0, move |ctx| async move {
-        *r.borrow_mut() = Some(
-            ctx.rpc(
-                Endpoint {
-                    node: NodeId(1),
-                    worker: 0,
-                },
-                99,
-                b"x",
-            )
-            .await,
-        );
+        *r.borrow_mut() = Some(ctx.rpc(Endpoint { node: NodeId(1), worker: 0 }, 99, b"x").await);
     });
     sim.run_until(100_000);
     let got = res.borrow().clone();
@@ -371,20 +282,12 @@ fn rc_to_dead_peer_fails_the_qp() {
     sim.spawn(0, 0, move |ctx| async move {
         let qp = ctx.rc_qp(NodeId(1), 0).unwrap();
         let s = ctx.scratch();
-        let r = |o| Op::Read {
-            local: sub(s, o, 8),
-            remote: remote(mr, o, 8),
-        };
+        let r = |o| Op::Read { local: sub(s, o, 8), remote: remote(mr, o, 8) };
         let t0 = ctx.now();
         ctx.post(qp, [(r(0), true), (r(8), true)]).unwrap();
         let res = ctx.wait().await;
         let c = res.expect_err("read from a dead node must fail");
-        out.borrow_mut().push(format!(
-            "{:?} to {} after {}us",
-            c.status,
-            c.peer,
-            (ctx.now() - t0) / 1000
-        ));
+        out.borrow_mut().push(format!("{:?} to {} after {}us", c.status, c.peer, (ctx.now() - t0) / 1000));
         match ctx.post(qp, [(r(0), true)]) {
             Err(PostError::QpInError { .. }) => out.borrow_mut().push("qp in error".into()),
             other => out.borrow_mut().push(format!("unexpected {other:?}")),
@@ -392,21 +295,9 @@ fn rc_to_dead_peer_fails_the_qp() {
     });
     sim.run_until(10_000_000);
     let log = log.borrow();
-    assert!(
-        log[0].starts_with("RetryExceeded to node 1 after "),
-        "{log:?}"
-    );
-    let us: u64 = log[0]
-        .split("after ")
-        .nth(1)
-        .unwrap()
-        .trim_end_matches("us")
-        .parse()
-        .unwrap();
-    assert!(
-        us >= 262,
-        "gave up after {us} us, before 8 x 32.768 us of retries"
-    );
+    assert!(log[0].starts_with("RetryExceeded to node 1 after "), "{log:?}");
+    let us: u64 = log[0].split("after ").nth(1).unwrap().trim_end_matches("us").parse().unwrap();
+    assert!(us >= 262, "gave up after {us} us, before 8 x 32.768 us of retries");
     assert_eq!(log[1], "qp in error");
 }
 
@@ -419,96 +310,51 @@ fn second_request_after_a_failure_is_flushed() {
     sim.spawn(0, 0, move |ctx| async move {
         let qp = ctx.rc_qp(NodeId(1), 0).unwrap();
         let s = ctx.scratch();
-        let bad = Op::Read {
-            local: sub(s, 0, 8),
-            remote: RemoteBuf {
-                rkey: mr.rkey ^ 1,
-                addr: mr.addr,
-                len: 8,
-            },
-        };
-        let good = Op::Read {
-            local: sub(s, 8, 8),
-            remote: remote(mr, 0, 8),
-        };
+        let bad = Op::Read { local: sub(s, 0, 8), remote: RemoteBuf { rkey: mr.rkey ^ 1, addr: mr.addr, len: 8 } };
+        let good = Op::Read { local: sub(s, 8, 8), remote: remote(mr, 0, 8) };
         ctx.post(qp, [(bad, true), (good, true)]).unwrap();
         let first = ctx.wait().await.unwrap_err();
         out.borrow_mut().push(first.status);
     });
     sim.run_until(1_000_000);
     assert_eq!(*statuses.borrow(), vec![WcStatus::RemoteAccessError]);
-    assert_eq!(
-        sim.worker_stats().completions_polled,
-        2,
-        "the flushed request must complete too"
-    );
+    assert_eq!(sim.worker_stats().completions_polled, 2, "the flushed request must complete too");
 }
 
 /// Wrong rkey and out-of-bounds ranges are NAKed as remote access errors, for READ, WRITE
 /// and atomics, and memory is left untouched.
 #[test]
 fn remote_access_errors() {
-    let cases: Vec<(
-        &str,
-        Box<dyn Fn(MemoryRegion, MemoryRegion, LocalBuf) -> Op>,
-    )> = vec![
+    let cases: Vec<(&str, Box<dyn Fn(MemoryRegion, MemoryRegion, LocalBuf) -> Op>)> = vec![
         (
             "read wrong rkey",
             Box::new(|mr, other, s| Op::Read {
                 local: sub(s, 0, 8),
-                remote: RemoteBuf {
-                    rkey: other.rkey,
-                    addr: mr.addr,
-                    len: 8,
-                },
+                remote: RemoteBuf { rkey: other.rkey, addr: mr.addr, len: 8 },
             }),
         ),
-        (
-            "read past end",
-            Box::new(|mr, _, s| Op::Read {
-                local: sub(s, 0, 64),
-                remote: remote(mr, 4096 - 32, 64),
-            }),
-        ),
+        ("read past end", Box::new(|mr, _, s| Op::Read { local: sub(s, 0, 64), remote: remote(mr, 4096 - 32, 64) })),
         (
             "write past end",
-            Box::new(|mr, _, _| Op::Write {
-                src: Payload::Inline(vec![7; 16]),
-                remote: remote(mr, 4090, 16),
-            }),
+            Box::new(|mr, _, _| Op::Write { src: Payload::Inline(vec![7; 16]), remote: remote(mr, 4090, 16) }),
         ),
         (
             "write below start",
             Box::new(|mr, _, _| Op::Write {
                 src: Payload::Inline(vec![7; 8]),
-                remote: RemoteBuf {
-                    rkey: mr.rkey,
-                    addr: mr.addr - 8,
-                    len: 8,
-                },
+                remote: RemoteBuf { rkey: mr.rkey, addr: mr.addr - 8, len: 8 },
             }),
         ),
         (
             "cas wrong rkey",
             Box::new(|mr, other, s| Op::Cas {
                 local: sub(s, 0, 8),
-                remote: RemoteBuf {
-                    rkey: other.rkey,
-                    addr: mr.addr,
-                    len: 8,
-                },
+                remote: RemoteBuf { rkey: other.rkey, addr: mr.addr, len: 8 },
                 compare: 0,
                 swap: 1,
             }),
         ),
-        (
-            "faa misaligned",
-            Box::new(|mr, _, s| Op::Faa {
-                local: sub(s, 0, 8),
-                remote: remote(mr, 4, 8),
-                add: 1,
-            }),
-        ),
+        ("faa misaligned", Box::new(|mr, _, s| Op::Faa { local: sub(s, 0, 8), remote: remote(mr, 4, 8), add: 1 })),
     ];
     for (name, make) in cases {
         let mut sim = small_sim(2, 1, 1, |_| {});
@@ -518,19 +364,14 @@ fn remote_access_errors() {
         let out = status.clone();
         sim.spawn(0, 0, move |ctx| async move {
             let qp = ctx.rc_qp(NodeId(1), 0).unwrap();
-            ctx.post(qp, [(make(mr, other, ctx.scratch()), true)])
-                .unwrap();
+            ctx.post(qp, [(make(mr, other, ctx.scratch()), true)]).unwrap();
             *out.borrow_mut() = Some(match ctx.wait().await {
                 Ok(()) => WcStatus::Success,
                 Err(c) => c.status,
             });
         });
         sim.run_until(1_000_000);
-        assert_eq!(
-            *status.borrow(),
-            Some(WcStatus::RemoteAccessError),
-            "{name}"
-        );
+        assert_eq!(*status.borrow(), Some(WcStatus::RemoteAccessError), "{name}");
         let mut buf = vec![0u8; 4096];
         sim.memory(1).read(mr.addr, &mut buf).unwrap();
         assert!(buf.iter().all(|&b| b == 0), "{name}: memory changed");
@@ -549,15 +390,7 @@ fn doorbell_batching_costs_one_mmio() {
     sim.spawn(0, 0, move |ctx| async move {
         let qp = ctx.rc_qp(NodeId(1), 0).unwrap();
         let s = ctx.scratch();
-        let read = |i: u64| {
-            (
-                Op::Read {
-                    local: sub(s, i * 8, 8),
-                    remote: remote(mr, i * 8, 8),
-                },
-                true,
-            )
-        };
+        let read = |i: u64| (Op::Read { local: sub(s, i * 8, 8), remote: remote(mr, i * 8, 8) }, true);
         let t = ctx.now();
         ctx.post(qp, (0..10).map(read)).unwrap();
         out.borrow_mut().push(ctx.now() - t);
@@ -617,19 +450,9 @@ fn local_errors() {
             let qp = ctx.rc_qp(NodeId(1), 0).unwrap();
             let s = ctx.scratch();
             let op = if case == 0 {
-                Op::Write {
-                    src: Payload::Inline(vec![1; max_inline + 1]),
-                    remote: remote(mr, 0, 4096),
-                }
+                Op::Write { src: Payload::Inline(vec![1; max_inline + 1]), remote: remote(mr, 0, 4096) }
             } else {
-                Op::Read {
-                    local: LocalBuf {
-                        lkey: s.lkey ^ 7,
-                        addr: s.addr,
-                        len: 8,
-                    },
-                    remote: remote(mr, 0, 8),
-                }
+                Op::Read { local: LocalBuf { lkey: s.lkey ^ 7, addr: s.addr, len: 8 }, remote: remote(mr, 0, 8) }
             };
             ctx.post(qp, [(op, true)]).unwrap();
             *out.borrow_mut() = ctx.wait().await.err().map(|c| c.status);

@@ -75,11 +75,7 @@ impl<E> EventQueue<E> {
         debug_assert!(time >= self.now, "event scheduled in the past");
         let time = time.max(self.now);
         self.seq += 1;
-        self.heap.push(Scheduled {
-            time,
-            seq: self.seq,
-            event,
-        });
+        self.heap.push(Scheduled { time, seq: self.seq, event });
     }
 
     /// Pops the next event at or before `until`, advancing time.

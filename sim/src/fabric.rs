@@ -48,10 +48,7 @@ pub struct SimConfig {
 
 impl SimConfig {
     pub fn new(nodes: u16, workers: u16, profile: NicProfile, seed: u64) -> Self {
-        let rpc = RpcConfig {
-            mtu: profile.mtu,
-            ..RpcConfig::default()
-        };
+        let rpc = RpcConfig { mtu: profile.mtu, ..RpcConfig::default() };
         SimConfig {
             nodes,
             workers,
@@ -86,6 +83,10 @@ enum Ev {
         gen: u32,
     },
     Doorbell {
+        db: u32,
+    },
+    /// The NIC finished DMA-fetching a batch of WQEs.
+    Fetched {
         db: u32,
     },
     /// A packet is ready to leave its NIC: reserve the link and the switch port now, in time
@@ -205,7 +206,8 @@ struct SimQp {
     error: bool,
     /// The first error completion was delivered; later completions are flushed.
     error_reported: bool,
-    /// Requester side: departures of this QP leave in posting order.
+    /// Requester side: WQEs of this QP start processing, and leave, in posting order.
+    issue_order: u64,
     tx_order: u64,
     /// Responder side: requests after an atomic wait for its write (per-QP FIFO).
     ordered_after: u64,
@@ -316,25 +318,15 @@ impl Sim {
         let nn = cfg.nodes as usize;
         let nics = m.nics_per_node as usize;
         let mut nodes = Vec::with_capacity(nn);
-        let rpc = RpcConfig {
-            mtu: m.mtu,
-            ..cfg.rpc.clone()
-        };
+        let rpc = RpcConfig { mtu: m.mtu, ..cfg.rpc.clone() };
         for n in 0..nn {
             let mem = Rc::new(NodeMemory::new(clock_ps.clone()));
             let per_worker = cfg.max_coroutines as u64 * cfg.scratch_per_coroutine as u64;
-            let scratch = mem.register(
-                per_worker * cfg.workers as u64,
-                rkey_for(n as u16, 0),
-                lkey_for(n as u16, 0),
-            );
+            let scratch = mem.register(per_worker * cfg.workers as u64, rkey_for(n as u16, 0), lkey_for(n as u16, 0));
             let mut workers = Vec::new();
             for w in 0..cfg.workers {
                 let wc = WorkerConfig {
-                    me: Endpoint {
-                        node: NodeId(n as u16),
-                        worker: w,
-                    },
+                    me: Endpoint { node: NodeId(n as u16), worker: w },
                     nodes: cfg.nodes,
                     workers: cfg.workers,
                     costs: m.host.clone(),
@@ -357,14 +349,7 @@ impl Sim {
                     ud_qp: 0,
                 });
             }
-            nodes.push(Node {
-                alive: true,
-                mem,
-                nics: Vec::new(),
-                workers,
-                qps: Vec::new(),
-                scratch,
-            });
+            nodes.push(Node { alive: true, mem, nics: Vec::new(), workers, qps: Vec::new(), scratch });
         }
         // QPs: worker w of node a has K RC QPs to every other node, connected to worker w's
         // k-th QP of that node; plus one UD QP.
@@ -377,35 +362,22 @@ impl Sim {
             for w in 0..cfg.workers as usize {
                 let sq = m.send_queue_depth;
                 let base = w * (1 + nn * k as usize);
-                let core_ud = nodes[a].workers[w]
-                    .core
-                    .add_qp(QpType::Ud, NodeId(a as u16), sq);
+                let core_ud = nodes[a].workers[w].core.add_qp(QpType::Ud, NodeId(a as u16), sq);
                 debug_assert_eq!(nodes[a].qps.len(), base);
-                nodes[a]
-                    .qps
-                    .push(SimQp::new(w as u16, QpType::Ud, a as u16, 0, core_ud));
+                nodes[a].qps.push(SimQp::new(w as u16, QpType::Ud, a as u16, 0, core_ud));
                 nodes[a].workers[w].ud_qp = base as u32;
                 nodes[a].workers[w].qps.push(base as u32);
                 for b in 0..nn {
                     for kk in 0..k {
                         // Slots for b == a exist so indices are regular; they are never used.
                         let core = if b != a {
-                            let id =
-                                nodes[a].workers[w]
-                                    .core
-                                    .add_qp(QpType::Rc, NodeId(b as u16), sq);
+                            let id = nodes[a].workers[w].core.add_qp(QpType::Rc, NodeId(b as u16), sq);
                             nodes[a].workers[w].qps.push(idx(w, b, kk));
                             id
                         } else {
                             QpId(u32::MAX)
                         };
-                        nodes[a].qps.push(SimQp::new(
-                            w as u16,
-                            QpType::Rc,
-                            b as u16,
-                            idx(w, a, kk),
-                            core,
-                        ));
+                        nodes[a].qps.push(SimQp::new(w as u16, QpType::Rc, b as u16, idx(w, a, kk), core));
                     }
                 }
             }
@@ -510,9 +482,7 @@ impl Sim {
         F: FnOnce(Ctx) -> Fut,
         Fut: Future<Output = ()> + 'static,
     {
-        self.nodes[node as usize].workers[worker as usize]
-            .core
-            .spawn(f);
+        self.nodes[node as usize].workers[worker as usize].core.spawn(f);
         let now = self.q.now();
         self.ensure_wake(node, worker, now);
     }
@@ -558,6 +528,7 @@ impl Sim {
         match ev {
             Ev::Wake { node, worker, gen } => self.on_wake(node, worker, gen),
             Ev::Doorbell { db } => self.on_doorbell(db),
+            Ev::Fetched { db } => self.on_fetched(db),
             Ev::Depart { op, response } => self.on_depart(op, response),
             Ev::ReqArrive { op } => self.on_request(op),
             Ev::RespArrive { op } => self.on_response(op),
@@ -644,15 +615,7 @@ impl Sim {
 
     /// Sends a packet of `bytes` from (src node, src nic) to (dst node, dst nic), ready at
     /// `ready`; returns the arrival time of its last bit.
-    fn transmit(
-        &mut self,
-        src: u16,
-        snic: usize,
-        dst: u16,
-        dnic: usize,
-        ready: u64,
-        bytes: u64,
-    ) -> u64 {
+    fn transmit(&mut self, src: u16, snic: usize, dst: u16, dnic: usize, ready: u64, bytes: u64) -> u64 {
         self.stats.wire_bytes += bytes;
         let ser = self.m.wire_ps(bytes);
         if src == dst && snic == dnic {
@@ -681,47 +644,41 @@ impl Sim {
     }
 
     fn on_doorbell(&mut self, slot: u32) {
-        let PendingDoorbell { node, worker, db } =
-            self.dbs[slot as usize].take().expect("doorbell slot");
+        let (node, worker, n) = {
+            let d = self.dbs[slot as usize].as_ref().expect("doorbell slot");
+            (d.node, d.worker, d.db.wrs.len() as u32)
+        };
+        self.q.record(2, ((node as u64) << 16) | worker as u64, n as u64);
+        if n == 1 || !self.nodes[node as usize].alive {
+            // One WQE arrives inside the MMIO itself (BlueFlame).
+            return self.on_fetched(slot);
+        }
+        // A batch is fetched by one DMA read of all its WQEs.
+        let now_ps = self.q.now() * 1000;
+        let nic = self.nodes[node as usize].workers[worker as usize].nic as usize;
+        let t = self.m.pcie_ps(n * self.m.wqe_bytes);
+        let nc = &mut self.nodes[node as usize].nics[nic];
+        let start = now_ps.max(nc.pcie_rd_free);
+        nc.pcie_rd_free = start + t;
+        self.q.schedule(ceil_ns(start + t + self.m.pcie_read_ps), Ev::Fetched { db: slot });
+    }
+
+    fn on_fetched(&mut self, slot: u32) {
+        let PendingDoorbell { node, worker, db } = self.dbs[slot as usize].take().expect("doorbell slot");
         self.free_dbs.push(slot);
-        self.q.record(
-            2,
-            ((node as u64) << 16) | worker as u64,
-            db.wrs.len() as u64,
-        );
         if !self.nodes[node as usize].alive {
             return;
         }
-        let now_ps = self.q.now() * 1000;
+        let ready = self.q.now() * 1000;
         let qp_idx = self.nodes[node as usize].workers[worker as usize].qps[db.qp.0 as usize];
         let nic = self.nodes[node as usize].workers[worker as usize].nic as usize;
-        let n = db.wrs.len() as u32;
-        // One WQE arrives inside the MMIO (BlueFlame); a batch is fetched by one DMA read.
-        let mut ready = if n == 1 {
-            now_ps
-        } else {
-            let bytes = n * self.m.wqe_bytes;
-            let t = self.m.pcie_ps(bytes);
-            let nc = &mut self.nodes[node as usize].nics[nic];
-            let start = now_ps.max(nc.pcie_rd_free);
-            nc.pcie_rd_free = start + t;
-            start + t + self.m.pcie_read_ps
-        };
         for wr in db.wrs {
-            ready = self.start_request(node, worker, nic, qp_idx, wr, ready);
+            self.start_request(node, worker, nic, qp_idx, wr, ready);
         }
     }
 
-    /// Requester-side processing of one WQE; returns when the next WQE of the batch can start.
-    fn start_request(
-        &mut self,
-        node: u16,
-        worker: u16,
-        nic: usize,
-        qp_idx: u32,
-        wr: WorkRequest,
-        ready: u64,
-    ) -> u64 {
+    /// Requester-side processing of one WQE, ready at `ready` (the current event time).
+    fn start_request(&mut self, node: u16, worker: u16, nic: usize, qp_idx: u32, wr: WorkRequest, ready: u64) {
         let m = &self.m;
         self.stats.verbs[wr.op.opcode() as usize] += 1;
         let qp = &self.nodes[node as usize].qps[qp_idx as usize];
@@ -743,23 +700,17 @@ impl Sim {
                 {
                     WcStatus::LocalProtectionError
                 }
-                Op::Cas { local, .. } | Op::Faa { local, .. } if local.len < 8 => {
-                    WcStatus::LocalLengthError
-                }
-                Op::Write { src, .. } | Op::WriteImm { src, .. } | Op::Send { src, .. } => {
-                    match src {
-                        Payload::Inline(b)
-                            if b.len() as u32 > m.max_inline && kind == QpType::Rc =>
-                        {
-                            WcStatus::LocalLengthError
-                        }
-                        Payload::Local(l) if !mem.check_local(l.lkey, l.addr, l.len as u64) => {
-                            WcStatus::LocalProtectionError
-                        }
-                        _ if kind == QpType::Ud && src.len() > m.mtu => WcStatus::LocalLengthError,
-                        _ => WcStatus::Success,
+                Op::Cas { local, .. } | Op::Faa { local, .. } if local.len < 8 => WcStatus::LocalLengthError,
+                Op::Write { src, .. } | Op::WriteImm { src, .. } | Op::Send { src, .. } => match src {
+                    Payload::Inline(b) if b.len() as u32 > m.max_inline && kind == QpType::Rc => {
+                        WcStatus::LocalLengthError
                     }
-                }
+                    Payload::Local(l) if !mem.check_local(l.lkey, l.addr, l.len as u64) => {
+                        WcStatus::LocalProtectionError
+                    }
+                    _ if kind == QpType::Ud && src.len() > m.mtu => WcStatus::LocalLengthError,
+                    _ => WcStatus::Success,
+                },
                 _ => WcStatus::Success,
             }
         };
@@ -791,11 +742,7 @@ impl Sim {
             dropped: false,
         };
         if qp_error || local_status != WcStatus::Success {
-            o.status = if qp_error {
-                WcStatus::Flushed
-            } else {
-                local_status
-            };
+            o.status = if qp_error { WcStatus::Flushed } else { local_status };
             if kind == QpType::Rc || local_status != WcStatus::Success {
                 self.nodes[node as usize].qps[qp_idx as usize].error |= kind == QpType::Rc;
             }
@@ -803,15 +750,17 @@ impl Sim {
             let t = ready.max(self.nodes[node as usize].qps[qp_idx as usize].last_completion);
             self.nodes[node as usize].qps[qp_idx as usize].last_completion = t;
             self.q.schedule(ceil_ns(t), Ev::RespArrive { op: id });
-            return ready;
+            return;
         }
         let cls = class(&o.wr.op);
         let (miss_work, miss_lat) = self.qp_miss(node, nic, qp_idx);
         let work = self.m.requester_ps[cls as usize] + miss_work;
         let units = self.m.units;
+        // WQEs of one QP start in order and leave in order, but pipeline in between.
         let mut t = {
             let qp = &mut self.nodes[node as usize].qps[qp_idx as usize];
-            let r = ready.max(qp.tx_order);
+            let r = ready.max(qp.issue_order);
+            qp.issue_order = r;
             let done = Self::pu(&mut self.nodes[node as usize].nics[nic], units, r, work);
             done + miss_lat + self.m.pipeline_ps
         };
@@ -832,11 +781,11 @@ impl Sim {
             },
             _ => {}
         }
-        self.nodes[node as usize].qps[qp_idx as usize].tx_order = t;
+        let qp = &mut self.nodes[node as usize].qps[qp_idx as usize];
+        t = t.max(qp.tx_order);
+        qp.tx_order = t;
         let out_bytes = match &o.wr.op {
-            Op::Read { .. } | Op::Cas { .. } | Op::Faa { .. } => {
-                self.m.wire_bytes(request_headers(&o.wr.op), 0)
-            }
+            Op::Read { .. } | Op::Cas { .. } | Op::Faa { .. } => self.m.wire_bytes(request_headers(&o.wr.op), 0),
             op => self.m.wire_bytes(request_headers(op), payload_len),
         };
         let is_ud = kind == QpType::Ud;
@@ -848,24 +797,12 @@ impl Sim {
         o.wire = out_bytes;
         o.dropped = dropped;
         // UD has no acknowledgement: a signaled send completes once it is on the wire.
-        o.refs = if is_ud {
-            (!dropped) as u8 + o.wr.signaled as u8
-        } else {
-            1
-        };
+        o.refs = if is_ud { (!dropped) as u8 + o.wr.signaled as u8 } else { 1 };
         if o.refs == 0 {
-            return ready;
+            return;
         }
         let id = self.alloc_op(o);
-        self.q.schedule(
-            ceil_ns(t),
-            Ev::Depart {
-                op: id,
-                response: false,
-            },
-        );
-        // The next WQE of the same doorbell can start once this one has its processing unit.
-        ready
+        self.q.schedule(ceil_ns(t), Ev::Depart { op: id, response: false });
     }
 
     fn on_request(&mut self, id: u32) {
@@ -874,11 +811,7 @@ impl Sim {
             let o = &self.ops[id as usize];
             (o.src, o.dst, o.dst_qp, o.sent_ps)
         };
-        self.q.record(
-            3,
-            self.ops[id as usize].wr.wr_id,
-            ((src as u64) << 16) | dst as u64,
-        );
+        self.q.record(3, self.ops[id as usize].wr.wr_id, ((src as u64) << 16) | dst as u64);
         let is_ud = self.nodes[dst as usize].qps[dst_qp as usize].kind == QpType::Ud;
         if !self.nodes[dst as usize].alive {
             if is_ud {
@@ -894,8 +827,7 @@ impl Sim {
         }
         let ordered_after = self.nodes[dst as usize].qps[dst_qp as usize].ordered_after;
         if now_ps < ordered_after {
-            self.q
-                .schedule(ceil_ns(ordered_after), Ev::ReqArrive { op: id });
+            self.q.schedule(ceil_ns(ordered_after), Ev::ReqArrive { op: id });
             return;
         }
         let dnic = self.nic_of(dst, dst_qp);
@@ -911,15 +843,12 @@ impl Sim {
         }
         let cls = class(&self.ops[id as usize].wr.op);
         let (miss_work, miss_lat) = self.qp_miss(dst, dnic, dst_qp);
-        let work = self.m.responder_ps[cls as usize] + miss_work;
+        // A receive also writes a CQE; all of a request's work is reserved now, in event order.
+        let recv_cqe = if cls == VerbClass::Send { self.m.cqe_ps } else { 0 };
+        let work = self.m.responder_ps[cls as usize] + miss_work + recv_cqe;
         let units = self.m.units;
-        let done = Self::pu(
-            &mut self.nodes[dst as usize].nics[dnic],
-            units,
-            now_ps,
-            work,
-        ) + miss_lat
-            + self.m.pipeline_ps;
+        let done =
+            Self::pu(&mut self.nodes[dst as usize].nics[dnic], units, now_ps, work) + miss_lat + self.m.pipeline_ps;
         let mem = self.nodes[dst as usize].mem.clone();
         let o = &mut self.ops[id as usize];
         // Remote checks: rkey, bounds, atomic alignment.
@@ -965,12 +894,7 @@ impl Sim {
                     resp_ready = start + dma + self.m.pcie_read_ps;
                     resp_payload = remote.len;
                 }
-                Op::Cas {
-                    remote,
-                    compare,
-                    swap,
-                    ..
-                } => {
+                Op::Cas { remote, compare, swap, .. } => {
                     let (addr, compare, swap) = (remote.addr, *compare, *swap);
                     let old = mem.nic_load_u64(addr);
                     let new = (old == compare).then_some(swap);
@@ -1013,12 +937,7 @@ impl Sim {
                 }
                 Op::Send { .. } => {
                     // Receive: DMA the payload into a posted RECV buffer, then a CQE.
-                    let at = done
-                        + self.m.pcie_write_ps
-                        + self.m.pcie_ps(o.data.len() as u32)
-                        + self.m.cqe_ps;
-                    let cqe = self.m.cqe_ps;
-                    Self::pu(&mut self.nodes[dst as usize].nics[dnic], units, done, cqe);
+                    let at = done + self.m.pcie_write_ps + self.m.pcie_ps(o.data.len() as u32);
                     if is_ud {
                         // The UD slot now belongs to the delivery alone.
                         self.q.schedule(ceil_ns(at), Ev::Deliver { op: id });
@@ -1039,19 +958,12 @@ impl Sim {
         o.wire = bytes;
         o.resp_payload = resp_payload;
         let _ = sent;
-        self.q.schedule(
-            ceil_ns(resp_ready),
-            Ev::Depart {
-                op: id,
-                response: true,
-            },
-        );
+        self.q.schedule(ceil_ns(resp_ready), Ev::Depart { op: id, response: true });
     }
 
     fn on_depart(&mut self, id: u32, response: bool) {
         let o = &self.ops[id as usize];
-        let (src, dst, sq, dq, ready, bytes) =
-            (o.src, o.dst, o.src_qp, o.dst_qp, o.depart_ps, o.wire);
+        let (src, dst, sq, dq, ready, bytes) = (o.src, o.dst, o.src_qp, o.dst_qp, o.depart_ps, o.wire);
         self.q.record(8, o.wr.wr_id, response as u64);
         let snic = self.nic_of(src, sq);
         let dnic = self.nic_of(dst, dq);
@@ -1066,10 +978,8 @@ impl Sim {
             }
             let arrive = self.transmit(dst, dnic, src, snic, ready, bytes);
             // Requester: data DMA-write (READ, atomic result) and CQE.
-            let landed = arrive
-                + self.m.pipeline_ps
-                + self.m.pcie_write_ps
-                + self.m.pcie_ps(self.ops[id as usize].resp_payload);
+            let landed =
+                arrive + self.m.pipeline_ps + self.m.pcie_write_ps + self.m.pcie_ps(self.ops[id as usize].resp_payload);
             self.schedule_completion(id, landed);
             return;
         }
@@ -1080,10 +990,7 @@ impl Sim {
         let arrive = self.transmit(src, snic, dst, dnic, ready, bytes);
         let is_ud = self.nodes[src as usize].qps[sq as usize].kind == QpType::Ud;
         if is_ud {
-            let (signaled, dropped) = (
-                self.ops[id as usize].wr.signaled,
-                self.ops[id as usize].dropped,
-            );
+            let (signaled, dropped) = (self.ops[id as usize].wr.signaled, self.ops[id as usize].dropped);
             if !dropped {
                 self.q.schedule(ceil_ns(arrive), Ev::ReqArrive { op: id });
             }
@@ -1141,11 +1048,8 @@ impl Sim {
     fn on_atomic_commit(&mut self, id: u32) {
         let o = &self.ops[id as usize];
         self.q.record(4, o.wr.wr_id, o.dst as u64);
-        if let (Some(v), Op::Cas { remote, .. } | Op::Faa { remote, .. }) = (o.atomic_new, &o.wr.op)
-        {
-            let _ = self.nodes[o.dst as usize]
-                .mem
-                .nic_write(remote.addr, &v.to_le_bytes());
+        if let (Some(v), Op::Cas { remote, .. } | Op::Faa { remote, .. }) = (o.atomic_new, &o.wr.op) {
+            let _ = self.nodes[o.dst as usize].mem.nic_write(remote.addr, &v.to_le_bytes());
         }
         self.release(id);
     }
@@ -1153,26 +1057,18 @@ impl Sim {
     fn on_deliver(&mut self, id: u32) {
         let o = &mut self.ops[id as usize];
         let (dst, dw, src) = (o.dst, o.dst_worker, o.src);
-        self.q
-            .record(5, o.wr.wr_id, ((src as u64) << 16) | dst as u64);
+        self.q.record(5, o.wr.wr_id, ((src as u64) << 16) | dst as u64);
         if self.nodes[dst as usize].alive {
             let src_worker = self.nodes[src as usize].qps[o.src_qp as usize].worker;
             match &o.wr.op {
                 Op::WriteImm { imm, .. } => {
                     let imm = *imm;
-                    self.nodes[dst as usize].workers[dw as usize]
-                        .core
-                        .on_imm(NodeId(src), imm);
+                    self.nodes[dst as usize].workers[dw as usize].core.on_imm(NodeId(src), imm);
                 }
                 _ => {
                     let bytes = std::mem::take(&mut o.data);
-                    let from = Endpoint {
-                        node: NodeId(src),
-                        worker: src_worker,
-                    };
-                    self.nodes[dst as usize].workers[dw as usize]
-                        .core
-                        .on_datagram(from, bytes);
+                    let from = Endpoint { node: NodeId(src), worker: src_worker };
+                    self.nodes[dst as usize].workers[dw as usize].core.on_datagram(from, bytes);
                 }
             }
             let now = self.q.now();
@@ -1183,11 +1079,7 @@ impl Sim {
 
     fn on_response(&mut self, id: u32) {
         let (src, sq) = (self.ops[id as usize].src, self.ops[id as usize].src_qp);
-        self.q.record(
-            6,
-            self.ops[id as usize].wr.wr_id,
-            self.ops[id as usize].status as u64,
-        );
+        self.q.record(6, self.ops[id as usize].wr.wr_id, self.ops[id as usize].status as u64);
         if !self.nodes[src as usize].alive {
             self.finish_tracked_read(id);
             self.release(id);
@@ -1208,10 +1100,7 @@ impl Sim {
         let mut data = Vec::new();
         if self.ops[id as usize].tracked_read {
             self.finish_tracked_read_into(id, &mut data);
-        } else if matches!(
-            self.ops[id as usize].wr.op,
-            Op::Read { .. } | Op::Cas { .. } | Op::Faa { .. }
-        ) {
+        } else if matches!(self.ops[id as usize].wr.op, Op::Read { .. } | Op::Cas { .. } | Op::Faa { .. }) {
             data = std::mem::take(&mut self.ops[id as usize].data);
         }
         let mem = self.nodes[src as usize].mem.clone();
@@ -1238,9 +1127,7 @@ impl Sim {
                 signaled: o.wr.signaled,
                 peer: NodeId(o.dst),
             };
-            self.nodes[src as usize].workers[worker as usize]
-                .core
-                .on_completion(c);
+            self.nodes[src as usize].workers[worker as usize].core.on_completion(c);
             let now = self.q.now();
             self.ensure_wake(src, worker, now);
         }
@@ -1271,6 +1158,7 @@ impl SimQp {
             core_qp,
             error: false,
             error_reported: false,
+            issue_order: 0,
             tx_order: 0,
             ordered_after: 0,
             resp_order: 0,

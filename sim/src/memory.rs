@@ -64,36 +64,20 @@ impl NodeMemory {
     pub fn register(&self, len: u64, rkey: u32, lkey: u32) -> MemoryRegion {
         let mut r = self.regions.borrow_mut();
         let addr = REGION_BASE * (r.len() as u64 + 1);
-        let mr = MemoryRegion {
-            addr,
-            len,
-            rkey,
-            lkey,
-        };
-        r.push(Region {
-            mr,
-            data: vec![0; len as usize],
-        });
+        let mr = MemoryRegion { addr, len, rkey, lkey };
+        r.push(Region { mr, data: vec![0; len as usize] });
         mr
     }
 
     /// Finds the region that holds `[addr, addr+len)`, checking the key if given.
-    fn locate(
-        &self,
-        addr: u64,
-        len: u64,
-        rkey: Option<u32>,
-        lkey: Option<u32>,
-    ) -> Option<(usize, usize)> {
+    fn locate(&self, addr: u64, len: u64, rkey: Option<u32>, lkey: Option<u32>) -> Option<(usize, usize)> {
         let r = self.regions.borrow();
         let idx = (addr / REGION_BASE).checked_sub(1)? as usize;
         let reg = r.get(idx)?;
         if rkey.is_some_and(|k| k != reg.mr.rkey) || lkey.is_some_and(|k| k != reg.mr.lkey) {
             return None;
         }
-        reg.mr
-            .contains(addr, len)
-            .then(|| (idx, (addr - reg.mr.addr) as usize))
+        reg.mr.contains(addr, len).then(|| (idx, (addr - reg.mr.addr) as usize))
     }
 
     /// Whether a remote access with `rkey` to `[addr, addr+len)` is allowed.
@@ -107,12 +91,9 @@ impl NodeMemory {
     }
 
     fn raw_read(&self, addr: u64, out: &mut [u8]) -> Result<(), MemError> {
-        let (i, off) =
-            self.locate(addr, out.len() as u64, None, None)
-                .ok_or(MemError::OutOfBounds {
-                    addr,
-                    len: out.len() as u64,
-                })?;
+        let (i, off) = self
+            .locate(addr, out.len() as u64, None, None)
+            .ok_or(MemError::OutOfBounds { addr, len: out.len() as u64 })?;
         out.copy_from_slice(&self.regions.borrow()[i].data[off..off + out.len()]);
         Ok(())
     }
@@ -120,9 +101,7 @@ impl NodeMemory {
     /// Every write goes through here so in-flight READs can save what they already sampled.
     fn raw_write(&self, addr: u64, data: &[u8]) -> Result<(), MemError> {
         let len = data.len() as u64;
-        let (i, off) = self
-            .locate(addr, len, None, None)
-            .ok_or(MemError::OutOfBounds { addr, len })?;
+        let (i, off) = self.locate(addr, len, None, None).ok_or(MemError::OutOfBounds { addr, len })?;
         self.save_raced_lines(addr, len);
         self.regions.borrow_mut()[i].data[off..off + data.len()].copy_from_slice(data);
         Ok(())
@@ -156,8 +135,7 @@ impl NodeMemory {
                 let reg = &regions[idx];
                 let src = (a - reg.mr.addr) as usize;
                 let dst = (a - p.addr) as usize;
-                p.saved[dst..dst + (b - a) as usize]
-                    .copy_from_slice(&reg.data[src..src + (b - a) as usize]);
+                p.saved[dst..dst + (b - a) as usize].copy_from_slice(&reg.data[src..src + (b - a) as usize]);
                 self.torn_saves.set(self.torn_saves.get() + 1);
             }
         }
@@ -165,14 +143,7 @@ impl NodeMemory {
 
     /// Starts a READ whose lines are sampled from `t0_ps`, `gap_ps` apart. A READ inside one
     /// line is sampled at once and needs no tracking: returns its data immediately.
-    pub fn begin_read(
-        &self,
-        id: u64,
-        addr: u64,
-        len: u64,
-        t0_ps: u64,
-        gap_ps: u64,
-    ) -> Option<Vec<u8>> {
+    pub fn begin_read(&self, id: u64, addr: u64, len: u64, t0_ps: u64, gap_ps: u64) -> Option<Vec<u8>> {
         if addr / CACHE_LINE == (addr + len.max(1) - 1) / CACHE_LINE {
             let mut out = vec![0; len as usize];
             self.raw_read(addr, &mut out).ok()?;

@@ -88,6 +88,7 @@ pub struct Host {
     pub mmio_ns: u64,
     pub wqe_ns: u64,
     pub poll_cqe_ns: u64,
+    pub recv_ns: u64,
     pub rpc_dispatch_ns: u64,
     pub copy_ps_per_byte: u64,
 }
@@ -139,23 +140,16 @@ pub const BUILTIN: [(&str, &str); 4] = [
     ("cx3", include_str!("../../scenarios/nics/cx3.ron")),
     ("cx4", include_str!("../../scenarios/nics/cx4.ron")),
     ("cx5", include_str!("../../scenarios/nics/cx5.ron")),
-    (
-        "roce-cx4",
-        include_str!("../../scenarios/nics/roce-cx4.ron"),
-    ),
+    ("roce-cx4", include_str!("../../scenarios/nics/roce-cx4.ron")),
 ];
 
 impl NicProfile {
     /// Parses a profile; errors name the source, line and column.
     pub fn parse(text: &str, source: &str) -> Result<Self, ProfileError> {
-        let p: NicProfile = ron::Options::default().from_str(text).map_err(|e| {
-            ProfileError(format!(
-                "{source}:{}:{}: {}",
-                e.position.line, e.position.col, e.code
-            ))
-        })?;
-        p.validate()
-            .map_err(|m| ProfileError(format!("{source}: {m}")))?;
+        let p: NicProfile = ron::Options::default()
+            .from_str(text)
+            .map_err(|e| ProfileError(format!("{source}:{}:{}: {}", e.position.line, e.position.col, e.code)))?;
+        p.validate().map_err(|m| ProfileError(format!("{source}: {m}")))?;
         Ok(p)
     }
 
@@ -189,16 +183,8 @@ impl NicProfile {
         if self.processing_units == 0 {
             return Err("processing_units must be at least 1".into());
         }
-        for (side, w) in [
-            ("requester_ns", &self.requester_ns),
-            ("responder_ns", &self.responder_ns),
-        ] {
-            for (verb, v) in [
-                ("read", w.read),
-                ("write", w.write),
-                ("atomic", w.atomic),
-                ("send", w.send),
-            ] {
+        for (side, w) in [("requester_ns", &self.requester_ns), ("responder_ns", &self.responder_ns)] {
+            for (verb, v) in [("read", w.read), ("write", w.write), ("atomic", w.atomic), ("send", w.send)] {
                 pos(&format!("{side}.{verb}"), v)?;
             }
         }
@@ -214,10 +200,7 @@ impl NicProfile {
             return Err("qp_cache.miss_ns must be >= 0".into());
         }
         if self.mtu < 256 || !self.mtu.is_power_of_two() || self.mtu > 4096 {
-            return Err(format!(
-                "mtu must be 256, 512, 1024, 2048 or 4096, got {}",
-                self.mtu
-            ));
+            return Err(format!("mtu must be 256, 512, 1024, 2048 or 4096, got {}", self.mtu));
         }
         if self.send_queue_depth == 0 {
             return Err("send_queue_depth must be at least 1".into());
@@ -227,9 +210,7 @@ impl NicProfile {
         }
         let p = self.reliability.ud_drop_probability;
         if !(0.0..=1.0).contains(&p) {
-            return Err(format!(
-                "reliability.ud_drop_probability must be in [0, 1], got {p}"
-            ));
+            return Err(format!("reliability.ud_drop_probability must be in [0, 1], got {p}"));
         }
         Ok(())
     }
@@ -240,6 +221,7 @@ impl NicProfile {
             mmio_ns: self.host.mmio_ns,
             wqe_ns: self.host.wqe_ns,
             poll_cqe_ns: self.host.poll_cqe_ns,
+            recv_ns: self.host.recv_ns,
             rpc_dispatch_ns: self.host.rpc_dispatch_ns,
             copy_ps_per_byte: self.host.copy_ps_per_byte,
         }
@@ -329,15 +311,9 @@ impl NicModel {
             packet_overhead: p.link.packet_overhead_bytes,
             propagation_ps: p.link.propagation_ns * 1000,
             switch_ps: p.link.switch_ns * 1000,
-            ud_drop_threshold: if prob >= 1.0 {
-                u64::MAX
-            } else {
-                (prob * 18_446_744_073_709_551_616.0) as u64
-            },
+            ud_drop_threshold: if prob >= 1.0 { u64::MAX } else { (prob * 18_446_744_073_709_551_616.0) as u64 },
             ud_drop: prob > 0.0,
-            rc_give_up_ps: p.reliability.rc_timeout_ns
-                * 1000
-                * (p.reliability.rc_retry_count as u64 + 1),
+            rc_give_up_ps: p.reliability.rc_timeout_ns * 1000 * (p.reliability.rc_retry_count as u64 + 1),
             host: p.host_costs(),
         }
     }

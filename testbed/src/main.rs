@@ -1,1 +1,106 @@
-fn main() {}
+//! The `txbed` command-line tool.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod bench_verbs;
+
+/// txbed: a testbed for RDMA-enabled distributed transactions.
+#[derive(Parser)]
+#[command(name = "txbed", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Primitive microbenchmarks on the simulated NIC (DrTM+H Fig. 5 and 6).
+    BenchVerbs {
+        /// NIC profile: a built-in name (cx3, cx4, cx5, roce-cx4) or a RON file.
+        #[arg(long, default_value = "cx4")]
+        nic: String,
+        /// Simulate this many nodes instead of the 16-node and emulated 80-node settings.
+        #[arg(long)]
+        nodes: Option<u16>,
+        /// RC QPs per remote node per worker (5 emulates 80 nodes on 16).
+        #[arg(long)]
+        qps_per_node: Option<u16>,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Simulations to run at once (default: all cores).
+        #[arg(long)]
+        jobs: Option<usize>,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Measured simulated time per raw simulation, microseconds (after 20 us of warm-up;
+        /// multi-object runs warm up 100 us and measure 200 us).
+        #[arg(long, default_value_t = 40)]
+        measure_us: u64,
+        /// Comma-separated payload sizes in bytes.
+        #[arg(long, value_delimiter = ',')]
+        payloads: Option<Vec<u32>>,
+        /// Skip the multi-object benchmark.
+        #[arg(long)]
+        no_multi_object: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { ExitCode::from(2) } else { ExitCode::SUCCESS };
+        }
+    };
+    match cli.command {
+        Command::BenchVerbs { nic, nodes, qps_per_node, json, jobs, seed, measure_us, payloads, no_multi_object } => {
+            if measure_us == 0 {
+                eprintln!("error: --measure-us must be at least 1");
+                return ExitCode::from(2);
+            }
+            let payloads = payloads.unwrap_or_else(|| bench_verbs::PAYLOADS.to_vec());
+            if let Some(p) = payloads.iter().find(|&&p| p == 0 || p > 1 << 20) {
+                eprintln!("error: payload {p} is out of range (1 B to 1 MiB)");
+                return ExitCode::from(2);
+            }
+            let o = bench_verbs::Options {
+                nic,
+                nodes,
+                qps_per_node,
+                seed,
+                jobs: jobs.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)),
+                window: txbed_sim::bench_verbs::Window { warmup_ns: 20_000, measure_ns: measure_us * 1000 },
+                multi_window: txbed_sim::bench_verbs::Window::multi_object(),
+                payloads,
+                multi_object: !no_multi_object,
+            };
+            let quiet = json;
+            let report = bench_verbs::run(&o, |done, total| {
+                if !quiet {
+                    eprint!("\rsimulations {done}/{total}");
+                }
+            });
+            if !quiet {
+                eprintln!();
+            }
+            match report {
+                Ok(r) => {
+                    if json {
+                        println!("{}", serde_json::to_string_pretty(&r).expect("report serialises"));
+                    } else {
+                        print!("{}", bench_verbs::table(&r));
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(2)
+                }
+            }
+        }
+    }
+}

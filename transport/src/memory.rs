@@ -21,10 +21,7 @@ impl fmt::Display for MemError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             MemError::OutOfBounds { addr, len } => {
-                write!(
-                    f,
-                    "local access of {len} bytes at {addr:#x} is outside every registered region"
-                )
+                write!(f, "local access of {len} bytes at {addr:#x} is outside every registered region")
             }
             MemError::Misaligned { addr } => {
                 write!(f, "8-byte atomic at {addr:#x} is not 8-byte aligned")

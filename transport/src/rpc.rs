@@ -1,10 +1,10 @@
 //! RPC over UD SEND/RECV (FaSST-style, DrTM+H Sec. 3.1).
 //!
-//! Calls and replies are frames. Frames for the same destination worker queued during one
-//! event-loop iteration are packed into as few datagrams as the MTU allows, and all datagrams
-//! of the iteration go out in one doorbell (batched sends). With `piggyback` on, replies wait
-//! (up to `piggyback_flush_ns`) to ride on the next request to the same worker: DrTM+H's
-//! passive ACK for two-sided primitives (Fig. 4). UD may lose datagrams, so a call that gets
+//! Calls and replies are frames, each sent as its own datagram; all datagrams of one
+//! event-loop iteration go out in one doorbell (batched sends) unless `doorbell_batching` is
+//! off. With `piggyback` on, frames for the same worker are coalesced into as few datagrams as
+//! the MTU allows, and replies wait (up to `piggyback_flush_ns`) to ride on the next request
+//! to that worker: DrTM+H's passive ACK for two-sided primitives (Fig. 4). UD may lose datagrams, so a call that gets
 //! no reply within `timeout_ns` is retransmitted up to `retries` times; servers remember recent
 //! replies per caller and answer duplicates from that memory, so handlers run at most once.
 
@@ -32,6 +32,9 @@ pub struct RpcConfig {
     pub piggyback_flush_ns: Nanos,
     /// Replies remembered per caller for duplicate suppression.
     pub dedup_window: usize,
+    /// Post all datagrams of one event-loop iteration with one doorbell (otherwise one
+    /// doorbell each).
+    pub doorbell_batching: bool,
 }
 
 impl Default for RpcConfig {
@@ -43,6 +46,7 @@ impl Default for RpcConfig {
             piggyback: false,
             piggyback_flush_ns: 5_000,
             dedup_window: 1024,
+            doorbell_batching: true,
         }
     }
 }
@@ -50,11 +54,7 @@ impl Default for RpcConfig {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RpcError {
     /// No reply after every retransmission: the peer is dead, unreachable or overloaded.
-    Timeout {
-        dst: Endpoint,
-        handler: u16,
-        attempts: u32,
-    },
+    Timeout { dst: Endpoint, handler: u16, attempts: u32 },
     /// The call does not fit one datagram.
     TooLarge { len: usize, max: usize },
     /// The peer has no handler with this id.
@@ -126,16 +126,7 @@ impl<'a> HandlerCtx<'a> {
         deferred: &'a mut Vec<(ReplyToken, Vec<u8>)>,
         token: ReplyToken,
     ) -> Self {
-        HandlerCtx {
-            me,
-            src,
-            now,
-            mem,
-            reply,
-            cpu,
-            deferred,
-            token,
-        }
+        HandlerCtx { me, src, now, mem, reply, cpu, deferred, token }
     }
     /// Charges handler CPU work.
     pub fn compute(&mut self, ns: Nanos) {
@@ -170,14 +161,7 @@ pub(crate) struct Frame<'a> {
 }
 
 impl<'a> Frame<'a> {
-    fn encode(
-        out: &mut Vec<u8>,
-        kind: FrameKind,
-        status: u8,
-        handler: u16,
-        call_id: CallId,
-        payload: &[u8],
-    ) {
+    fn encode(out: &mut Vec<u8>, kind: FrameKind, status: u8, handler: u16, call_id: CallId, payload: &[u8]) {
         out.push(match kind {
             FrameKind::Request => 1,
             FrameKind::Reply => 2,
@@ -205,23 +189,11 @@ impl<'a> Frame<'a> {
         let call_id = u64::from_le_bytes(h[8..16].try_into().ok()?);
         let start = off + FRAME_HEADER;
         let payload = buf.get(start..start.checked_add(len)?)?;
-        Some((
-            Frame {
-                kind,
-                status: h[1],
-                handler,
-                call_id,
-                payload,
-            },
-            start + len,
-        ))
+        Some((Frame { kind, status: h[1], handler, call_id, payload }, start + len))
     }
 
     pub(crate) fn error(&self, dst: Endpoint) -> Option<RpcError> {
-        (self.status == STATUS_UNKNOWN_HANDLER).then_some(RpcError::UnknownHandler {
-            dst,
-            handler: self.handler,
-        })
+        (self.status == STATUS_UNKNOWN_HANDLER).then_some(RpcError::UnknownHandler { dst, handler: self.handler })
     }
 }
 
@@ -304,61 +276,25 @@ impl RpcState {
         let id = self.next_call;
         self.next_call += 1;
         if payload.len() > self.max_payload() {
-            return Err((
-                id,
-                RpcError::TooLarge {
-                    len: payload.len() + FRAME_HEADER,
-                    max: self.cfg.mtu as usize,
-                },
-            ));
+            return Err((id, RpcError::TooLarge { len: payload.len() + FRAME_HEADER, max: self.cfg.mtu as usize }));
         }
-        let kind = if want_reply {
-            FrameKind::Request
-        } else {
-            FrameKind::OneWay
-        };
+        let kind = if want_reply { FrameKind::Request } else { FrameKind::OneWay };
         self.enqueue(dst, kind, STATUS_OK, handler, id, payload, now);
         if want_reply {
             let deadline = now + self.cfg.timeout_ns;
             let keep = (self.cfg.retries > 0).then(|| payload.to_vec());
-            self.pending.insert(
-                id,
-                PendingCall {
-                    coro,
-                    dst,
-                    handler,
-                    payload: keep,
-                    deadline,
-                    attempts: 1,
-                },
-            );
+            self.pending.insert(id, PendingCall { coro, dst, handler, payload: keep, deadline, attempts: 1 });
             self.deadlines.insert((deadline, id));
         }
         Ok(id)
     }
 
     pub(crate) fn queue_reply(&mut self, now: Nanos, token: ReplyToken, payload: Vec<u8>) {
-        self.enqueue(
-            token.to,
-            FrameKind::Reply,
-            STATUS_OK,
-            0,
-            token.call_id,
-            &payload,
-            now,
-        );
+        self.enqueue(token.to, FrameKind::Reply, STATUS_OK, 0, token.call_id, &payload, now);
     }
 
     pub(crate) fn queue_unknown(&mut self, now: Nanos, token: ReplyToken, handler: u16) {
-        self.enqueue(
-            token.to,
-            FrameKind::Reply,
-            STATUS_UNKNOWN_HANDLER,
-            handler,
-            token.call_id,
-            &[],
-            now,
-        );
+        self.enqueue(token.to, FrameKind::Reply, STATUS_UNKNOWN_HANDLER, handler, token.call_id, &[], now);
     }
 
     /// A reply arrived: the coroutine that waits for it, if the call is still pending.
@@ -373,11 +309,7 @@ impl RpcState {
         if self.cfg.retries == 0 {
             return false;
         }
-        let Some(seen) = self
-            .served
-            .get(&token.to)
-            .and_then(|m| m.get(&token.call_id))
-        else {
+        let Some(seen) = self.served.get(&token.to).and_then(|m| m.get(&token.call_id)) else {
             return false;
         };
         if let Some(reply) = seen.clone() {
@@ -413,28 +345,12 @@ impl RpcState {
                     p.deadline = now + self.cfg.timeout_ns;
                     let (dst, handler, d) = (p.dst, p.handler, p.deadline);
                     self.deadlines.insert((d, id));
-                    self.enqueue(
-                        dst,
-                        FrameKind::Request,
-                        STATUS_OK,
-                        handler,
-                        id,
-                        &payload,
-                        now,
-                    );
+                    self.enqueue(dst, FrameKind::Request, STATUS_OK, handler, id, &payload, now);
                     continue;
                 }
             }
             let p = self.pending.remove(&id).expect("checked");
-            failed.push((
-                p.coro,
-                id,
-                RpcError::Timeout {
-                    dst: p.dst,
-                    handler: p.handler,
-                    attempts: p.attempts,
-                },
-            ));
+            failed.push((p.coro, id, RpcError::Timeout { dst: p.dst, handler: p.handler, attempts: p.attempts }));
         }
         failed
     }
@@ -448,22 +364,31 @@ impl RpcState {
         let flush = self.cfg.piggyback_flush_ns;
         let mut emptied = Vec::new();
         for (dst, q) in self.out.iter_mut() {
-            let due =
-                q.has_request || !piggyback || q.oldest_reply.is_some_and(|t| now >= t + flush);
+            let due = q.has_request || !piggyback || q.oldest_reply.is_some_and(|t| now >= t + flush);
             if !due || q.ends.is_empty() {
                 continue;
             }
-            let mut start = 0;
-            let mut cut = 0;
-            for &end in &q.ends {
-                if end - start > mtu {
-                    out.push((*dst, q.bytes[start..cut].to_vec()));
-                    start = cut;
+            if !piggyback {
+                // One message per request and per reply (FaSST).
+                let mut start = 0;
+                for &end in &q.ends {
+                    out.push((*dst, q.bytes[start..end].to_vec()));
+                    start = end;
                 }
-                cut = end;
-            }
-            if cut > start {
-                out.push((*dst, q.bytes[start..cut].to_vec()));
+            } else {
+                // Coalesce every frame for this worker, up to the MTU per datagram.
+                let mut start = 0;
+                let mut cut = 0;
+                for &end in &q.ends {
+                    if end - start > mtu {
+                        out.push((*dst, q.bytes[start..cut].to_vec()));
+                        start = cut;
+                    }
+                    cut = end;
+                }
+                if cut > start {
+                    out.push((*dst, q.bytes[start..cut].to_vec()));
+                }
             }
             emptied.push(*dst);
         }
@@ -486,15 +411,12 @@ impl RpcState {
     pub(crate) fn next_deadline(&self) -> Option<Nanos> {
         let d = self.deadlines.first().map(|&(t, _)| t);
         let p = if self.cfg.piggyback {
-            self.out
-                .values()
-                .filter_map(|q| q.oldest_reply)
-                .min()
-                .map(|t| t + self.cfg.piggyback_flush_ns)
+            self.out.values().filter_map(|q| q.oldest_reply).min().map(|t| t + self.cfg.piggyback_flush_ns)
         } else {
             None
         };
-        let r = (!self.requeued.is_empty()).then_some(0);
-        [d, p, r].into_iter().flatten().min()
+        // Datagrams requeued for a full send queue go out on the next run, which the send
+        // completion (selective signaling keeps one outstanding) triggers.
+        [d, p].into_iter().flatten().min()
     }
 }

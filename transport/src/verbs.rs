@@ -145,15 +145,8 @@ pub enum Opcode {
 }
 
 impl Opcode {
-    pub const ALL: [Opcode; 7] = [
-        Opcode::Read,
-        Opcode::Write,
-        Opcode::WriteImm,
-        Opcode::Cas,
-        Opcode::Faa,
-        Opcode::Send,
-        Opcode::Recv,
-    ];
+    pub const ALL: [Opcode; 7] =
+        [Opcode::Read, Opcode::Write, Opcode::WriteImm, Opcode::Cas, Opcode::Faa, Opcode::Send, Opcode::Recv];
     pub fn name(self) -> &'static str {
         match self {
             Opcode::Read => "READ",
@@ -264,14 +257,7 @@ pub struct Completion {
 
 impl fmt::Display for Completion {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} on QP {} to {} failed: {}",
-            self.opcode.name(),
-            self.qp.0,
-            self.peer,
-            self.status.explain()
-        )
+        write!(f, "{} on QP {} to {} failed: {}", self.opcode.name(), self.qp.0, self.peer, self.status.explain())
     }
 }
 
@@ -280,11 +266,7 @@ impl fmt::Display for Completion {
 pub enum PostError {
     /// More requests than the QP's send queue holds (`ENOMEM`). Unsignaled requests occupy
     /// slots until a later signaled completion on the QP confirms them.
-    SendQueueFull {
-        qp: QpId,
-        outstanding: u32,
-        max: u32,
-    },
+    SendQueueFull { qp: QpId, outstanding: u32, max: u32 },
     /// The QP is in the error state after a failed request; it must be re-created.
     QpInError { qp: QpId, peer: NodeId },
     /// No such QP on this worker.

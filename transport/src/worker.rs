@@ -21,9 +21,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 use crate::memory::{HostMemory, MemError};
-use crate::rpc::{
-    self, CallId, Frame, FrameKind, Handled, HandlerCtx, HandlerFn, ReplyToken, RpcConfig, RpcError,
-};
+use crate::rpc::{self, CallId, Frame, FrameKind, Handled, HandlerCtx, HandlerFn, ReplyToken, RpcConfig, RpcError};
 use crate::verbs::*;
 
 /// CPU costs a worker pays, in nanoseconds (picoseconds for per-byte costs). The simulator
@@ -39,6 +37,9 @@ pub struct CpuCosts {
     pub wqe_ns: Nanos,
     /// Polling one completion-queue entry.
     pub poll_cqe_ns: Nanos,
+    /// Per received datagram beyond its CQE: re-posting the RECV buffer and the cache misses
+    /// of reading a buffer the NIC just wrote.
+    pub recv_ns: Nanos,
     /// Dispatching one received RPC frame to its handler (before the handler's own work).
     pub rpc_dispatch_ns: Nanos,
     /// Copying one byte between buffers, in picoseconds.
@@ -52,6 +53,7 @@ impl CpuCosts {
             mmio_ns: 0,
             wqe_ns: 0,
             poll_cqe_ns: 0,
+            recv_ns: 0,
             rpc_dispatch_ns: 0,
             copy_ps_per_byte: 0,
         }
@@ -165,20 +167,12 @@ impl Shared {
         }
     }
 
-    fn post_from(
-        &mut self,
-        coro: u32,
-        qp: QpId,
-        ops: &mut dyn Iterator<Item = (Op, bool)>,
-    ) -> Result<u32, PostError> {
+    fn post_from(&mut self, coro: u32, qp: QpId, ops: &mut dyn Iterator<Item = (Op, bool)>) -> Result<u32, PostError> {
         let Some(q) = self.qps.get_mut(qp.0 as usize) else {
             return Err(PostError::NoSuchQp(qp));
         };
         if q.error {
-            return Err(PostError::QpInError {
-                qp,
-                peer: q.info.peer,
-            });
+            return Err(PostError::QpInError { qp, peer: q.info.peer });
         }
         let mut wrs = Vec::new();
         let mut signaled = 0u32;
@@ -193,11 +187,7 @@ impl Shared {
             }
             let seq = q.posted + wrs.len() as u64 + 1;
             signaled += sig as u32;
-            wrs.push(WorkRequest {
-                wr_id: ((coro as u64) << CORO_SHIFT) | seq,
-                op,
-                signaled: sig,
-            });
+            wrs.push(WorkRequest { wr_id: ((coro as u64) << CORO_SHIFT) | seq, op, signaled: sig });
         }
         if wrs.is_empty() {
             return Err(PostError::Empty);
@@ -261,14 +251,12 @@ impl Shared {
     }
 
     fn handle_datagram(&mut self, src: Endpoint, bytes: Vec<u8>) {
-        self.charge(self.cfg.costs.poll_cqe_ns);
+        self.charge(self.cfg.costs.poll_cqe_ns + self.cfg.costs.recv_ns);
         self.stats.datagrams_received += 1;
         let mut off = 0;
         while let Some((frame, next)) = Frame::decode(&bytes, off) {
             off = next;
-            self.charge(
-                self.cfg.costs.rpc_dispatch_ns + self.cfg.costs.copy_ns(frame.payload.len()),
-            );
+            self.charge(self.cfg.costs.rpc_dispatch_ns + self.cfg.costs.copy_ns(frame.payload.len()));
             match frame.kind {
                 FrameKind::Request | FrameKind::OneWay => self.serve(src, frame),
                 FrameKind::Reply => {
@@ -288,10 +276,7 @@ impl Shared {
     }
 
     fn serve(&mut self, src: Endpoint, frame: Frame<'_>) {
-        let token = ReplyToken {
-            to: src,
-            call_id: frame.call_id,
-        };
+        let token = ReplyToken { to: src, call_id: frame.call_id };
         let wants_reply = frame.kind == FrameKind::Request;
         if wants_reply && self.rpc.duplicate(self.now, token) {
             return;
@@ -308,16 +293,8 @@ impl Shared {
         let mut cpu = 0;
         let mut deferred = Vec::new();
         let outcome = {
-            let mut hctx = HandlerCtx::new(
-                self.cfg.me,
-                src,
-                self.now,
-                &*self.mem,
-                &mut reply,
-                &mut cpu,
-                &mut deferred,
-                token,
-            );
+            let mut hctx =
+                HandlerCtx::new(self.cfg.me, src, self.now, &*self.mem, &mut reply, &mut cpu, &mut deferred, token);
             h(&mut hctx, frame.payload)
         };
         self.charge(cpu + self.cfg.costs.copy_ns(reply.len()));
@@ -347,12 +324,9 @@ impl Shared {
         let n = datagrams.len() as u32;
         if n > room {
             // The UD send queue is full: keep the excess for the next flush.
-            let (now_send, later): (Vec<_>, Vec<_>) = datagrams
-                .into_iter()
-                .enumerate()
-                .partition(|(i, _)| (*i as u32) < room);
-            self.rpc
-                .requeue(later.into_iter().map(|(_, d)| d).collect());
+            let (now_send, later): (Vec<_>, Vec<_>) =
+                datagrams.into_iter().enumerate().partition(|(i, _)| (*i as u32) < room);
+            self.rpc.requeue(later.into_iter().map(|(_, d)| d).collect());
             self.post_datagrams(ud, now_send.into_iter().map(|(_, d)| d).collect());
         } else {
             self.post_datagrams(ud, datagrams);
@@ -370,16 +344,16 @@ impl Shared {
         let signal_last = after * 2 >= q.info.max_outstanding;
         let n = datagrams.len();
         self.stats.datagrams_sent += n as u64;
-        let mut it = datagrams.into_iter().enumerate().map(|(i, (dest, bytes))| {
-            (
-                Op::Send {
-                    src: Payload::Inline(bytes),
-                    dest: Some(dest),
-                },
-                signal_last && i + 1 == n,
-            )
+        let mut sends = datagrams.into_iter().enumerate().map(|(i, (dest, bytes))| {
+            (Op::Send { src: Payload::Inline(bytes), dest: Some(dest) }, signal_last && i + 1 == n)
         });
-        let _ = self.post_from(INTERNAL_CORO, ud, &mut it);
+        if self.cfg.rpc.doorbell_batching {
+            let _ = self.post_from(INTERNAL_CORO, ud, &mut sends);
+        } else {
+            for s in sends {
+                let _ = self.post_from(INTERNAL_CORO, ud, &mut std::iter::once(s));
+            }
+        }
     }
 }
 
@@ -415,10 +389,7 @@ impl WorkerCore {
             handlers: Vec::new(),
             stats: WorkerStats::default(),
         };
-        WorkerCore {
-            shared: Rc::new(RefCell::new(shared)),
-            tasks: Vec::new(),
-        }
+        WorkerCore { shared: Rc::new(RefCell::new(shared)), tasks: Vec::new() }
     }
 
     pub fn me(&self) -> Endpoint {
@@ -429,17 +400,7 @@ impl WorkerCore {
     pub fn add_qp(&mut self, kind: QpType, peer: NodeId, max_outstanding: u32) -> QpId {
         let mut s = self.shared.borrow_mut();
         let id = QpId(s.qps.len() as u32);
-        s.qps.push(QpState {
-            info: QpInfo {
-                id,
-                kind,
-                peer,
-                max_outstanding,
-            },
-            posted: 0,
-            confirmed: 0,
-            error: false,
-        });
+        s.qps.push(QpState { info: QpInfo { id, kind, peer, max_outstanding }, posted: 0, confirmed: 0, error: false });
         match kind {
             QpType::Rc => s.rc_by_node[peer.0 as usize].push(id),
             QpType::Ud => s.ud_qp = Some(id),
@@ -473,17 +434,11 @@ impl WorkerCore {
             let me = s.cfg.me;
             let mut rng = ChaCha8Rng::seed_from_u64(s.cfg.seed);
             rng.set_stream(((me.node.0 as u64) << 40) | ((me.worker as u64) << 20) | id as u64);
-            s.coros.push(CoroState {
-                rng: Some(rng),
-                ..Default::default()
-            });
+            s.coros.push(CoroState { rng: Some(rng), ..Default::default() });
             s.ready.push_back(id);
             id
         };
-        let ctx = Ctx {
-            shared: self.shared.clone(),
-            coro: id,
-        };
+        let ctx = Ctx { shared: self.shared.clone(), coro: id };
         self.tasks.push(Some(Box::pin(f(ctx))));
         id
     }
@@ -491,26 +446,17 @@ impl WorkerCore {
     /// A completion polled from this worker's CQ. Signaled completions and error completions
     /// (signaled or not) come here.
     pub fn on_completion(&mut self, c: Completion) {
-        self.shared
-            .borrow_mut()
-            .inbox
-            .push_back(Inbound::Completion(c));
+        self.shared.borrow_mut().inbox.push_back(Inbound::Completion(c));
     }
 
     /// A UD datagram received for this worker.
     pub fn on_datagram(&mut self, src: Endpoint, bytes: Vec<u8>) {
-        self.shared
-            .borrow_mut()
-            .inbox
-            .push_back(Inbound::Datagram { src, bytes });
+        self.shared.borrow_mut().inbox.push_back(Inbound::Datagram { src, bytes });
     }
 
     /// The receive completion of a WRITE_WITH_IMM that targeted this worker.
     pub fn on_imm(&mut self, src: NodeId, imm: u32) {
-        self.shared
-            .borrow_mut()
-            .inbox
-            .push_back(Inbound::Imm { src, imm });
+        self.shared.borrow_mut().inbox.push_back(Inbound::Imm { src, imm });
     }
 
     /// Runs one event-loop iteration starting at `now`: polls the inbox, fires timers, runs
@@ -565,9 +511,7 @@ impl WorkerCore {
                 s.current = id;
                 id
             };
-            let task = self.tasks[id as usize]
-                .as_mut()
-                .expect("finished coroutine was scheduled");
+            let task = self.tasks[id as usize].as_mut().expect("finished coroutine was scheduled");
             if task.as_mut().poll(&mut cx).is_ready() {
                 self.tasks[id as usize] = None;
                 self.shared.borrow_mut().coros[id as usize].finished = true;
@@ -640,9 +584,7 @@ impl Ctx {
     }
     /// This coroutine's seeded RNG stream.
     pub fn rng(&self) -> RefMut<'_, ChaCha8Rng> {
-        RefMut::map(self.shared.borrow_mut(), |s| {
-            s.coros[self.coro as usize].rng.as_mut().expect("rng")
-        })
+        RefMut::map(self.shared.borrow_mut(), |s| s.coros[self.coro as usize].rng.as_mut().expect("rng"))
     }
     /// Spends CPU time (application compute, e.g. YCSB's per-transaction work).
     pub fn compute(&self, ns: Nanos) {
@@ -654,12 +596,7 @@ impl Ctx {
 
     /// The RC QPs this worker has to `node` (one per emulated connection).
     pub fn rc_qps(&self, node: NodeId) -> Vec<QpId> {
-        self.shared
-            .borrow()
-            .rc_by_node
-            .get(node.0 as usize)
-            .cloned()
-            .unwrap_or_default()
+        self.shared.borrow().rc_by_node.get(node.0 as usize).cloned().unwrap_or_default()
     }
     /// The `k`-th RC QP to `node` (k taken modulo the count).
     pub fn rc_qp(&self, node: NodeId, k: usize) -> Option<QpId> {
@@ -673,10 +610,7 @@ impl Ctx {
     /// Requests posted on `qp` and not yet confirmed by a completion.
     pub fn outstanding(&self, qp: QpId) -> u32 {
         let s = self.shared.borrow();
-        s.qps
-            .get(qp.0 as usize)
-            .map(|q| (q.posted - q.confirmed) as u32)
-            .unwrap_or(0)
+        s.qps.get(qp.0 as usize).map(|q| (q.posted - q.confirmed) as u32).unwrap_or(0)
     }
 
     /// This coroutine's scratch buffer in local registered memory.
@@ -684,38 +618,21 @@ impl Ctx {
         let s = self.shared.borrow();
         let per = s.cfg.scratch_per_coroutine;
         let off = self.coro as u64 * per as u64;
-        assert!(
-            off + per as u64 <= s.cfg.scratch.len as u64,
-            "scratch memory exhausted: too many coroutines"
-        );
-        LocalBuf {
-            lkey: s.cfg.scratch.lkey,
-            addr: s.cfg.scratch.addr + off,
-            len: per,
-        }
+        assert!(off + per as u64 <= s.cfg.scratch.len as u64, "scratch memory exhausted: too many coroutines");
+        LocalBuf { lkey: s.cfg.scratch.lkey, addr: s.cfg.scratch.addr + off, len: per }
     }
 
     /// Posts `ops` (verb, signaled) on `qp` with one doorbell. Charges one MMIO plus a WQE
     /// cost per request.
-    pub fn post(
-        &self,
-        qp: QpId,
-        ops: impl IntoIterator<Item = (Op, bool)>,
-    ) -> Result<(), PostError> {
+    pub fn post(&self, qp: QpId, ops: impl IntoIterator<Item = (Op, bool)>) -> Result<(), PostError> {
         let mut it = ops.into_iter();
-        self.shared
-            .borrow_mut()
-            .post_from(self.coro, qp, &mut it)
-            .map(|_| ())
+        self.shared.borrow_mut().post_from(self.coro, qp, &mut it).map(|_| ())
     }
 
     /// Waits until every signaled request and RPC call this coroutine issued has completed.
     /// Returns the first failed completion since the last wait, if any.
     pub fn wait(&self) -> Wait {
-        Wait {
-            ctx: self.clone(),
-            parked: false,
-        }
+        Wait { ctx: self.clone(), parked: false }
     }
 
     /// Issues an RPC to `dst`'s handler; it is sent with the worker's next batch. The reply
@@ -749,18 +666,16 @@ impl Ctx {
 
     /// Takes the reply to `call` (after `wait`). `None` if it has not arrived.
     pub fn take_reply(&self, call: CallId) -> Option<Result<Vec<u8>, RpcError>> {
-        self.shared.borrow_mut().coros[self.coro as usize]
-            .replies
-            .remove(&call)
+        self.shared.borrow_mut().coros[self.coro as usize].replies.remove(&call)
+    }
+
+    /// Drops replies this coroutine did not take (one-way use of `call`).
+    pub fn clear_replies(&self) {
+        self.shared.borrow_mut().coros[self.coro as usize].replies.clear();
     }
 
     /// Calls and waits for the reply.
-    pub async fn rpc(
-        &self,
-        dst: Endpoint,
-        handler: u16,
-        payload: &[u8],
-    ) -> Result<Vec<u8>, RpcError> {
+    pub async fn rpc(&self, dst: Endpoint, handler: u16, payload: &[u8]) -> Result<Vec<u8>, RpcError> {
         let id = self.call(dst, handler, payload);
         let _ = self.wait().await;
         self.take_reply(id).unwrap_or(Err(RpcError::Lost))
@@ -776,19 +691,12 @@ impl Ctx {
 
     /// Sleeps for `ns` of this worker's time.
     pub fn sleep(&self, ns: Nanos) -> Sleep {
-        Sleep {
-            ctx: self.clone(),
-            ns,
-            armed: false,
-        }
+        Sleep { ctx: self.clone(), ns, armed: false }
     }
 
     /// Lets the other ready coroutines run before continuing.
     pub fn yield_now(&self) -> YieldNow {
-        YieldNow {
-            ctx: self.clone(),
-            yielded: false,
-        }
+        YieldNow { ctx: self.clone(), yielded: false }
     }
 
     /// Takes the next received WRITE_WITH_IMM notification, if any.
