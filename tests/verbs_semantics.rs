@@ -116,7 +116,7 @@ fn multi_line_read_can_tear_but_lines_never_do() {
                 let s = ctx.scratch();
                 for _ in 0..400 {
                     // Random think time so readers do not run in lockstep with writers.
-                    let pause = ctx.rng().gen_range(0..500);
+                    let pause = ctx.with_rng(|r| r.gen_range(0..500));
                     ctx.sleep(pause).await;
                     ctx.post(qp, [(Op::Read { local: sub(s, 0, LEN), remote: remote(mr, 0, LEN) }, true)]).unwrap();
                     ctx.wait().await.unwrap();

@@ -10,9 +10,10 @@
 //!
 //! These functions only build and run simulations; callers time them and run many at once.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
+use hdrhistogram::Histogram;
 use rand::Rng;
 use txbed_transport::*;
 
@@ -158,7 +159,7 @@ fn targets(sim: &mut Sim, len: u64) -> Vec<MemoryRegion> {
 
 fn random_peer(ctx: &Ctx) -> NodeId {
     let (me, n) = (ctx.me().node.0, ctx.nodes());
-    let r = ctx.rng().gen_range(0..n - 1);
+    let r = ctx.with_rng(|r| r.gen_range(0..n - 1));
     NodeId(if r >= me { r + 1 } else { r })
 }
 
@@ -183,34 +184,59 @@ fn finish(sim: &Sim, count: u64, w: Window, nodes: u16) -> Outcome {
     }
 }
 
+/// A closed-loop verbs workload: every coroutine of every worker keeps `depth` requests of
+/// one kind to random remote nodes outstanding, waits for all, and repeats.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LoopSpec {
+    pub setting: Setting,
+    pub workers: u16,
+    pub coroutines: u32,
+    pub depth: u32,
+    pub verb: RawVerb,
+    pub payload: u32,
+}
+
+/// A closed-loop run: rates, and the latency of each round of `depth` requests (ns).
+pub struct LoopOutcome {
+    pub outcome: Outcome,
+    pub latency_ns: Histogram<u64>,
+}
+
 /// The raw primitive benchmark (DrTM+H Fig. 5) for one verb, payload and setting.
 pub fn raw(profile: &NicProfile, setting: &Setting, verb: RawVerb, payload: u32, seed: u64, w: Window) -> Outcome {
+    let spec = LoopSpec {
+        setting: setting.clone(),
+        workers: WORKERS,
+        coroutines: RAW_COROUTINES,
+        depth: RAW_DEPTH,
+        verb,
+        payload,
+    };
+    closed_loop(profile, &spec, seed, w).outcome
+}
+
+pub fn closed_loop(profile: &NicProfile, spec: &LoopSpec, seed: u64, w: Window) -> LoopOutcome {
+    let (setting, verb, payload, depth) = (&spec.setting, spec.verb, spec.payload, spec.depth);
     let region: u64 = 4 << 20;
-    let scratch = payload * RAW_DEPTH;
-    let mut sim = build(
-        profile,
-        setting,
-        WORKERS,
-        seed,
-        RAW_COROUTINES,
-        scratch,
-        RpcConfig { retries: 0, ..RpcConfig::default() },
-    );
+    let rpc = RpcConfig { retries: 0, ..RpcConfig::default() };
+    let mut sim = build(profile, setting, spec.workers, seed, spec.coroutines, payload * depth, rpc);
     let mrs = Rc::new(targets(&mut sim, region));
     let count = Rc::new(Cell::new(0u64));
+    let hist = Rc::new(RefCell::new(Histogram::<u64>::new(3).expect("histogram")));
     let slots = region / payload.max(8) as u64;
     for n in 0..setting.nodes {
-        for wk in 0..WORKERS {
-            for _ in 0..RAW_COROUTINES {
-                let (mrs, count) = (mrs.clone(), count.clone());
+        for wk in 0..spec.workers {
+            for _ in 0..spec.coroutines {
+                let (mrs, count, hist) = (mrs.clone(), count.clone(), hist.clone());
                 sim.spawn(n, wk, move |ctx| async move {
                     let s = ctx.scratch();
                     loop {
+                        let t0 = ctx.now();
                         let mut calls = 0;
-                        for d in 0..RAW_DEPTH {
+                        for d in 0..depth {
                             let peer = random_peer(&ctx);
                             let mr = mrs[peer.0 as usize];
-                            let off = ctx.rng().gen_range(0..slots) * payload.max(8) as u64;
+                            let off = ctx.with_rng(|r| r.gen_range(0..slots)) * payload.max(8) as u64;
                             let local = LocalBuf { lkey: s.lkey, addr: s.addr + (d * payload) as u64, len: payload };
                             let remote = RemoteBuf { rkey: mr.rkey, addr: mr.addr + off, len: payload };
                             let op = match verb {
@@ -226,17 +252,14 @@ pub fn raw(profile: &NicProfile, setting: &Setting, verb: RawVerb, payload: u32,
                                 },
                                 RawVerb::Rpc => {
                                     // Worker i talks to worker i of other nodes (FaSST, DrTM+H).
-                                    ctx.call(
-                                        Endpoint { node: peer, worker: ctx.me().worker },
-                                        ECHO,
-                                        &payload.to_le_bytes(),
-                                    );
+                                    let dst = Endpoint { node: peer, worker: ctx.me().worker };
+                                    ctx.call(dst, ECHO, &payload.to_le_bytes());
                                     calls += 1;
                                     continue;
                                 }
                             };
                             let qps = ctx.rc_qps(peer).len();
-                            let k = ctx.rng().gen_range(0..qps);
+                            let k = ctx.with_rng(|r| r.gen_range(0..qps));
                             let qp = ctx.rc_qp(peer, k).expect("qp");
                             ctx.post(qp, [(op, true)]).expect("post");
                         }
@@ -245,7 +268,8 @@ pub fn raw(profile: &NicProfile, setting: &Setting, verb: RawVerb, payload: u32,
                             ctx.clear_replies();
                         }
                         if in_window(&ctx, w) {
-                            count.set(count.get() + RAW_DEPTH as u64);
+                            count.set(count.get() + depth as u64);
+                            let _ = hist.borrow_mut().record_n((ctx.now() - t0).max(1), depth as u64);
                         }
                     }
                 });
@@ -253,7 +277,10 @@ pub fn raw(profile: &NicProfile, setting: &Setting, verb: RawVerb, payload: u32,
         }
     }
     sim.run_until(w.warmup_ns + w.measure_ns);
-    finish(&sim, count.get(), w, setting.nodes)
+    let outcome = finish(&sim, count.get(), w, setting.nodes);
+    drop(sim);
+    let latency_ns = Rc::try_unwrap(hist).map(|h| h.into_inner()).unwrap_or_else(|h| h.borrow().clone());
+    LoopOutcome { outcome, latency_ns }
 }
 
 /// Cumulative optimisation steps of the multi-object benchmark (DrTM+H Fig. 6).
@@ -328,8 +355,8 @@ pub fn multi_object(
                             .map(|_| {
                                 let p = random_peer(&ctx);
                                 let qps = ctx.rc_qps(p).len();
-                                let k = ctx.rng().gen_range(0..qps);
-                                (p, k, ctx.rng().gen_range(0..slots) * MULTI_PAYLOAD as u64)
+                                let k = ctx.with_rng(|r| r.gen_range(0..qps));
+                                (p, k, ctx.with_rng(|r| r.gen_range(0..slots)) * MULTI_PAYLOAD as u64)
                             })
                             .collect();
                         match prim {

@@ -1,10 +1,13 @@
 //! The `txbed` command-line tool.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
 mod bench_verbs;
+mod run;
+mod scenario;
 
 /// txbed: a testbed for RDMA-enabled distributed transactions.
 #[derive(Parser)]
@@ -16,6 +19,19 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run a scenario on the simulator and print its report.
+    Run {
+        /// Scenario file (RON).
+        scenario: PathBuf,
+        /// Override the scenario's seed.
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check a scenario file without running it.
+    Validate { scenario: PathBuf },
     /// Primitive microbenchmarks on the simulated NIC (DrTM+H Fig. 5 and 6).
     BenchVerbs {
         /// NIC profile: a built-in name (cx3, cx4, cx5, roce-cx4) or a RON file.
@@ -57,6 +73,32 @@ fn main() -> ExitCode {
         }
     };
     match cli.command {
+        Command::Run { scenario, seed, json } => {
+            let (s, profile) = match scenario::Scenario::load(&scenario) {
+                Ok(x) => x,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let r = run::run(&s, &profile, seed.unwrap_or(s.run.seed));
+            if json {
+                println!("{}", serde_json::to_string_pretty(&r).expect("report serialises"));
+            } else {
+                print!("{}", run::text(&s, &r));
+            }
+            ExitCode::SUCCESS
+        }
+        Command::Validate { scenario } => match scenario::Scenario::load(&scenario) {
+            Ok(_) => {
+                println!("{}: ok", scenario.display());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(2)
+            }
+        },
         Command::BenchVerbs { nic, nodes, qps_per_node, json, jobs, seed, measure_us, payloads, no_multi_object } => {
             if measure_us == 0 {
                 eprintln!("error: --measure-us must be at least 1");

@@ -582,9 +582,11 @@ impl Ctx {
     pub fn now(&self) -> Nanos {
         self.shared.borrow().now
     }
-    /// This coroutine's seeded RNG stream.
-    pub fn rng(&self) -> RefMut<'_, ChaCha8Rng> {
-        RefMut::map(self.shared.borrow_mut(), |s| s.coros[self.coro as usize].rng.as_mut().expect("rng"))
+    /// Uses this coroutine's seeded RNG stream. The closure form keeps the borrow from
+    /// outliving the call (a held borrow would make any other `Ctx` call panic).
+    pub fn with_rng<T>(&self, f: impl FnOnce(&mut ChaCha8Rng) -> T) -> T {
+        let mut s = self.shared.borrow_mut();
+        f(s.coros[self.coro as usize].rng.as_mut().expect("rng"))
     }
     /// Spends CPU time (application compute, e.g. YCSB's per-transaction work).
     pub fn compute(&self, ns: Nanos) {

@@ -1,0 +1,125 @@
+//! End-to-end tests of the `txbed` command line.
+
+use assert_cmd::Command;
+use std::path::PathBuf;
+
+fn txbed() -> Command {
+    let mut c = Command::cargo_bin("txbed").expect("binary built");
+    c.current_dir(root());
+    c
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+fn json(out: &[u8]) -> serde_json::Value {
+    serde_json::from_slice(out).expect("valid JSON")
+}
+
+#[test]
+fn quickstart_runs_and_reports_a_digest() {
+    let out = txbed().args(["run", "scenarios/quickstart.ron", "--json"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r = json(&out.stdout);
+    let digest = r["digest"].as_str().unwrap();
+    assert_eq!(digest.len(), 16);
+    assert!(digest.chars().all(|c| c.is_ascii_hexdigit()));
+    assert!(r["throughput_mops_per_machine"].as_f64().unwrap() > 1.0);
+    assert!(r["sim"]["events"].as_u64().unwrap() > 10_000);
+    assert!(r["sim"]["events_per_s"].as_f64().unwrap() > 0.0);
+    assert!(r["latency_us"]["p50"].as_f64().unwrap() > 0.5);
+    // Same seed, same digest; another seed, another digest.
+    let again = json(&txbed().args(["run", "scenarios/quickstart.ron", "--json"]).output().unwrap().stdout);
+    assert_eq!(again["digest"], r["digest"]);
+    let other =
+        json(&txbed().args(["run", "scenarios/quickstart.ron", "--json", "--seed", "99"]).output().unwrap().stdout);
+    assert_ne!(other["digest"], r["digest"]);
+}
+
+#[test]
+fn text_report_names_the_numbers() {
+    let out = txbed().args(["run", "scenarios/quickstart.ron"]).output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    for word in ["throughput", "latency", "p99", "digest", "events/s"] {
+        assert!(text.contains(word), "missing {word:?} in:\n{text}");
+    }
+}
+
+/// Each malformed scenario fails with exit code 2 and a message naming the problem.
+#[test]
+fn malformed_scenarios_are_rejected_clearly() {
+    let cases: &[(&str, &str, &[&str])] = &[
+        ("syntax.ron", "Scenario(\n  workload: Verbs((verb: Read,)\n", &["syntax.ron:", ":"]),
+        ("unknown_field.ron", "Scenario(workload: Verbs((verb: Read)), clutser: ())", &["clutser", "cluster"]),
+        ("zero_nodes.ron", "Scenario(cluster: (nodes: 0), workload: Verbs((verb: Read)))", &["cluster.nodes"]),
+        ("bad_verb.ron", "Scenario(workload: Verbs((verb: Reed)))", &["Reed"]),
+        ("atomic_size.ron", "Scenario(workload: Verbs((verb: Atomic, payload: 64)))", &["workload.payload", "8 bytes"]),
+        ("rpc_size.ron", "Scenario(workload: Verbs((verb: Rpc, payload: 4096)))", &["workload.payload", "UD datagram"]),
+        ("bad_nic.ron", "Scenario(cluster: (nic: \"cx9\"), workload: Verbs((verb: Read)))", &["cluster.nic", "cx4"]),
+        ("negative.ron", "Scenario(cluster: (workers: -1), workload: Verbs((verb: Read)))", &["negative.ron:"]),
+        ("no_workload.ron", "Scenario()", &["workload"]),
+    ];
+    let dir = std::env::temp_dir().join(format!("txbed-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, text, needles) in cases {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        for cmd in ["validate", "run"] {
+            let out = txbed().args([cmd, path.to_str().unwrap()]).output().unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{cmd} {name}: {err}");
+            assert!(!err.contains("panicked"), "{cmd} {name} panicked: {err}");
+            for n in *needles {
+                assert!(err.contains(n), "{cmd} {name}: {n:?} not in {err:?}");
+            }
+        }
+    }
+    let out = txbed().args(["run", "no/such/file.ron"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read"));
+}
+
+#[test]
+fn validate_accepts_the_shipped_scenarios() {
+    let out = txbed().args(["validate", "scenarios/quickstart.ron"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn bad_flags_exit_2() {
+    for args in [
+        &["bench-verbs", "--nic", "cx9"][..],
+        &["bench-verbs", "--nodes", "1"],
+        &["bench-verbs", "--qps-per-node", "0"],
+        &["bench-verbs", "--payloads", "0"],
+        &["bench-verbs", "--bogus"],
+        &["frobnicate"],
+    ] {
+        let out = txbed().args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+}
+
+/// A reduced bench-verbs run: JSON of the documented shape, and the same rows whatever the
+/// number of parallel simulations.
+#[test]
+fn bench_verbs_json_shape_and_parallel_determinism() {
+    let args =
+        ["bench-verbs", "--json", "--payloads", "8,256", "--measure-us", "5", "--no-multi-object", "--nodes", "4"];
+    let one = json(&txbed().args(args).args(["--jobs", "1"]).output().unwrap().stdout);
+    let two = json(&txbed().args(args).args(["--jobs", "2"]).output().unwrap().stdout);
+    assert_eq!(one["rows"], two["rows"]);
+    assert_eq!(one["nic"], "cx4");
+    let rows = one["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 7, "READ, WRITE, UD RPC at 2 payloads + ATOMIC at 8 B");
+    for r in rows {
+        assert_eq!(r["bench"], "raw");
+        assert_eq!(r["setting"], "4-node");
+        assert!(r["mops_per_machine"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["verb"].is_string() && r["payload"].is_u64());
+    }
+    assert!(one["sim"]["events"].as_u64().unwrap() > 0);
+    assert!(one["sim"]["events_per_s"].as_f64().unwrap() > 0.0);
+}
