@@ -1,17 +1,30 @@
 //! The discrete-event core: integer-nanosecond time, (time, sequence) ordering, and a running
 //! 64-bit digest of every event processed.
+//!
+//! The queue is a calendar queue (a timing wheel with one bucket per nanosecond over
+//! `SPAN` ns) backed by a binary heap for events further out. Almost every event of the
+//! fabric is scheduled a few microseconds ahead, so the wheel makes scheduling O(1) and
+//! finding the next event a short bitmap scan; a plain `BinaryHeap` of ~10^4 pending events
+//! cost ~400 instructions per pop (measured with callgrind), a third of all simulator time.
+//! Hand-written because no crate offers this order guarantee: events with equal time pop in
+//! scheduling order, exactly as a (time, sequence) heap would.
 
 use std::cmp::Ordering;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
 
 use txbed_transport::Nanos;
 
-/// An event in the queue. Ordered by time, then by the sequence number it was scheduled with,
-/// so ties break in scheduling order on every platform.
-pub struct Scheduled<E> {
-    pub time: Nanos,
-    pub seq: u64,
-    pub event: E,
+const WHEEL_BITS: u32 = 14;
+/// Nanoseconds covered by the wheel.
+pub const SPAN: u64 = 1 << WHEEL_BITS;
+const MASK: u64 = SPAN - 1;
+const WORDS: usize = (SPAN / 64) as usize;
+
+/// An event in the far-future heap, ordered by (time, sequence).
+struct Scheduled<E> {
+    time: Nanos,
+    seq: u64,
+    event: E,
 }
 
 impl<E> PartialEq for Scheduled<E> {
@@ -32,8 +45,16 @@ impl<E> Ord for Scheduled<E> {
     }
 }
 
+/// Invariant: every event in the wheel has `now <= time < now + SPAN`, so each bucket holds
+/// events of a single time; every event in `far` has `time >= now + SPAN` at the time `now`
+/// last moved, and is moved into the wheel (in (time, seq) order) as soon as the window
+/// covers it, before anything can be scheduled directly into its bucket.
 pub struct EventQueue<E> {
-    heap: BinaryHeap<Scheduled<E>>,
+    /// Events of one nanosecond each, in scheduling order (FIFO).
+    buckets: Vec<VecDeque<E>>,
+    occupied: [u64; WORDS],
+    in_wheel: usize,
+    far: BinaryHeap<Scheduled<E>>,
     seq: u64,
     now: Nanos,
     digest: u64,
@@ -57,7 +78,10 @@ impl<E> Default for EventQueue<E> {
 impl<E> EventQueue<E> {
     pub fn new() -> Self {
         EventQueue {
-            heap: BinaryHeap::with_capacity(1 << 16),
+            buckets: (0..SPAN).map(|_| VecDeque::new()).collect(),
+            occupied: [0; WORDS],
+            in_wheel: 0,
+            far: BinaryHeap::new(),
             seq: 0,
             now: 0,
             digest: 0x7478_6265_6400_0001,
@@ -75,19 +99,78 @@ impl<E> EventQueue<E> {
         debug_assert!(time >= self.now, "event scheduled in the past");
         let time = time.max(self.now);
         self.seq += 1;
-        self.heap.push(Scheduled { time, seq: self.seq, event });
+        if time < self.now + SPAN {
+            self.put(time, event);
+        } else {
+            self.far.push(Scheduled { time, seq: self.seq, event });
+        }
+    }
+
+    #[inline]
+    fn put(&mut self, time: Nanos, event: E) {
+        let i = (time & MASK) as usize;
+        self.buckets[i].push_back(event);
+        self.occupied[i / 64] |= 1 << (i % 64);
+        self.in_wheel += 1;
+    }
+
+    /// The time of the earliest wheel event, scanning the bitmap from `now`.
+    fn next_in_wheel(&self) -> Option<Nanos> {
+        if self.in_wheel == 0 {
+            return None;
+        }
+        let start = (self.now & MASK) as usize;
+        let (w0, b0) = (start / 64, start % 64);
+        let first = self.occupied[w0] & (!0u64 << b0);
+        if first != 0 {
+            let i = w0 * 64 + first.trailing_zeros() as usize;
+            return Some(self.now + (i - start) as u64);
+        }
+        for k in 1..=WORDS {
+            let w = (w0 + k) % WORDS;
+            let bits = if k == WORDS { self.occupied[w] & !(!0u64 << b0) } else { self.occupied[w] };
+            if bits != 0 {
+                let i = w * 64 + bits.trailing_zeros() as usize;
+                let dist = (i + SPAN as usize - start) % SPAN as usize;
+                return Some(self.now + dist as u64);
+            }
+        }
+        None
+    }
+
+    /// Moves time to `t` and pulls far events the window now covers into the wheel.
+    fn advance(&mut self, t: Nanos) {
+        self.now = t;
+        while let Some(top) = self.far.peek() {
+            if top.time >= self.now + SPAN {
+                break;
+            }
+            let s = self.far.pop().expect("peeked");
+            self.put(s.time, s.event);
+        }
     }
 
     /// Pops the next event at or before `until`, advancing time.
     #[inline]
     pub fn pop_until(&mut self, until: Nanos) -> Option<E> {
-        if self.heap.peek()?.time > until {
+        let t = match self.next_in_wheel() {
+            Some(t) => t,
+            None => self.far.peek()?.time,
+        };
+        if t > until {
             return None;
         }
-        let s = self.heap.pop()?;
-        self.now = s.time;
+        if t != self.now {
+            self.advance(t);
+        }
+        let i = (t & MASK) as usize;
+        let ev = self.buckets[i].pop_front().expect("occupied bucket is non-empty");
+        if self.buckets[i].is_empty() {
+            self.occupied[i / 64] &= !(1 << (i % 64));
+        }
+        self.in_wheel -= 1;
         self.processed += 1;
-        Some(s.event)
+        Some(ev)
     }
 
     /// Folds an event's identity into the digest (time and the words describing it).
@@ -107,15 +190,57 @@ impl<E> EventQueue<E> {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.heap.is_empty()
+        self.in_wheel == 0 && self.far.is_empty()
     }
 
     pub fn next_time(&self) -> Option<Nanos> {
-        self.heap.peek().map(|s| s.time)
+        self.next_in_wheel().or_else(|| self.far.peek().map(|s| s.time))
     }
 
     /// Moves time forward to `t` with no event (end of a run window).
     pub fn advance_to(&mut self, t: Nanos) {
-        self.now = self.now.max(t);
+        if t > self.now {
+            debug_assert!(self.next_time().is_none_or(|n| n >= t));
+            self.advance(t);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    /// Random schedules (same-time bursts, near and far events, events scheduled while
+    /// popping) pop in exactly (time, sequence) order.
+    #[test]
+    fn pops_in_time_then_sequence_order() {
+        for seed in 0..20 {
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            let mut q = EventQueue::new();
+            let mut seq = 0u64;
+            let mut popped: Vec<(u64, u64)> = Vec::new();
+            for _ in 0..200 {
+                seq += 1;
+                let t = rng.gen_range(0..3 * SPAN);
+                q.schedule(t, seq);
+            }
+            while let Some(s) = q.pop_until(u64::MAX) {
+                popped.push((q.now(), s));
+                // Schedule more while popping: now, near, far.
+                if rng.gen_bool(0.3) && seq < 2000 {
+                    for d in [0, rng.gen_range(1..100), rng.gen_range(SPAN..4 * SPAN)] {
+                        seq += 1;
+                        q.schedule(q.now() + d, seq);
+                    }
+                }
+            }
+            let mut sorted = popped.clone();
+            sorted.sort();
+            assert_eq!(popped, sorted, "seed {seed}");
+            assert_eq!(popped.len() as u64, seq);
+            assert!(q.is_empty());
+        }
     }
 }

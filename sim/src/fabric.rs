@@ -578,10 +578,14 @@ impl Sim {
         }
     }
 
-    fn alloc_op(&mut self, op: InFlight) -> u32 {
+    fn alloc_op(&mut self, mut op: InFlight) -> u32 {
         match self.free_ops.pop() {
             Some(i) => {
-                self.ops[i as usize] = op;
+                let slot = &mut self.ops[i as usize];
+                if op.data.is_empty() {
+                    std::mem::swap(&mut op.data, &mut slot.data);
+                }
+                *slot = op;
                 i
             }
             None => {
@@ -595,7 +599,7 @@ impl Sim {
         let o = &mut self.ops[op as usize];
         o.refs -= 1;
         if o.refs == 0 {
-            o.data = Vec::new();
+            o.data.clear(); // keep the capacity for the slot's next request
             self.free_ops.push(op);
         }
     }
@@ -883,10 +887,7 @@ impl Sim {
                     // them, one cache line after another.
                     let gap = self.m.pcie_ps(CACHE_LINE as u32).max(1);
                     let t0 = done + self.m.pcie_read_ps / 2;
-                    match mem.begin_read(id as u64, remote.addr, remote.len as u64, t0, gap) {
-                        Some(d) => o.data = d,
-                        None => o.tracked_read = true,
-                    }
+                    o.tracked_read = !mem.begin_read(id as u64, remote.addr, remote.len as u64, t0, gap, &mut o.data);
                     let dma = self.m.pcie_ps(remote.len);
                     let nc = &mut self.nodes[dst as usize].nics[dnic];
                     let start = done.max(nc.pcie_rd_free);
@@ -1097,19 +1098,15 @@ impl Sim {
             }
         }
         // Result bytes (READ data, atomic old value). A SEND's payload stays for its delivery.
-        let mut data = Vec::new();
         if self.ops[id as usize].tracked_read {
+            let mut data = std::mem::take(&mut self.ops[id as usize].data);
             self.finish_tracked_read_into(id, &mut data);
-        } else if matches!(self.ops[id as usize].wr.op, Op::Read { .. } | Op::Cas { .. } | Op::Faa { .. }) {
-            data = std::mem::take(&mut self.ops[id as usize].data);
+            self.ops[id as usize].data = data;
         }
-        let mem = self.nodes[src as usize].mem.clone();
         if status == WcStatus::Success {
-            match &self.ops[id as usize].wr.op {
-                Op::Read { local, .. } | Op::Cas { local, .. } | Op::Faa { local, .. } => {
-                    let _ = mem.nic_write(local.addr, &data);
-                }
-                _ => {}
+            let o = &self.ops[id as usize];
+            if let Op::Read { local, .. } | Op::Cas { local, .. } | Op::Faa { local, .. } = &o.wr.op {
+                let _ = self.nodes[src as usize].mem.nic_write(local.addr, &o.data);
             }
         }
         let o = &self.ops[id as usize];

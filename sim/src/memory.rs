@@ -142,12 +142,13 @@ impl NodeMemory {
     }
 
     /// Starts a READ whose lines are sampled from `t0_ps`, `gap_ps` apart. A READ inside one
-    /// line is sampled at once and needs no tracking: returns its data immediately.
-    pub fn begin_read(&self, id: u64, addr: u64, len: u64, t0_ps: u64, gap_ps: u64) -> Option<Vec<u8>> {
+    /// line is sampled at once and needs no tracking: its bytes go to `out` and this returns
+    /// true.
+    pub fn begin_read(&self, id: u64, addr: u64, len: u64, t0_ps: u64, gap_ps: u64, out: &mut Vec<u8>) -> bool {
         if addr / CACHE_LINE == (addr + len.max(1) - 1) / CACHE_LINE {
-            let mut out = vec![0; len as usize];
-            self.raw_read(addr, &mut out).ok()?;
-            return Some(out);
+            out.clear();
+            out.resize(len as usize, 0);
+            return self.raw_read(addr, out).is_ok();
         }
         let lines = ((addr + len - 1) / CACHE_LINE - addr / CACHE_LINE + 1) as usize;
         self.pending.borrow_mut().push(PendingRead {
@@ -159,7 +160,7 @@ impl NodeMemory {
             saved: vec![0; len as usize],
             saved_mask: vec![0; lines.div_ceil(64)],
         });
-        None
+        false
     }
 
     /// Finishes a tracked READ: saved lines as they were, the rest from memory now.

@@ -10,7 +10,7 @@
 //! (a completion, a reply, a timer) is routed here by id, so the executor marks the owning
 //! coroutine ready itself. Wakers are no-ops, which keeps readiness deterministic.
 
-use std::cell::{Ref, RefCell, RefMut};
+use std::cell::{Ref, RefCell};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
