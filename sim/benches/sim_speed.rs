@@ -7,7 +7,7 @@ use txbed_sim::NicProfile;
 
 fn sixteen_node_verbs(c: &mut Criterion) {
     let p = NicProfile::load("cx4").unwrap();
-    let w = Window { warmup_ns: 10_000, measure_ns: 30_000 };
+    let w = Window { warmup_ns: 20_000, measure_ns: 280_000 };
     let mut g = c.benchmark_group("sim_speed");
     g.sample_size(10);
     for verb in [RawVerb::Read, RawVerb::Rpc] {

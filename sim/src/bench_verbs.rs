@@ -258,7 +258,7 @@ pub fn closed_loop(profile: &NicProfile, spec: &LoopSpec, seed: u64, w: Window) 
                                     continue;
                                 }
                             };
-                            let qps = ctx.rc_qps(peer).len();
+                            let qps = ctx.rc_qp_count(peer);
                             let k = ctx.with_rng(|r| r.gen_range(0..qps));
                             let qp = ctx.rc_qp(peer, k).expect("qp");
                             ctx.post(qp, [(op, true)]).expect("post");
@@ -354,7 +354,7 @@ pub fn multi_object(
                         let targets: Vec<(NodeId, usize, u64)> = (0..MULTI_OBJECTS)
                             .map(|_| {
                                 let p = random_peer(&ctx);
-                                let qps = ctx.rc_qps(p).len();
+                                let qps = ctx.rc_qp_count(p);
                                 let k = ctx.with_rng(|r| r.gen_range(0..qps));
                                 (p, k, ctx.with_rng(|r| r.gen_range(0..slots)) * MULTI_PAYLOAD as u64)
                             })

@@ -14,7 +14,7 @@ use std::collections::{BinaryHeap, VecDeque};
 
 use txbed_transport::Nanos;
 
-const WHEEL_BITS: u32 = 14;
+const WHEEL_BITS: u32 = 12;
 /// Nanoseconds covered by the wheel.
 pub const SPAN: u64 = 1 << WHEEL_BITS;
 const MASK: u64 = SPAN - 1;

@@ -174,7 +174,7 @@ impl Shared {
         if q.error {
             return Err(PostError::QpInError { qp, peer: q.info.peer });
         }
-        let mut wrs = Vec::new();
+        let mut wrs = Vec::with_capacity(ops.size_hint().0.max(1));
         let mut signaled = 0u32;
         let outstanding = (q.posted - q.confirmed) as u32;
         for (op, sig) in ops {
@@ -599,6 +599,10 @@ impl Ctx {
     /// The RC QPs this worker has to `node` (one per emulated connection).
     pub fn rc_qps(&self, node: NodeId) -> Vec<QpId> {
         self.shared.borrow().rc_by_node.get(node.0 as usize).cloned().unwrap_or_default()
+    }
+    /// How many RC QPs this worker has to `node`.
+    pub fn rc_qp_count(&self, node: NodeId) -> usize {
+        self.shared.borrow().rc_by_node.get(node.0 as usize).map_or(0, |v| v.len())
     }
     /// The `k`-th RC QP to `node` (k taken modulo the count).
     pub fn rc_qp(&self, node: NodeId, k: usize) -> Option<QpId> {
