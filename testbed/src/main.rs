@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod bench_verbs;
+mod check;
 mod run;
 mod scenario;
 
@@ -32,6 +33,23 @@ enum Command {
     },
     /// Check a scenario file without running it.
     Validate { scenario: PathBuf },
+    /// Check a history (JSON Lines) for serializability, lost writes and invariants.
+    /// Exit code 0: clean; 1: anomalies found; 2: the file cannot be read.
+    Check {
+        history: PathBuf,
+        /// Also require real-time order (strict serializability).
+        #[arg(long)]
+        strict: bool,
+        /// Also write the history in Elle's list-append JSON form to this file.
+        #[arg(long)]
+        export_elle: Option<PathBuf>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Explain at most this many anomalies (all are counted).
+        #[arg(long, default_value_t = 10)]
+        max_explained: usize,
+    },
     /// Primitive microbenchmarks on the simulated NIC (DrTM+H Fig. 5 and 6).
     BenchVerbs {
         /// NIC profile: a built-in name (cx3, cx4, cx5, roce-cx4) or a RON file.
@@ -88,6 +106,9 @@ fn main() -> ExitCode {
                 print!("{}", run::text(&s, &r));
             }
             ExitCode::SUCCESS
+        }
+        Command::Check { history, strict, export_elle, json, max_explained } => {
+            check::run(&history, strict, export_elle.as_deref(), json, max_explained)
         }
         Command::Validate { scenario } => match scenario::Scenario::load(&scenario) {
             Ok(_) => {

@@ -123,3 +123,50 @@ fn bench_verbs_json_shape_and_parallel_determinism() {
     assert!(one["sim"]["events"].as_u64().unwrap() > 0);
     assert!(one["sim"]["events_per_s"].as_f64().unwrap() > 0.0);
 }
+
+/// `txbed check`: exit 0 on a clean history, 1 with an explained anomaly, 2 on a bad file;
+/// `--export-elle` writes Elle's list-append JSON.
+#[test]
+fn check_reports_anomalies_with_exit_codes() {
+    let dir = std::env::temp_dir().join(format!("txbed-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let clean = dir.join("clean.jsonl");
+    std::fs::write(
+        &clean,
+        "{\"type\":\"txn\",\"id\":1,\"status\":\"committed\",\"writes\":[{\"key\":1,\"version\":1}]}\n\
+         {\"type\":\"txn\",\"id\":2,\"status\":\"committed\",\"reads\":[{\"key\":1,\"version\":1}],\"writes\":[{\"key\":1,\"version\":2}]}\n\
+         {\"type\":\"final\",\"key\":1,\"version\":2}\n",
+    )
+    .unwrap();
+    let out = txbed().args(["check", clean.to_str().unwrap()]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("serializable: yes, nothing lost"));
+
+    let skew = dir.join("skew.jsonl");
+    std::fs::write(
+        &skew,
+        "{\"type\":\"txn\",\"id\":1,\"status\":\"committed\",\"reads\":[{\"key\":1,\"version\":0},{\"key\":2,\"version\":0}],\"writes\":[{\"key\":1,\"version\":1}]}\n\
+         {\"type\":\"txn\",\"id\":2,\"status\":\"committed\",\"reads\":[{\"key\":1,\"version\":0},{\"key\":2,\"version\":0}],\"writes\":[{\"key\":2,\"version\":1}]}\n",
+    )
+    .unwrap();
+    let elle = dir.join("elle.json");
+    let out = txbed()
+        .args(["check", skew.to_str().unwrap(), "--export-elle", elle.to_str().unwrap(), "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let r = json(&out.stdout);
+    assert_eq!(r["serializable"], false);
+    assert_eq!(r["counts"]["G2"], 1);
+    assert!(r["anomalies"][0]["explanation"].as_str().unwrap().contains("(rw)"));
+    let e: serde_json::Value = serde_json::from_slice(&std::fs::read(&elle).unwrap()).unwrap();
+    assert_eq!(e.as_array().unwrap().len(), 4);
+
+    let bad = dir.join("bad.jsonl");
+    std::fs::write(&bad, "{\"type\":\"txn\",\"id\":1}\n").unwrap();
+    let out = txbed().args(["check", bad.to_str().unwrap()]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("line 1"));
+    let out = txbed().args(["check", "no/such.jsonl"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}

@@ -1,0 +1,231 @@
+//! Transaction histories: what every transaction read and wrote, the final store, and
+//! workload invariants, as JSON Lines.
+//!
+//! Each line is one object with a `type`:
+//!
+//! ```json
+//! {"type":"txn","id":7,"node":0,"worker":1,"coroutine":2,"start_ns":100,"end_ns":900,
+//!  "status":"committed","label":"amalgamate",
+//!  "reads":[{"key":42,"version":3}],"writes":[{"key":42,"version":4}]}
+//! {"type":"final","replica":"primary","key":42,"version":4}
+//! {"type":"invariant","name":"total balance","expected":1000,"actual":1000}
+//! {"type":"meta","scenario":"quickstart","seed":1}
+//! ```
+//!
+//! A key is a u64 (table in the high bits by convention); versions count the committed writes
+//! of a key, 0 being the initial load. Reads name the version observed; writes the version
+//! installed. Aborted transactions may be listed with the writes they made visible, so reads
+//! of them (G1a) can be named.
+
+use std::fmt;
+use std::io::{BufRead, Write};
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Access {
+    pub key: u64,
+    pub version: u64,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Committed,
+    Aborted,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Txn {
+    pub id: u64,
+    #[serde(default)]
+    pub node: u16,
+    #[serde(default)]
+    pub worker: u16,
+    #[serde(default)]
+    pub coroutine: u32,
+    #[serde(default)]
+    pub start_ns: u64,
+    #[serde(default)]
+    pub end_ns: u64,
+    pub status: Status,
+    /// Transaction type (e.g. "send-payment"), for explanations.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub label: String,
+    #[serde(default)]
+    pub reads: Vec<Access>,
+    #[serde(default)]
+    pub writes: Vec<Access>,
+}
+
+/// The version a replica holds for a key at the end of the run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Final {
+    #[serde(default = "primary")]
+    pub replica: String,
+    pub key: u64,
+    pub version: u64,
+}
+
+fn primary() -> String {
+    "primary".into()
+}
+
+/// A workload invariant evaluated at the end of the run (e.g. SmallBank's total balance).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Invariant {
+    pub name: String,
+    pub expected: i64,
+    pub actual: i64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+enum Line {
+    Txn(Txn),
+    Final(Final),
+    Invariant(Invariant),
+    Meta(serde_json::Map<String, serde_json::Value>),
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct History {
+    pub txns: Vec<Txn>,
+    pub finals: Vec<Final>,
+    pub invariants: Vec<Invariant>,
+    pub meta: serde_json::Map<String, serde_json::Value>,
+}
+
+/// A history file that cannot be read, with the line it failed on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HistoryError {
+    pub line: usize,
+    pub message: String,
+}
+
+impl fmt::Display for HistoryError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.line == 0 {
+            write!(f, "{}", self.message)
+        } else {
+            write!(f, "line {}: {}", self.line, self.message)
+        }
+    }
+}
+
+impl std::error::Error for HistoryError {}
+
+impl History {
+    /// Reads JSON Lines; blank lines are skipped. Errors name the line and the problem.
+    pub fn read(r: impl BufRead) -> Result<History, HistoryError> {
+        let mut h = History::default();
+        for (i, line) in r.lines().enumerate() {
+            let n = i + 1;
+            let line = line.map_err(|e| HistoryError { line: n, message: format!("cannot read: {e}") })?;
+            if line.trim().is_empty() {
+                continue;
+            }
+            let parsed: Line = serde_json::from_str(&line).map_err(|e| HistoryError {
+                line: n,
+                message: format!(
+                    "{e} (expected an object with \"type\" one of \"txn\", \"final\", \"invariant\", \"meta\")"
+                ),
+            })?;
+            match parsed {
+                Line::Txn(t) => h.txns.push(t),
+                Line::Final(f) => h.finals.push(f),
+                Line::Invariant(v) => h.invariants.push(v),
+                Line::Meta(m) => h.meta.extend(m),
+            }
+        }
+        h.validate()?;
+        Ok(h)
+    }
+
+    /// Structural checks that would make the graph meaningless.
+    fn validate(&self) -> Result<(), HistoryError> {
+        let mut ids: Vec<u64> = self.txns.iter().map(|t| t.id).collect();
+        ids.sort_unstable();
+        if let Some(w) = ids.windows(2).find(|w| w[0] == w[1]) {
+            return Err(HistoryError { line: 0, message: format!("transaction id {} appears twice", w[0]) });
+        }
+        if let Some(t) = self.txns.iter().find(|t| t.end_ns < t.start_ns) {
+            return Err(HistoryError { line: 0, message: format!("transaction {} ends before it starts", t.id) });
+        }
+        if let Some(t) = self.txns.iter().find(|t| t.writes.iter().any(|w| w.version == 0)) {
+            return Err(HistoryError {
+                line: 0,
+                message: format!("transaction {} installs version 0, which is reserved for the initial load", t.id),
+            });
+        }
+        Ok(())
+    }
+
+    pub fn write(&self, mut w: impl Write) -> std::io::Result<()> {
+        if !self.meta.is_empty() {
+            serde_json::to_writer(&mut w, &Line::Meta(self.meta.clone()))?;
+            writeln!(w)?;
+        }
+        for t in &self.txns {
+            serde_json::to_writer(&mut w, &Line::Txn(t.clone()))?;
+            writeln!(w)?;
+        }
+        for f in &self.finals {
+            serde_json::to_writer(&mut w, &Line::Final(f.clone()))?;
+            writeln!(w)?;
+        }
+        for v in &self.invariants {
+            serde_json::to_writer(&mut w, &Line::Invariant(v.clone()))?;
+            writeln!(w)?;
+        }
+        Ok(())
+    }
+}
+
+/// A serial, hence serializable, history: `txns` transactions each reading two keys and
+/// writing two (read-modify-write), over `keys` keys, with a final store. Used by the
+/// checker's benchmark and tests. Deterministic in `seed` (a xorshift stream, so the
+/// checker crate needs no RNG dependency).
+pub fn generate_serial(txns: usize, keys: u64, seed: u64) -> History {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let mut current = vec![0u64; keys as usize];
+    let mut h = History::default();
+    h.txns.reserve(txns);
+    for id in 0..txns as u64 {
+        let a = next() % keys;
+        let b = (a + 1 + next() % (keys - 1)) % keys;
+        let mut t = Txn {
+            id,
+            node: (id % 4) as u16,
+            worker: 0,
+            coroutine: 0,
+            start_ns: id * 10,
+            end_ns: id * 10 + 5,
+            status: Status::Committed,
+            label: String::new(),
+            reads: Vec::with_capacity(2),
+            writes: Vec::with_capacity(2),
+        };
+        for k in [a, b] {
+            t.reads.push(Access { key: k, version: current[k as usize] });
+            current[k as usize] += 1;
+            t.writes.push(Access { key: k, version: current[k as usize] });
+        }
+        h.txns.push(t);
+    }
+    h.finals = current
+        .iter()
+        .enumerate()
+        .map(|(k, &v)| Final { replica: "primary".into(), key: k as u64, version: v })
+        .collect();
+    h
+}
