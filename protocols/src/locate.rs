@@ -1,0 +1,184 @@
+//! Finding a record: traverse the remote cluster-hashing index with one-sided READs, helped by
+//! a per-node location cache that keeps whole buckets (DrTM Sec. 6.3, DrTM+H Sec. 5.1).
+//!
+//! The cache is direct-mapped by (node, table, bucket offset) with a byte budget; it is filled
+//! on every miss, whichever primitive fetched the bucket. An entry can go stale when a key is
+//! deleted and re-inserted elsewhere: the tuple's incarnation then differs from the slot's
+//! lossy one, which the caller sees on the READ of the tuple (`Located::is_current`), drops the
+//! entry and looks again.
+
+use std::cell::RefCell;
+
+use txbed_transport::{Ctx, LocalBuf, MemoryRegion, NodeId, Op, RemoteBuf};
+
+use crate::store::{bucket_of, incarnation_matches, probe, split_version_word, Layout, Probe, BUCKET_BYTES, VERSION};
+
+/// Where every node's store region is: known to all nodes after bootstrap.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Catalog {
+    pub layout: Layout,
+    /// The store region of node `i` at index `i`.
+    pub regions: Vec<MemoryRegion>,
+}
+
+impl Catalog {
+    pub fn remote(&self, node: u16, offset: u64, len: u32) -> RemoteBuf {
+        let r = self.regions[node as usize];
+        RemoteBuf { rkey: r.rkey, addr: r.addr + offset, len }
+    }
+}
+
+#[derive(Clone)]
+struct Cached {
+    node: u16,
+    table: u16,
+    offset: u64,
+    bytes: [u8; BUCKET_BYTES as usize],
+}
+
+/// Counters of a location cache.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    pub hits: u64,
+    pub misses: u64,
+    pub stale: u64,
+}
+
+pub struct LocationCache {
+    entries: Vec<Option<Cached>>,
+    pub stats: CacheStats,
+}
+
+impl LocationCache {
+    /// A cache of `capacity_bytes` worth of buckets (0 disables it).
+    pub fn new(capacity_bytes: u64) -> Self {
+        let n = (capacity_bytes / BUCKET_BYTES) as usize;
+        LocationCache { entries: vec![None; n], stats: CacheStats::default() }
+    }
+
+    fn slot(&self, node: u16, table: u16, offset: u64) -> Option<usize> {
+        if self.entries.is_empty() {
+            return None;
+        }
+        let h = bucket_of(((node as u64) << 48) ^ ((table as u64) << 40) ^ offset, self.entries.len() as u64);
+        Some(h as usize)
+    }
+
+    pub fn get(&mut self, node: u16, table: u16, offset: u64) -> Option<[u8; BUCKET_BYTES as usize]> {
+        let i = self.slot(node, table, offset)?;
+        match &self.entries[i] {
+            Some(c) if c.node == node && c.table == table && c.offset == offset => {
+                self.stats.hits += 1;
+                Some(c.bytes)
+            }
+            _ => {
+                self.stats.misses += 1;
+                None
+            }
+        }
+    }
+
+    pub fn put(&mut self, node: u16, table: u16, offset: u64, bytes: &[u8]) {
+        if let Some(i) = self.slot(node, table, offset) {
+            let mut b = [0u8; BUCKET_BYTES as usize];
+            b.copy_from_slice(&bytes[..BUCKET_BYTES as usize]);
+            self.entries[i] = Some(Cached { node, table, offset, bytes: b });
+        }
+    }
+
+    /// Drops every cached bucket of the chain `key` hashes to on `node`.
+    pub fn invalidate(&mut self, node: u16, table: u16, offsets: &[u64]) {
+        self.stats.stale += 1;
+        for &o in offsets {
+            if let Some(i) = self.slot(node, table, o) {
+                if self.entries[i].as_ref().is_some_and(|c| c.node == node && c.table == table && c.offset == o) {
+                    self.entries[i] = None;
+                }
+            }
+        }
+    }
+}
+
+/// A located tuple.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Located {
+    pub node: u16,
+    /// Offset of the tuple from the node's region base.
+    pub offset: u64,
+    pub incarnation: u16,
+    /// Bucket offsets walked (to invalidate if stale).
+    pub chain: Vec<u64>,
+    /// One-sided READs the lookup issued.
+    pub reads: u32,
+}
+
+impl Located {
+    /// Whether a tuple read at this location is still the key's (incarnation check).
+    pub fn is_current(&self, tuple: &[u8]) -> bool {
+        let w = u64::from_le_bytes(tuple[VERSION as usize..VERSION as usize + 8].try_into().expect("tuple"));
+        incarnation_matches(self.incarnation, split_version_word(w).0)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LookupError {
+    NotFound {
+        node: u16,
+        table: u16,
+        key: u64,
+    },
+    /// A READ failed; the completion says why.
+    Verb(String),
+    UnknownTable(u16),
+}
+
+/// Looks `key` up in `table` on `node` with one-sided READs into `scratch` (at least one
+/// bucket), using and filling `cache`. Local lookups read local memory directly.
+pub async fn locate(
+    ctx: &Ctx,
+    cat: &Catalog,
+    cache: &RefCell<LocationCache>,
+    scratch: LocalBuf,
+    node: u16,
+    table: u16,
+    key: u64,
+) -> Result<Located, LookupError> {
+    let place = cat.layout.table(table).ok_or(LookupError::UnknownTable(table))?;
+    let mut offset = place.buckets_at + bucket_of(key, place.buckets) * BUCKET_BYTES;
+    let mut chain = Vec::new();
+    let mut reads = 0;
+    // A chain longer than the pool is corrupt; bound the walk.
+    for _ in 0..=place.pool + 1 {
+        chain.push(offset);
+        let cached = cache.borrow_mut().get(node, table, offset);
+        let bucket = match cached {
+            Some(b) => b,
+            None => {
+                let mut b = [0u8; BUCKET_BYTES as usize];
+                if node == ctx.me().node.0 {
+                    ctx.read_local(cat.regions[node as usize].addr + offset, &mut b)
+                        .map_err(|e| LookupError::Verb(e.to_string()))?;
+                } else {
+                    let local = LocalBuf { len: BUCKET_BYTES as u32, ..scratch };
+                    let qp =
+                        ctx.rc_qp(NodeId(node), ctx.coroutine() as usize).ok_or(LookupError::Verb("no QP".into()))?;
+                    let read = Op::Read { local, remote: cat.remote(node, offset, BUCKET_BYTES as u32) };
+                    ctx.post(qp, [(read, true)]).map_err(|e| LookupError::Verb(e.to_string()))?;
+                    ctx.wait().await.map_err(|c| LookupError::Verb(c.to_string()))?;
+                    ctx.read_local(scratch.addr, &mut b).map_err(|e| LookupError::Verb(e.to_string()))?;
+                    reads += 1;
+                }
+                cache.borrow_mut().put(node, table, offset, &b);
+                b
+            }
+        };
+        match probe(&bucket, key) {
+            Probe::Found { offset: t, incarnation } => {
+                return Ok(Located { node, offset: t, incarnation, chain, reads });
+            }
+            Probe::Next { offset: next } => offset = next,
+            Probe::Absent => return Err(LookupError::NotFound { node, table, key }),
+        }
+    }
+    Err(LookupError::NotFound { node, table, key })
+}

@@ -1,0 +1,255 @@
+//! The partitioned store: tuples in registered memory and the cluster-hashing index that
+//! one-sided READs can traverse (DrTM Sec. 6.2), laid out identically on every node so any
+//! node can compute remote addresses.
+//!
+//! Per node, one registered region holds, for each table:
+//!
+//! ```text
+//! [ main buckets: buckets x 128 B ][ indirect buckets: pool x 128 B ][ tuples: rows x tuple ]
+//! ```
+//!
+//! A bucket has 8 slots of 16 bytes: word 0 = type (2 bits) | lossy incarnation (14 bits) |
+//! offset (48 bits, from the region base), word 1 = key. Type 1 points at a tuple, type 2 at
+//! an indirect bucket (the last slot of a full bucket links on). A tuple is
+//!
+//! ```text
+//! [ lock 8 | incarnation 16 bits, version 48 bits | writer 8 | record ]
+//! ```
+//!
+//! `lock` and `version` are RCC Fig. 3's `lock | seq` (OCC uses the version as its sequence
+//! number; NOWAIT keeps it for histories). `writer` (the id of the transaction that installed
+//! the version) and `version` let a backend without ghost state recover the history from data.
+//! The incarnation (DrTM Sec. 6.2) changes when a key is deleted and re-inserted; a location
+//! cache entry whose lossy incarnation no longer matches the tuple's is stale, detected on the
+//! READ that uses it. Bookkeeping beyond RCC's tuple: the writer word (8 B), the index slot
+//! (16 B at 90% occupancy = 17.8 B) and the indirect pool (a third of the buckets, 5.9 B):
+//! under 32 B per record.
+
+use txbed_transport::{HostMemory, MemError, MemoryRegion};
+
+pub const BUCKET_SLOTS: usize = 8;
+pub const SLOT_BYTES: u64 = 16;
+pub const BUCKET_BYTES: u64 = BUCKET_SLOTS as u64 * SLOT_BYTES;
+pub const META_BYTES: u64 = 24;
+pub const LOCK: u64 = 0;
+pub const VERSION: u64 = 8;
+pub const WRITER: u64 = 16;
+/// Default occupancy of main buckets (DrTM Table VI evaluates 50%, 75% and 90%).
+pub const LOAD_FACTOR: f64 = 0.9;
+
+/// Indirect buckets to reserve per thousand main buckets at a given occupancy: the chance
+/// that a bucket overflows 8 slots (Poisson tail P(N > 8) at 8 x occupancy keys per bucket:
+/// 2% at 50%, 15% at 75%, 28% at 90%, 37% at 100%) with ~15% margin. A fixed table rather than
+/// `exp()` keeps layouts, hence addresses and digests, identical on every platform.
+fn overflow_permille(load_factor: f64) -> u64 {
+    match load_factor {
+        f if f <= 0.5 => 40,
+        f if f <= 0.76 => 190,
+        f if f <= 0.91 => 330,
+        f if f <= 1.01 => 450,
+        _ => 1000,
+    }
+}
+
+const TYPE_EMPTY: u64 = 0;
+const TYPE_ENTRY: u64 = 1;
+const TYPE_LINK: u64 = 2;
+
+/// A table as the store sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TableSpec {
+    pub id: u16,
+    pub record_bytes: u32,
+    /// Rows each node holds (the keys a node owns are given at load time).
+    pub rows_per_node: u64,
+}
+
+/// Where one table lives inside a node's store region (same on every node).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TablePlace {
+    pub spec: TableSpec,
+    /// Offsets from the region base.
+    pub buckets_at: u64,
+    pub buckets: u64,
+    pub pool_at: u64,
+    pub pool: u64,
+    pub tuples_at: u64,
+    pub tuple_bytes: u64,
+}
+
+/// The layout of the store region, identical on every node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Layout {
+    pub tables: Vec<TablePlace>,
+    pub bytes: u64,
+}
+
+fn align8(x: u64) -> u64 {
+    x.div_ceil(8) * 8
+}
+
+/// Bucket of a key: SplitMix64 of the key, modulo the bucket count.
+pub fn bucket_of(key: u64, buckets: u64) -> u64 {
+    let mut z = key.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    (z ^ (z >> 31)) % buckets
+}
+
+/// The version word: incarnation in the top 16 bits, version below.
+pub fn version_word(incarnation: u16, version: u64) -> u64 {
+    ((incarnation as u64) << 48) | (version & ((1 << 48) - 1))
+}
+
+pub fn split_version_word(w: u64) -> (u16, u64) {
+    ((w >> 48) as u16, w & ((1 << 48) - 1))
+}
+
+/// Whether a slot's lossy (14-bit) incarnation matches a tuple's full one.
+pub fn incarnation_matches(lossy: u16, full: u16) -> bool {
+    lossy == full & 0x3fff
+}
+
+impl Layout {
+    /// Sizes the region: main buckets at `load_factor` occupancy (DrTM evaluates 50-90%),
+    /// and an indirect pool large enough for every overflow.
+    pub fn new(tables: &[TableSpec], load_factor: f64) -> Layout {
+        let mut at = 0;
+        let mut places = Vec::new();
+        for t in tables {
+            let slots = (t.rows_per_node as f64 / load_factor).ceil() as u64;
+            let buckets = slots.div_ceil(BUCKET_SLOTS as u64).max(1);
+            let pool = buckets * overflow_permille(load_factor) / 1000 + 16;
+            let tuple_bytes = META_BYTES + align8(t.record_bytes as u64);
+            let buckets_at = at;
+            let pool_at = buckets_at + buckets * BUCKET_BYTES;
+            let tuples_at = pool_at + pool * BUCKET_BYTES;
+            at = tuples_at + t.rows_per_node * tuple_bytes;
+            places.push(TablePlace { spec: t.clone(), buckets_at, buckets, pool_at, pool, tuples_at, tuple_bytes });
+        }
+        Layout { tables: places, bytes: at.max(8) }
+    }
+
+    pub fn table(&self, id: u16) -> Option<&TablePlace> {
+        self.tables.iter().find(|t| t.spec.id == id)
+    }
+}
+
+/// A decoded index slot.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Slot {
+    Empty,
+    /// A tuple at `offset` from the region base.
+    Entry {
+        key: u64,
+        offset: u64,
+        incarnation: u16,
+    },
+    /// The chain continues in the indirect bucket at `offset`.
+    Link {
+        offset: u64,
+    },
+}
+
+pub fn encode_slot(s: Slot) -> [u8; 16] {
+    let (w0, w1) = match s {
+        Slot::Empty => (0, 0),
+        Slot::Entry { key, offset, incarnation } => {
+            ((TYPE_ENTRY << 62) | ((incarnation as u64 & 0x3fff) << 48) | (offset & ((1 << 48) - 1)), key)
+        }
+        Slot::Link { offset } => ((TYPE_LINK << 62) | (offset & ((1 << 48) - 1)), 0),
+    };
+    let mut b = [0u8; 16];
+    b[..8].copy_from_slice(&w0.to_le_bytes());
+    b[8..].copy_from_slice(&w1.to_le_bytes());
+    b
+}
+
+pub fn decode_slot(b: &[u8]) -> Slot {
+    let w0 = u64::from_le_bytes(b[..8].try_into().expect("16-byte slot"));
+    let w1 = u64::from_le_bytes(b[8..16].try_into().expect("16-byte slot"));
+    match w0 >> 62 {
+        TYPE_ENTRY => Slot::Entry { key: w1, offset: w0 & ((1 << 48) - 1), incarnation: ((w0 >> 48) & 0x3fff) as u16 },
+        TYPE_LINK => Slot::Link { offset: w0 & ((1 << 48) - 1) },
+        TYPE_EMPTY => Slot::Empty,
+        _ => Slot::Empty,
+    }
+}
+
+/// What a bucket says about `key`: found (tuple offset, lossy incarnation), follow a link, or
+/// absent.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Probe {
+    Found { offset: u64, incarnation: u16 },
+    Next { offset: u64 },
+    Absent,
+}
+
+pub fn probe(bucket: &[u8], key: u64) -> Probe {
+    for i in 0..BUCKET_SLOTS {
+        match decode_slot(&bucket[i * 16..i * 16 + 16]) {
+            Slot::Entry { key: k, offset, incarnation } if k == key => return Probe::Found { offset, incarnation },
+            Slot::Link { offset } => return Probe::Next { offset },
+            _ => {}
+        }
+    }
+    Probe::Absent
+}
+
+/// Loads a node's partition of a table: tuples for `keys` (incarnation 1, version 0, their
+/// initial records) and the index over them, written through the node's own memory. Returns
+/// the number of indirect buckets used, or `None` if the pool ran out (raise the layout's
+/// load factor headroom).
+pub fn load_table(
+    mem: &dyn HostMemory,
+    region: MemoryRegion,
+    place: &TablePlace,
+    keys: &[u64],
+    initial: &dyn Fn(u64) -> Vec<u8>,
+) -> Result<Option<u64>, MemError> {
+    if keys.len() as u64 > place.spec.rows_per_node {
+        return Ok(None);
+    }
+    let mut pool_used = 0u64;
+    let base = region.addr;
+    for (row, &key) in keys.iter().enumerate() {
+        let toff = place.tuples_at + row as u64 * place.tuple_bytes;
+        let mut tuple = vec![0u8; place.tuple_bytes as usize];
+        tuple[VERSION as usize..VERSION as usize + 8].copy_from_slice(&version_word(1, 0).to_le_bytes());
+        let rec = initial(key);
+        let n = rec.len().min(place.spec.record_bytes as usize);
+        tuple[META_BYTES as usize..META_BYTES as usize + n].copy_from_slice(&rec[..n]);
+        mem.write(base + toff, &tuple)?;
+        // Insert into the chain of the key's bucket.
+        let mut bucket = place.buckets_at + bucket_of(key, place.buckets) * BUCKET_BYTES;
+        'insert: loop {
+            let mut b = [0u8; BUCKET_BYTES as usize];
+            mem.read(base + bucket, &mut b)?;
+            for i in 0..BUCKET_SLOTS {
+                match decode_slot(&b[i * 16..i * 16 + 16]) {
+                    Slot::Empty => {
+                        let s = encode_slot(Slot::Entry { key, offset: toff, incarnation: 1 });
+                        mem.write(base + bucket + i as u64 * SLOT_BYTES, &s)?;
+                        break 'insert;
+                    }
+                    Slot::Link { offset } => {
+                        bucket = offset;
+                        continue 'insert;
+                    }
+                    Slot::Entry { .. } => {}
+                }
+            }
+            // Full: move the last entry into a fresh indirect bucket and link to it.
+            if pool_used == place.pool {
+                return Ok(None);
+            }
+            let fresh = place.pool_at + pool_used * BUCKET_BYTES;
+            pool_used += 1;
+            let last = (BUCKET_SLOTS - 1) * 16;
+            mem.write(base + fresh, &b[last..last + 16])?;
+            mem.write(base + bucket + last as u64, &encode_slot(Slot::Link { offset: fresh }))?;
+            bucket = fresh;
+        }
+    }
+    Ok(Some(pool_used))
+}
