@@ -10,7 +10,7 @@
 //! scheduling order, exactly as a (time, sequence) heap would.
 
 use std::cmp::Ordering;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::BinaryHeap;
 
 use txbed_transport::Nanos;
 
@@ -51,7 +51,7 @@ impl<E> Ord for Scheduled<E> {
 /// covers it, before anything can be scheduled directly into its bucket.
 pub struct EventQueue<E> {
     /// Events of one nanosecond each, in scheduling order (FIFO).
-    buckets: Vec<VecDeque<E>>,
+    buckets: Vec<Bucket<E>>,
     occupied: [u64; WORDS],
     in_wheel: usize,
     far: BinaryHeap<Scheduled<E>>,
@@ -59,6 +59,13 @@ pub struct EventQueue<E> {
     now: Nanos,
     digest: u64,
     processed: u64,
+}
+
+/// A FIFO that is always drained completely before it is reused, so a `Vec` plus a read
+/// index suffices (cheaper than a `VecDeque`'s wrap-around arithmetic) and keeps its capacity.
+struct Bucket<E> {
+    events: Vec<E>,
+    head: usize,
 }
 
 /// SplitMix64's finaliser: a cheap, well-mixed, platform-independent 64-bit hash step.
@@ -69,16 +76,16 @@ pub fn mix(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-impl<E> Default for EventQueue<E> {
+impl<E: Copy> Default for EventQueue<E> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl<E> EventQueue<E> {
+impl<E: Copy> EventQueue<E> {
     pub fn new() -> Self {
         EventQueue {
-            buckets: (0..SPAN).map(|_| VecDeque::new()).collect(),
+            buckets: (0..SPAN).map(|_| Bucket { events: Vec::new(), head: 0 }).collect(),
             occupied: [0; WORDS],
             in_wheel: 0,
             far: BinaryHeap::new(),
@@ -109,7 +116,7 @@ impl<E> EventQueue<E> {
     #[inline]
     fn put(&mut self, time: Nanos, event: E) {
         let i = (time & MASK) as usize;
-        self.buckets[i].push_back(event);
+        self.buckets[i].events.push(event);
         self.occupied[i / 64] |= 1 << (i % 64);
         self.in_wheel += 1;
     }
@@ -164,8 +171,12 @@ impl<E> EventQueue<E> {
             self.advance(t);
         }
         let i = (t & MASK) as usize;
-        let ev = self.buckets[i].pop_front().expect("occupied bucket is non-empty");
-        if self.buckets[i].is_empty() {
+        let b = &mut self.buckets[i];
+        let ev = b.events[b.head];
+        b.head += 1;
+        if b.head == b.events.len() {
+            b.events.clear();
+            b.head = 0;
             self.occupied[i / 64] &= !(1 << (i % 64));
         }
         self.in_wheel -= 1;

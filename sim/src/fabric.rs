@@ -197,6 +197,8 @@ struct Nic {
 
 struct SimQp {
     worker: u16,
+    /// The NIC of the owning worker (copied here: most events need it and the QP is at hand).
+    nic: u8,
     kind: QpType,
     peer_node: u16,
     /// Index of the connected QP at the peer (RC), unused for UD.
@@ -261,6 +263,31 @@ struct InFlight {
     dropped: bool,
 }
 
+impl Default for InFlight {
+    /// An idle slot; `start_request` overwrites every field.
+    fn default() -> Self {
+        let none = LocalBuf { lkey: 0, addr: 0, len: 0 };
+        InFlight {
+            src: 0,
+            src_qp: 0,
+            dst: 0,
+            dst_qp: 0,
+            wr: WorkRequest { wr_id: 0, op: Op::Send { src: Payload::Local(none), dest: None }, signaled: false },
+            data: Vec::new(),
+            status: WcStatus::Success,
+            sent_ps: 0,
+            tracked_read: false,
+            atomic_new: None,
+            refs: 0,
+            dst_worker: 0,
+            depart_ps: 0,
+            wire: 0,
+            resp_payload: 0,
+            dropped: false,
+        }
+    }
+}
+
 struct PendingDoorbell {
     node: u16,
     worker: u16,
@@ -279,6 +306,8 @@ pub struct Sim {
     dbs: Vec<Option<PendingDoorbell>>,
     free_dbs: Vec<u32>,
     drained: Vec<Doorbell>,
+    /// Fetched doorbells' emptied work-request lists, on their way back to the workers.
+    spare_wrs: Vec<Vec<WorkRequest>>,
     stats: SimStats,
     cfg: SimConfig,
 }
@@ -362,9 +391,10 @@ impl Sim {
             for w in 0..cfg.workers as usize {
                 let sq = m.send_queue_depth;
                 let base = w * (1 + nn * k as usize);
+                let wnic = nodes[a].workers[w].nic;
                 let core_ud = nodes[a].workers[w].core.add_qp(QpType::Ud, NodeId(a as u16), sq);
                 debug_assert_eq!(nodes[a].qps.len(), base);
-                nodes[a].qps.push(SimQp::new(w as u16, QpType::Ud, a as u16, 0, core_ud));
+                nodes[a].qps.push(SimQp::new(w as u16, wnic, QpType::Ud, a as u16, 0, core_ud));
                 nodes[a].workers[w].ud_qp = base as u32;
                 nodes[a].workers[w].qps.push(base as u32);
                 for b in 0..nn {
@@ -377,7 +407,7 @@ impl Sim {
                         } else {
                             QpId(u32::MAX)
                         };
-                        nodes[a].qps.push(SimQp::new(w as u16, QpType::Rc, b as u16, idx(w, a, kk), core));
+                        nodes[a].qps.push(SimQp::new(w as u16, wnic, QpType::Rc, b as u16, idx(w, a, kk), core));
                     }
                 }
             }
@@ -404,6 +434,7 @@ impl Sim {
             dbs: Vec::new(),
             free_dbs: Vec::new(),
             drained: Vec::new(),
+            spare_wrs: Vec::new(),
             stats: SimStats::default(),
             cfg,
         })
@@ -550,11 +581,9 @@ impl Sim {
         }
         self.q.record(1, ((node as u64) << 16) | worker as u64, 0);
         w.wake_at = None;
-        let used = w.core.run(now);
+        // Emptied work-request lists go back as many as were just posted: the pools stay small.
+        let StepOutcome { used, has_work, timeout } = w.core.step(now, &mut self.drained, &mut self.spare_wrs);
         w.busy_until = now + used;
-        w.core.drain_doorbells(&mut self.drained);
-        let has_work = w.core.has_work();
-        let timeout = w.core.poll_timeout();
         let busy = w.busy_until;
         let mut drained = std::mem::take(&mut self.drained);
         for db in drained.drain(..) {
@@ -578,23 +607,6 @@ impl Sim {
         }
     }
 
-    fn alloc_op(&mut self, mut op: InFlight) -> u32 {
-        match self.free_ops.pop() {
-            Some(i) => {
-                let slot = &mut self.ops[i as usize];
-                if op.data.is_empty() {
-                    std::mem::swap(&mut op.data, &mut slot.data);
-                }
-                *slot = op;
-                i
-            }
-            None => {
-                self.ops.push(op);
-                (self.ops.len() - 1) as u32
-            }
-        }
-    }
-
     fn release(&mut self, op: u32) {
         let o = &mut self.ops[op as usize];
         o.refs -= 1;
@@ -613,8 +625,7 @@ impl Sim {
 
     /// The NIC of the worker that owns QP `qp` of `node`.
     fn nic_of(&self, node: u16, qp: u32) -> usize {
-        let w = self.nodes[node as usize].qps[qp as usize].worker;
-        self.nodes[node as usize].workers[w as usize].nic as usize
+        self.nodes[node as usize].qps[qp as usize].nic as usize
     }
 
     /// Sends a packet of `bytes` from (src node, src nic) to (dst node, dst nic), ready at
@@ -668,26 +679,39 @@ impl Sim {
     }
 
     fn on_fetched(&mut self, slot: u32) {
-        let PendingDoorbell { node, worker, db } = self.dbs[slot as usize].take().expect("doorbell slot");
+        let PendingDoorbell { node, worker, mut db } = self.dbs[slot as usize].take().expect("doorbell slot");
         self.free_dbs.push(slot);
-        if !self.nodes[node as usize].alive {
-            return;
+        if self.nodes[node as usize].alive {
+            let ready = self.q.now() * 1000;
+            let qp_idx = self.nodes[node as usize].workers[worker as usize].qps[db.qp.0 as usize];
+            let nic = self.nodes[node as usize].workers[worker as usize].nic as usize;
+            for wr in db.wrs.drain(..) {
+                self.start_request(node, worker, nic, qp_idx, wr, ready);
+            }
         }
-        let ready = self.q.now() * 1000;
-        let qp_idx = self.nodes[node as usize].workers[worker as usize].qps[db.qp.0 as usize];
-        let nic = self.nodes[node as usize].workers[worker as usize].nic as usize;
-        for wr in db.wrs {
-            self.start_request(node, worker, nic, qp_idx, wr, ready);
+        // The emptied list goes back to a worker at its next wake-up (see `on_wake`).
+        db.wrs.clear();
+        self.spare_wrs.push(db.wrs);
+    }
+
+    /// Takes a free in-flight slot (or a new one); its `data` is empty.
+    fn take_slot(&mut self) -> u32 {
+        match self.free_ops.pop() {
+            Some(i) => i,
+            None => {
+                self.ops.push(InFlight::default());
+                (self.ops.len() - 1) as u32
+            }
         }
     }
 
     /// Requester-side processing of one WQE, ready at `ready` (the current event time).
-    fn start_request(&mut self, node: u16, worker: u16, nic: usize, qp_idx: u32, wr: WorkRequest, ready: u64) {
+    fn start_request(&mut self, node: u16, worker: u16, nic: usize, qp_idx: u32, mut wr: WorkRequest, ready: u64) {
         let m = &self.m;
         self.stats.verbs[wr.op.opcode() as usize] += 1;
         let qp = &self.nodes[node as usize].qps[qp_idx as usize];
         let (kind, peer, peer_qp_rc, qp_error) = (qp.kind, qp.peer_node, qp.peer_qp, qp.error);
-        let mem = self.nodes[node as usize].mem.clone();
+        let mem = &self.nodes[node as usize].mem;
         // Local checks the NIC makes before sending anything.
         let local_status = match (&wr.op, kind) {
             (Op::Send { .. }, _) => WcStatus::Success,
@@ -727,36 +751,53 @@ impl Sim {
             }
             _ => (peer, peer_qp_rc, worker),
         };
-        let mut o = InFlight {
-            src: node,
-            src_qp: qp_idx,
-            dst,
-            dst_qp,
-            wr,
-            data: Vec::new(),
-            status: WcStatus::Success,
-            sent_ps: ready,
-            tracked_read: false,
-            atomic_new: None,
-            refs: 1,
-            dst_worker,
-            depart_ps: 0,
-            wire: 0,
-            resp_payload: 0,
-            dropped: false,
+        let failed = qp_error || local_status != WcStatus::Success;
+        let cls = class(&wr.op);
+        let payload_len = wr.op.payload_len();
+        let out_bytes = match &wr.op {
+            Op::Read { .. } | Op::Cas { .. } | Op::Faa { .. } => self.m.wire_bytes(request_headers(&wr.op), 0),
+            op => self.m.wire_bytes(request_headers(op), payload_len),
         };
-        if qp_error || local_status != WcStatus::Success {
+        // Inline bytes become the request's data: take the buffer instead of copying it.
+        let inline = match &mut wr.op {
+            Op::Write { src: Payload::Inline(b), .. }
+            | Op::WriteImm { src: Payload::Inline(b), .. }
+            | Op::Send { src: Payload::Inline(b), .. }
+                if !failed =>
+            {
+                Some(std::mem::take(b))
+            }
+            _ => None,
+        };
+        // The slot is filled in place (no large temporary is moved); a request that ends up
+        // with no event gives it straight back, leaving the free list as it was.
+        let id = self.take_slot();
+        let o = &mut self.ops[id as usize];
+        o.src = node;
+        o.src_qp = qp_idx;
+        o.dst = dst;
+        o.dst_qp = dst_qp;
+        o.wr = wr;
+        o.status = WcStatus::Success;
+        o.sent_ps = ready;
+        o.tracked_read = false;
+        o.atomic_new = None;
+        o.refs = 1;
+        o.dst_worker = dst_worker;
+        o.depart_ps = 0;
+        o.wire = 0;
+        o.resp_payload = 0;
+        o.dropped = false;
+        if failed {
             o.status = if qp_error { WcStatus::Flushed } else { local_status };
             if kind == QpType::Rc || local_status != WcStatus::Success {
                 self.nodes[node as usize].qps[qp_idx as usize].error |= kind == QpType::Rc;
             }
-            let id = self.alloc_op(o);
             let t = ready.max(self.nodes[node as usize].qps[qp_idx as usize].last_completion);
             self.nodes[node as usize].qps[qp_idx as usize].last_completion = t;
             self.q.schedule(ceil_ns(t), Ev::RespArrive { op: id });
             return;
         }
-        let cls = class(&o.wr.op);
         let (miss_work, miss_lat) = self.qp_miss(node, nic, qp_idx);
         let work = self.m.requester_ps[cls as usize] + miss_work;
         let units = self.m.units;
@@ -769,29 +810,24 @@ impl Sim {
             done + miss_lat + self.m.pipeline_ps
         };
         // Payload: inline bytes came with the WQE; otherwise DMA-read them now.
-        let payload_len = o.wr.op.payload_len();
-        match &o.wr.op {
-            Op::Write { src, .. } | Op::WriteImm { src, .. } | Op::Send { src, .. } => match src {
-                Payload::Inline(b) => o.data.extend_from_slice(b),
-                Payload::Local(l) => {
-                    o.data.resize(l.len as usize, 0);
-                    let _ = mem.nic_read(l.addr, &mut o.data);
-                    let dma = self.m.pcie_ps(l.len);
-                    let nc = &mut self.nodes[node as usize].nics[nic];
-                    let start = t.max(nc.pcie_rd_free);
-                    nc.pcie_rd_free = start + dma;
-                    t = start + dma + self.m.pcie_read_ps;
-                }
-            },
-            _ => {}
+        let o = &mut self.ops[id as usize];
+        if let Some(b) = inline {
+            o.data = b;
+        } else if let Op::Write { src: Payload::Local(l), .. }
+        | Op::WriteImm { src: Payload::Local(l), .. }
+        | Op::Send { src: Payload::Local(l), .. } = &o.wr.op
+        {
+            o.data.resize(l.len as usize, 0);
+            let _ = self.nodes[node as usize].mem.nic_read(l.addr, &mut o.data);
+            let dma = self.m.pcie_ps(l.len);
+            let nc = &mut self.nodes[node as usize].nics[nic];
+            let start = t.max(nc.pcie_rd_free);
+            nc.pcie_rd_free = start + dma;
+            t = start + dma + self.m.pcie_read_ps;
         }
         let qp = &mut self.nodes[node as usize].qps[qp_idx as usize];
         t = t.max(qp.tx_order);
         qp.tx_order = t;
-        let out_bytes = match &o.wr.op {
-            Op::Read { .. } | Op::Cas { .. } | Op::Faa { .. } => self.m.wire_bytes(request_headers(&o.wr.op), 0),
-            op => self.m.wire_bytes(request_headers(op), payload_len),
-        };
         let is_ud = kind == QpType::Ud;
         let dropped = is_ud && self.m.ud_drop && self.rng.next_u64() < self.m.ud_drop_threshold;
         if dropped {
@@ -803,9 +839,10 @@ impl Sim {
         // UD has no acknowledgement: a signaled send completes once it is on the wire.
         o.refs = if is_ud { (!dropped) as u8 + o.wr.signaled as u8 } else { 1 };
         if o.refs == 0 {
+            o.data.clear();
+            self.free_ops.push(id);
             return;
         }
-        let id = self.alloc_op(o);
         self.q.schedule(ceil_ns(t), Ev::Depart { op: id, response: false });
     }
 
@@ -1112,7 +1149,7 @@ impl Sim {
         let o = &self.ops[id as usize];
         if o.wr.signaled || status != WcStatus::Success {
             let worker = self.nodes[src as usize].qps[sq as usize].worker;
-            let nic = self.nodes[src as usize].workers[worker as usize].nic as usize;
+            let nic = self.nodes[src as usize].qps[sq as usize].nic as usize;
             let now_ps = self.q.now() * 1000;
             let (units, cqe) = (self.m.units, self.m.cqe_ps);
             Self::pu(&mut self.nodes[src as usize].nics[nic], units, now_ps, cqe);
@@ -1146,9 +1183,10 @@ impl Sim {
 }
 
 impl SimQp {
-    fn new(worker: u16, kind: QpType, peer_node: u16, peer_qp: u32, core_qp: QpId) -> Self {
+    fn new(worker: u16, nic: u8, kind: QpType, peer_node: u16, peer_qp: u32, core_qp: QpId) -> Self {
         SimQp {
             worker,
+            nic,
             kind,
             peer_node,
             peer_qp,

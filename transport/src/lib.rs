@@ -19,4 +19,4 @@ pub mod worker;
 pub use memory::{HostMemory, MemError};
 pub use rpc::{CallId, Handled, HandlerCtx, HandlerFn, ReplyToken, RpcConfig, RpcError};
 pub use verbs::*;
-pub use worker::{CpuCosts, Ctx, WorkerConfig, WorkerCore, WorkerStats};
+pub use worker::{CpuCosts, Ctx, StepOutcome, WorkerConfig, WorkerCore, WorkerStats};

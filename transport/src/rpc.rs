@@ -8,7 +8,7 @@
 //! no reply within `timeout_ns` is retransmitted up to `retries` times; servers remember recent
 //! replies per caller and answer duplicates from that memory, so handlers run at most once.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
 
 use crate::memory::HostMemory;
@@ -220,11 +220,19 @@ pub(crate) struct RpcState {
     cfg: RpcConfig,
     next_call: CallId,
     out: BTreeMap<Endpoint, OutQueue>,
-    pending: BTreeMap<CallId, PendingCall>,
+    /// Calls awaiting a reply, indexed by `id - pending_base` (ids are handed out in order
+    /// and answered roughly in order, so this stays short and needs no allocation per call).
+    pending: VecDeque<Option<PendingCall>>,
+    pending_base: CallId,
     deadlines: BTreeSet<(Nanos, CallId)>,
     served: BTreeMap<Endpoint, BTreeMap<CallId, Option<Vec<u8>>>>,
     requeued: Vec<(Endpoint, Vec<u8>)>,
+    /// Byte buffers of received datagrams, reused for outgoing ones.
+    spare_bufs: Vec<Vec<u8>>,
 }
+
+/// Spare datagram buffers kept per worker; more are freed.
+const SPARE_BUFS: usize = 256;
 
 impl RpcState {
     pub(crate) fn new(cfg: RpcConfig) -> Self {
@@ -232,11 +240,52 @@ impl RpcState {
             cfg,
             next_call: 1,
             out: BTreeMap::new(),
-            pending: BTreeMap::new(),
+            pending: VecDeque::new(),
+            pending_base: 1,
             deadlines: BTreeSet::new(),
             served: BTreeMap::new(),
             requeued: Vec::new(),
+            spare_bufs: Vec::new(),
         }
+    }
+
+    fn pending_mut(&mut self, id: CallId) -> Option<&mut PendingCall> {
+        let i = usize::try_from(id.checked_sub(self.pending_base)?).ok()?;
+        self.pending.get_mut(i)?.as_mut()
+    }
+
+    fn insert_pending(&mut self, id: CallId, p: PendingCall) {
+        if self.pending.is_empty() {
+            self.pending_base = id;
+        }
+        // Ids only grow, so `id` is at or past the end.
+        let i = (id - self.pending_base) as usize;
+        self.pending.resize_with(self.pending.len().max(i + 1), || None);
+        self.pending[i] = Some(p);
+    }
+
+    fn remove_pending(&mut self, id: CallId) -> Option<PendingCall> {
+        let i = usize::try_from(id.checked_sub(self.pending_base)?).ok()?;
+        let p = self.pending.get_mut(i)?.take();
+        while let Some(None) = self.pending.front() {
+            self.pending.pop_front();
+            self.pending_base += 1;
+        }
+        p
+    }
+
+    /// Hands back a received datagram's buffer for reuse by later sends.
+    pub(crate) fn recycle(&mut self, mut buf: Vec<u8>) {
+        if self.spare_bufs.len() < SPARE_BUFS {
+            buf.clear();
+            self.spare_bufs.push(buf);
+        }
+    }
+
+    fn copy_out(spare: &mut Vec<Vec<u8>>, bytes: &[u8]) -> Vec<u8> {
+        let mut v = spare.pop().unwrap_or_default();
+        v.extend_from_slice(bytes);
+        v
     }
 
     fn max_payload(&self) -> usize {
@@ -283,14 +332,14 @@ impl RpcState {
         if want_reply {
             let deadline = now + self.cfg.timeout_ns;
             let keep = (self.cfg.retries > 0).then(|| payload.to_vec());
-            self.pending.insert(id, PendingCall { coro, dst, handler, payload: keep, deadline, attempts: 1 });
+            self.insert_pending(id, PendingCall { coro, dst, handler, payload: keep, deadline, attempts: 1 });
             self.deadlines.insert((deadline, id));
         }
         Ok(id)
     }
 
-    pub(crate) fn queue_reply(&mut self, now: Nanos, token: ReplyToken, payload: Vec<u8>) {
-        self.enqueue(token.to, FrameKind::Reply, STATUS_OK, 0, token.call_id, &payload, now);
+    pub(crate) fn queue_reply(&mut self, now: Nanos, token: ReplyToken, payload: &[u8]) {
+        self.enqueue(token.to, FrameKind::Reply, STATUS_OK, 0, token.call_id, payload, now);
     }
 
     pub(crate) fn queue_unknown(&mut self, now: Nanos, token: ReplyToken, handler: u16) {
@@ -299,7 +348,7 @@ impl RpcState {
 
     /// A reply arrived: the coroutine that waits for it, if the call is still pending.
     pub(crate) fn on_reply(&mut self, call_id: CallId) -> Option<(u32, Endpoint)> {
-        let p = self.pending.remove(&call_id)?;
+        let p = self.remove_pending(call_id)?;
         self.deadlines.remove(&(p.deadline, call_id));
         Some((p.coro, p.dst))
     }
@@ -313,7 +362,7 @@ impl RpcState {
             return false;
         };
         if let Some(reply) = seen.clone() {
-            self.queue_reply(now, token, reply);
+            self.queue_reply(now, token, &reply);
         }
         true
     }
@@ -333,36 +382,37 @@ impl RpcState {
     /// Calls whose deadline passed: retransmitted, or failed after the last attempt.
     pub(crate) fn expire(&mut self, now: Nanos) -> Vec<(u32, CallId, RpcError)> {
         let mut failed = Vec::new();
+        let (retries, timeout) = (self.cfg.retries, self.cfg.timeout_ns);
         while let Some(&(at, id)) = self.deadlines.first() {
             if at > now {
                 break;
             }
             self.deadlines.pop_first();
-            let p = self.pending.get_mut(&id).expect("deadline without call");
-            if p.attempts <= self.cfg.retries {
+            let p = self.pending_mut(id).expect("deadline without call");
+            if p.attempts <= retries {
                 if let Some(payload) = p.payload.clone() {
                     p.attempts += 1;
-                    p.deadline = now + self.cfg.timeout_ns;
+                    p.deadline = now + timeout;
                     let (dst, handler, d) = (p.dst, p.handler, p.deadline);
                     self.deadlines.insert((d, id));
                     self.enqueue(dst, FrameKind::Request, STATUS_OK, handler, id, &payload, now);
                     continue;
                 }
             }
-            let p = self.pending.remove(&id).expect("checked");
+            let p = self.remove_pending(id).expect("checked");
             failed.push((p.coro, id, RpcError::Timeout { dst: p.dst, handler: p.handler, attempts: p.attempts }));
         }
         failed
     }
 
-    /// Datagrams ready to go now: every destination with a request, and destinations whose
-    /// oldest waiting reply is due (immediately unless piggybacking).
-    pub(crate) fn take_datagrams(&mut self, now: Nanos) -> Vec<(Endpoint, Vec<u8>)> {
-        let mut out = std::mem::take(&mut self.requeued);
+    /// Datagrams ready to go now, appended to `out`: every destination with a request, and
+    /// destinations whose oldest waiting reply is due (immediately unless piggybacking).
+    pub(crate) fn take_datagrams(&mut self, now: Nanos, out: &mut Vec<(Endpoint, Vec<u8>)>) {
+        out.append(&mut self.requeued);
         let mtu = self.cfg.mtu as usize;
         let piggyback = self.cfg.piggyback;
         let flush = self.cfg.piggyback_flush_ns;
-        let mut emptied = Vec::new();
+        let spare = &mut self.spare_bufs;
         for (dst, q) in self.out.iter_mut() {
             let due = q.has_request || !piggyback || q.oldest_reply.is_some_and(|t| now >= t + flush);
             if !due || q.ends.is_empty() {
@@ -372,7 +422,7 @@ impl RpcState {
                 // One message per request and per reply (FaSST).
                 let mut start = 0;
                 for &end in &q.ends {
-                    out.push((*dst, q.bytes[start..end].to_vec()));
+                    out.push((*dst, Self::copy_out(spare, &q.bytes[start..end])));
                     start = end;
                 }
             } else {
@@ -381,29 +431,23 @@ impl RpcState {
                 let mut cut = 0;
                 for &end in &q.ends {
                     if end - start > mtu {
-                        out.push((*dst, q.bytes[start..cut].to_vec()));
+                        out.push((*dst, Self::copy_out(spare, &q.bytes[start..cut])));
                         start = cut;
                     }
                     cut = end;
                 }
                 if cut > start {
-                    out.push((*dst, q.bytes[start..cut].to_vec()));
+                    out.push((*dst, Self::copy_out(spare, &q.bytes[start..cut])));
                 }
             }
-            emptied.push(*dst);
+            q.bytes.clear();
+            q.ends.clear();
+            q.has_request = false;
+            q.oldest_reply = None;
         }
-        for d in emptied {
-            if let Some(q) = self.out.get_mut(&d) {
-                q.bytes.clear();
-                q.ends.clear();
-                q.has_request = false;
-                q.oldest_reply = None;
-            }
-        }
-        out
     }
 
-    pub(crate) fn requeue(&mut self, later: Vec<(Endpoint, Vec<u8>)>) {
+    pub(crate) fn requeue(&mut self, later: impl IntoIterator<Item = (Endpoint, Vec<u8>)>) {
         self.requeued.extend(later);
     }
 

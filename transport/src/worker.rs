@@ -10,8 +10,8 @@
 //! (a completion, a reply, a timer) is routed here by id, so the executor marks the owning
 //! coroutine ready itself. Wakers are no-ops, which keeps readiness deterministic.
 
-use std::cell::{Ref, RefCell};
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::cell::{Ref, RefCell, RefMut};
+use std::collections::{BTreeSet, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -102,10 +102,21 @@ struct CoroState {
     /// First failed completion since the last `wait`.
     failed: Option<Completion>,
     failures: u32,
-    replies: BTreeMap<CallId, Result<Vec<u8>, RpcError>>,
+    /// Replies not yet taken. A coroutine has a few calls out at a time, so a small list is
+    /// cheaper than a map (a `BTreeMap` reallocates its node every time it empties).
+    replies: Vec<(CallId, Result<Vec<u8>, RpcError>)>,
     timer_fired: bool,
     rng: Option<ChaCha8Rng>,
     finished: bool,
+}
+
+impl CoroState {
+    fn insert_reply(&mut self, call: CallId, r: Result<Vec<u8>, RpcError>) {
+        match self.replies.iter_mut().find(|(id, _)| *id == call) {
+            Some(slot) => slot.1 = r,
+            None => self.replies.push((call, r)),
+        }
+    }
 }
 
 /// A received datagram, or a completion, waiting for the worker's event loop.
@@ -113,6 +124,15 @@ enum Inbound {
     Completion(Completion),
     Datagram { src: Endpoint, bytes: Vec<u8> },
     Imm { src: NodeId, imm: u32 },
+}
+
+/// What [`WorkerCore::step`] reports besides the doorbells.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct StepOutcome {
+    /// CPU time used; the worker is busy until `now + used`.
+    pub used: Nanos,
+    pub has_work: bool,
+    pub timeout: Option<Nanos>,
 }
 
 /// Counters a backend can report.
@@ -140,15 +160,23 @@ pub(crate) struct Shared {
     ready: VecDeque<u32>,
     coros: Vec<CoroState>,
     qps: Vec<QpState>,
-    rc_by_node: Vec<Vec<QpId>>,
+    /// RC QPs grouped by peer node in one flat list (one allocation, cache friendly):
+    /// node n's QPs are `rc_qps[rc_range[n].0..][..rc_range[n].1]`, in creation order.
+    rc_qps: Vec<QpId>,
+    rc_range: Vec<(u32, u32)>,
     ud_qp: Option<QpId>,
     outbox: Vec<Doorbell>,
+    /// Emptied work-request lists the backend handed back, reused by the next posts.
+    spare_wrs: Vec<Vec<WorkRequest>>,
     inbox: VecDeque<Inbound>,
     imms: VecDeque<(NodeId, u32)>,
     imm_waiters: Vec<u32>,
     timers: BTreeSet<(Nanos, u64, u32)>,
     timer_seq: u64,
     pub(crate) rpc: rpc::RpcState,
+    /// Reused buffers: datagrams of one flush, and a handler's reply.
+    dgram_buf: Vec<(Endpoint, Vec<u8>)>,
+    reply_buf: Vec<u8>,
     handlers: Vec<Option<Rc<HandlerFn>>>,
     pub(crate) stats: WorkerStats,
 }
@@ -157,6 +185,26 @@ impl Shared {
     fn charge(&mut self, ns: Nanos) {
         self.now += ns;
         self.stats.cpu_busy_ns += ns;
+    }
+
+    fn has_work(&self) -> bool {
+        !self.inbox.is_empty() || !self.ready.is_empty()
+    }
+
+    fn poll_timeout(&self) -> Option<Nanos> {
+        let t = self.timers.first().map(|&(t, _, _)| t);
+        match (t, self.rpc.next_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The RC QPs to `node` (empty for an unknown node).
+    fn rc_slice(&self, node: NodeId) -> &[QpId] {
+        match self.rc_range.get(node.0 as usize) {
+            Some(&(start, len)) => &self.rc_qps[start as usize..(start + len) as usize],
+            None => &[],
+        }
     }
 
     fn wake(&mut self, coro: u32) {
@@ -174,7 +222,8 @@ impl Shared {
         if q.error {
             return Err(PostError::QpInError { qp, peer: q.info.peer });
         }
-        let mut wrs = Vec::with_capacity(ops.size_hint().0.max(1));
+        let mut wrs = self.spare_wrs.pop().unwrap_or_default();
+        wrs.reserve(ops.size_hint().0.max(1));
         let mut signaled = 0u32;
         let outstanding = (q.posted - q.confirmed) as u32;
         for (op, sig) in ops {
@@ -266,13 +315,14 @@ impl Shared {
                             None => Ok(frame.payload.to_vec()),
                         };
                         let cs = &mut self.coros[coro as usize];
-                        cs.replies.insert(frame.call_id, result);
+                        cs.insert_reply(frame.call_id, result);
                         cs.pending -= 1;
                         self.wake(coro);
                     }
                 }
             }
         }
+        self.rpc.recycle(bytes);
     }
 
     fn serve(&mut self, src: Endpoint, frame: Frame<'_>) {
@@ -289,7 +339,8 @@ impl Shared {
             return;
         };
         self.stats.rpc_handled += 1;
-        let mut reply = Vec::new();
+        let mut reply = std::mem::take(&mut self.reply_buf);
+        reply.clear();
         let mut cpu = 0;
         let mut deferred = Vec::new();
         let outcome = {
@@ -299,41 +350,39 @@ impl Shared {
         };
         self.charge(cpu + self.cfg.costs.copy_ns(reply.len()));
         for (t, bytes) in deferred {
-            self.rpc.queue_reply(self.now, t, bytes);
+            self.rpc.queue_reply(self.now, t, &bytes);
         }
         match outcome {
             Handled::Reply if wants_reply => {
                 self.rpc.remember(token, Some(&reply));
-                self.rpc.queue_reply(self.now, token, reply)
+                self.rpc.queue_reply(self.now, token, &reply)
             }
             Handled::Reply | Handled::NoReply => {}
             Handled::Defer => self.rpc.remember(token, None),
         }
+        self.reply_buf = reply;
     }
 
     /// Packs queued RPC frames into datagrams and posts them as one doorbell on the UD QP.
     fn flush_rpc(&mut self) {
         let Some(ud) = self.ud_qp else { return };
         let now = self.now;
-        let datagrams = self.rpc.take_datagrams(now);
-        if datagrams.is_empty() {
-            return;
+        let mut datagrams = std::mem::take(&mut self.dgram_buf);
+        self.rpc.take_datagrams(now, &mut datagrams);
+        if !datagrams.is_empty() {
+            let q = &self.qps[ud.0 as usize];
+            let room = q.info.max_outstanding - (q.posted - q.confirmed) as u32;
+            if datagrams.len() as u32 > room {
+                // The UD send queue is full: keep the excess for the next flush.
+                self.rpc.requeue(datagrams.drain(room as usize..));
+            }
+            self.post_datagrams(ud, &mut datagrams);
         }
-        let q = &self.qps[ud.0 as usize];
-        let room = q.info.max_outstanding - (q.posted - q.confirmed) as u32;
-        let n = datagrams.len() as u32;
-        if n > room {
-            // The UD send queue is full: keep the excess for the next flush.
-            let (now_send, later): (Vec<_>, Vec<_>) =
-                datagrams.into_iter().enumerate().partition(|(i, _)| (*i as u32) < room);
-            self.rpc.requeue(later.into_iter().map(|(_, d)| d).collect());
-            self.post_datagrams(ud, now_send.into_iter().map(|(_, d)| d).collect());
-        } else {
-            self.post_datagrams(ud, datagrams);
-        }
+        self.dgram_buf = datagrams;
     }
 
-    fn post_datagrams(&mut self, ud: QpId, datagrams: Vec<(Endpoint, Vec<u8>)>) {
+    /// Posts (and drains) `datagrams`.
+    fn post_datagrams(&mut self, ud: QpId, datagrams: &mut Vec<(Endpoint, Vec<u8>)>) {
         if datagrams.is_empty() {
             return;
         }
@@ -344,7 +393,7 @@ impl Shared {
         let signal_last = after * 2 >= q.info.max_outstanding;
         let n = datagrams.len();
         self.stats.datagrams_sent += n as u64;
-        let mut sends = datagrams.into_iter().enumerate().map(|(i, (dest, bytes))| {
+        let mut sends = datagrams.drain(..).enumerate().map(|(i, (dest, bytes))| {
             (Op::Send { src: Payload::Inline(bytes), dest: Some(dest) }, signal_last && i + 1 == n)
         });
         if self.cfg.rpc.doorbell_batching {
@@ -377,15 +426,19 @@ impl WorkerCore {
             ready: VecDeque::new(),
             coros: Vec::new(),
             qps: Vec::new(),
-            rc_by_node: vec![Vec::new(); nodes],
+            rc_qps: Vec::new(),
+            rc_range: vec![(0, 0); nodes],
             ud_qp: None,
             outbox: Vec::new(),
+            spare_wrs: Vec::new(),
             inbox: VecDeque::new(),
             imms: VecDeque::new(),
             imm_waiters: Vec::new(),
             timers: BTreeSet::new(),
             timer_seq: 0,
             rpc,
+            dgram_buf: Vec::new(),
+            reply_buf: Vec::new(),
             handlers: Vec::new(),
             stats: WorkerStats::default(),
         };
@@ -402,7 +455,15 @@ impl WorkerCore {
         let id = QpId(s.qps.len() as u32);
         s.qps.push(QpState { info: QpInfo { id, kind, peer, max_outstanding }, posted: 0, confirmed: 0, error: false });
         match kind {
-            QpType::Rc => s.rc_by_node[peer.0 as usize].push(id),
+            QpType::Rc => {
+                let n = peer.0 as usize;
+                let (start, len) = s.rc_range[n];
+                s.rc_qps.insert((start + len) as usize, id);
+                s.rc_range[n].1 += 1;
+                for r in &mut s.rc_range[n + 1..] {
+                    r.0 += 1;
+                }
+            }
             QpType::Ud => s.ud_qp = Some(id),
         }
         id
@@ -463,6 +524,24 @@ impl WorkerCore {
     /// every coroutine that was ready, and flushes batched RPC sends. Returns the CPU time it
     /// used; the worker is busy until `now + used`.
     pub fn run(&mut self, now: Nanos) -> Nanos {
+        self.run_locked(now).0
+    }
+
+    /// `run`, then what a backend does right after it, under the same borrow: moves posted
+    /// doorbells to `out`, takes back (up to their number) emptied work-request lists from
+    /// `spare` for later posts, and reports `has_work` and `poll_timeout`.
+    pub fn step(&mut self, now: Nanos, out: &mut Vec<Doorbell>, spare: &mut Vec<Vec<WorkRequest>>) -> StepOutcome {
+        let (used, mut s) = self.run_locked(now);
+        for _ in 0..s.outbox.len() {
+            let Some(v) = spare.pop() else { break };
+            debug_assert!(v.is_empty());
+            s.spare_wrs.push(v);
+        }
+        out.append(&mut s.outbox);
+        StepOutcome { used, has_work: s.has_work(), timeout: s.poll_timeout() }
+    }
+
+    fn run_locked(&mut self, now: Nanos) -> (Nanos, RefMut<'_, Shared>) {
         let start;
         let to_run;
         {
@@ -490,7 +569,7 @@ impl WorkerCore {
             for (coro, call_id, err) in expired {
                 s.stats.rpc_timeouts += 1;
                 let cs = &mut s.coros[coro as usize];
-                cs.replies.insert(call_id, Err(err));
+                cs.insert_reply(call_id, Err(err));
                 cs.pending -= 1;
                 s.wake(coro);
             }
@@ -519,7 +598,7 @@ impl WorkerCore {
         }
         let mut s = self.shared.borrow_mut();
         s.flush_rpc();
-        s.now - start
+        (s.now - start, s)
     }
 
     /// Moves posted doorbells out, in posting order.
@@ -529,18 +608,12 @@ impl WorkerCore {
 
     /// Whether `run` has work right now (inbox or ready coroutines).
     pub fn has_work(&self) -> bool {
-        let s = self.shared.borrow();
-        !s.inbox.is_empty() || !s.ready.is_empty()
+        self.shared.borrow().has_work()
     }
 
     /// The earliest deadline (coroutine timer, RPC retransmission, reply-piggyback flush).
     pub fn poll_timeout(&self) -> Option<Nanos> {
-        let s = self.shared.borrow();
-        let t = s.timers.first().map(|&(t, _, _)| t);
-        match (t, s.rpc.next_deadline()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        self.shared.borrow().poll_timeout()
     }
 
     /// Whether every coroutine has returned.
@@ -598,16 +671,16 @@ impl Ctx {
 
     /// The RC QPs this worker has to `node` (one per emulated connection).
     pub fn rc_qps(&self, node: NodeId) -> Vec<QpId> {
-        self.shared.borrow().rc_by_node.get(node.0 as usize).cloned().unwrap_or_default()
+        self.shared.borrow().rc_slice(node).to_vec()
     }
     /// How many RC QPs this worker has to `node`.
     pub fn rc_qp_count(&self, node: NodeId) -> usize {
-        self.shared.borrow().rc_by_node.get(node.0 as usize).map_or(0, |v| v.len())
+        self.shared.borrow().rc_slice(node).len()
     }
     /// The `k`-th RC QP to `node` (k taken modulo the count).
     pub fn rc_qp(&self, node: NodeId, k: usize) -> Option<QpId> {
         let s = self.shared.borrow();
-        let v = s.rc_by_node.get(node.0 as usize)?;
+        let v = s.rc_slice(node);
         (!v.is_empty()).then(|| v[k % v.len()])
     }
     pub fn qp_info(&self, qp: QpId) -> Option<QpInfo> {
@@ -655,7 +728,7 @@ impl Ctx {
                 id
             }
             Err((id, e)) => {
-                s.coros[self.coro as usize].replies.insert(id, Err(e));
+                s.coros[self.coro as usize].insert_reply(id, Err(e));
                 id
             }
         }
@@ -672,7 +745,10 @@ impl Ctx {
 
     /// Takes the reply to `call` (after `wait`). `None` if it has not arrived.
     pub fn take_reply(&self, call: CallId) -> Option<Result<Vec<u8>, RpcError>> {
-        self.shared.borrow_mut().coros[self.coro as usize].replies.remove(&call)
+        let mut s = self.shared.borrow_mut();
+        let replies = &mut s.coros[self.coro as usize].replies;
+        let i = replies.iter().position(|(id, _)| *id == call)?;
+        Some(replies.swap_remove(i).1)
     }
 
     /// Drops replies this coroutine did not take (one-way use of `call`).
@@ -692,7 +768,7 @@ impl Ctx {
         let mut s = self.shared.borrow_mut();
         let now = s.now;
         s.rpc.remember(token, Some(&payload));
-        s.rpc.queue_reply(now, token, payload);
+        s.rpc.queue_reply(now, token, &payload);
     }
 
     /// Sleeps for `ns` of this worker's time.
