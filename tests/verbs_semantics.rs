@@ -462,3 +462,38 @@ fn local_errors() {
         assert_eq!(*status.borrow(), Some(want));
     }
 }
+
+/// Two QPs CAS the same word at once; each CAS is followed by a READ on its own QP. The
+/// CAS that finds the word busy in the NIC is deferred, and the READ behind it must wait for
+/// it (per-QP FIFO): when the READ completes, that CAS's result is already in place.
+#[test]
+fn deferred_atomic_keeps_its_qp_in_order() {
+    let mut sim = small_sim(3, 1, 2, |_| {});
+    let mr = sim.register_region(2, 4096);
+    let results = cell::<Vec<(u64, u64)>>();
+    for (node, swap) in [(0u16, 1u64), (1, 2)] {
+        let out = results.clone();
+        sim.spawn(node, 0, move |ctx| async move {
+            let qp = ctx.rc_qp(NodeId(2), 0).unwrap();
+            let s = ctx.scratch();
+            ctx.store_local(s.addr, 0xdead).unwrap();
+            let cas = Op::Cas { local: sub(s, 0, 8), remote: remote(mr, 0, 8), compare: 0, swap };
+            let read = Op::Read { local: sub(s, 8, 8), remote: remote(mr, 0, 8) };
+            ctx.post(qp, [(cas, false), (read, true)]).unwrap();
+            ctx.wait().await.unwrap();
+            out.borrow_mut().push((ctx.load_local(s.addr).unwrap(), ctx.load_local(s.addr + 8).unwrap()));
+        });
+    }
+    sim.run_until(1_000_000);
+    let r = results.borrow();
+    assert_eq!(r.len(), 2);
+    // Exactly one CAS won; the loser saw the winner's value; nobody saw the stale 0xdead.
+    let winners: Vec<_> = r.iter().filter(|(old, _)| *old == 0).collect();
+    assert_eq!(winners.len(), 1, "{r:?}");
+    for (old, read) in r.iter() {
+        assert_ne!(*old, 0xdead, "CAS result missing when its READ completed: {r:?}");
+        assert!(*read == 1 || *read == 2, "{r:?}");
+    }
+    let won = if r[0].0 == 0 { 0 } else { 1 };
+    assert_eq!(r[1 - won].0, r[won].1, "the loser's CAS saw the winner's value");
+}

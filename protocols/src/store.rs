@@ -81,6 +81,11 @@ pub struct TablePlace {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Layout {
     pub tables: Vec<TablePlace>,
+    /// Log ring buffers: one per (sender node, sender worker), `ring_bytes` each, from
+    /// `log_at` (DrTM+H Sec. 5.4).
+    pub log_at: u64,
+    pub ring_bytes: u64,
+    pub log_workers: u16,
     pub bytes: u64,
 }
 
@@ -127,7 +132,21 @@ impl Layout {
             at = tuples_at + t.rows_per_node * tuple_bytes;
             places.push(TablePlace { spec: t.clone(), buckets_at, buckets, pool_at, pool, tuples_at, tuple_bytes });
         }
-        Layout { tables: places, bytes: at.max(8) }
+        Layout { tables: places, log_at: at, ring_bytes: 0, log_workers: 0, bytes: at.max(8) }
+    }
+
+    /// Adds log rings for `nodes` x `workers` senders.
+    pub fn with_log(mut self, nodes: u16, workers: u16, ring_bytes: u64) -> Layout {
+        self.log_at = align8(self.bytes);
+        self.ring_bytes = align8(ring_bytes);
+        self.log_workers = workers;
+        self.bytes = self.log_at + nodes as u64 * workers as u64 * self.ring_bytes;
+        self
+    }
+
+    /// Offset of the ring a sender's worker writes into.
+    pub fn ring(&self, sender: u16, worker: u16) -> u64 {
+        self.log_at + (sender as u64 * self.log_workers as u64 + worker as u64) * self.ring_bytes
     }
 
     pub fn table(&self, id: u16) -> Option<&TablePlace> {
@@ -252,4 +271,19 @@ pub fn load_table(
         }
     }
     Ok(Some(pool_used))
+}
+
+/// Looks `key` up in this node's own index, through its memory (participant side).
+pub fn find_local(mem: &dyn HostMemory, base: u64, place: &TablePlace, key: u64) -> Option<u64> {
+    let mut offset = place.buckets_at + bucket_of(key, place.buckets) * BUCKET_BYTES;
+    for _ in 0..=place.pool + 1 {
+        let mut b = [0u8; BUCKET_BYTES as usize];
+        mem.read(base + offset, &mut b).ok()?;
+        match probe(&b, key) {
+            Probe::Found { offset, .. } => return Some(offset),
+            Probe::Next { offset: next } => offset = next,
+            Probe::Absent => return None,
+        }
+    }
+    None
 }

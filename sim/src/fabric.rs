@@ -44,6 +44,9 @@ pub struct SimConfig {
     pub max_coroutines: u32,
     pub scratch_per_coroutine: u32,
     pub rpc: RpcConfig,
+    /// Also connect each worker's RC QPs to its own node (NIC loopback), so local records
+    /// can be accessed with NIC atomics like remote ones (DrTM+H Sec. 5.2).
+    pub loopback: bool,
 }
 
 impl SimConfig {
@@ -58,6 +61,7 @@ impl SimConfig {
             max_coroutines: 32,
             scratch_per_coroutine: 8192,
             rpc,
+            loopback: false,
         }
     }
 }
@@ -399,8 +403,8 @@ impl Sim {
                 nodes[a].workers[w].qps.push(base as u32);
                 for b in 0..nn {
                     for kk in 0..k {
-                        // Slots for b == a exist so indices are regular; they are never used.
-                        let core = if b != a {
+                        // Slots for b == a exist so indices are regular; used with `loopback`.
+                        let core = if b != a || cfg.loopback {
                             let id = nodes[a].workers[w].core.add_qp(QpType::Rc, NodeId(b as u16), sq);
                             nodes[a].workers[w].qps.push(idx(w, b, kk));
                             id
@@ -878,6 +882,9 @@ impl Sim {
             let busy = &mut self.nodes[dst as usize].nics[dnic].atomic_busy;
             busy.retain(|&(_, until)| until > now_ps);
             if let Some(&(_, until)) = busy.iter().find(|&&(a, _)| a == addr) {
+                // Deferred: later requests on this QP must wait too, or they would overtake it.
+                let q = &mut self.nodes[dst as usize].qps[dst_qp as usize];
+                q.ordered_after = q.ordered_after.max(until);
                 self.q.schedule(ceil_ns(until), Ev::ReqArrive { op: id });
                 return;
             }

@@ -5,10 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-mod bench_verbs;
-mod check;
-mod run;
-mod scenario;
+use txbed::{bench_verbs, check, run, scenario};
 
 /// txbed: a testbed for RDMA-enabled distributed transactions.
 #[derive(Parser)]

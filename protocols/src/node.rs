@@ -1,0 +1,179 @@
+//! What every node of a transaction run shares: the catalog, the location cache, the
+//! workload, the history it records, and the participant's RPC handlers.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use txbed_checker::Txn;
+use txbed_transport::{Handled, HandlerCtx, HandlerFn, HostMemory};
+use txbed_workloads::Workload;
+
+use crate::locate::{Catalog, LocationCache};
+use crate::stage::Hybrid;
+use crate::store::{self, LOCK, META_BYTES, VERSION, WRITER};
+
+/// RPC handler ids.
+pub const H_LOCK: u16 = 10;
+pub const H_RELEASE: u16 = 11;
+pub const H_COMMIT: u16 = 12;
+pub const H_LOG: u16 = 13;
+pub const H_RECLAIM: u16 = 14;
+
+pub const OK: u8 = 0;
+pub const BUSY: u8 = 1;
+pub const MISSING: u8 = 2;
+
+/// Counters of one node's transactions.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TxnStats {
+    pub committed: u64,
+    pub aborted_conflict: u64,
+    pub aborted_user: u64,
+    pub log_records: u64,
+    pub log_bytes: u64,
+    /// Sum of committed transactions' external deltas (money in minus money out).
+    pub external_delta: i64,
+}
+
+pub struct NodeState {
+    pub me: u16,
+    pub nodes: u16,
+    pub catalog: Rc<Catalog>,
+    pub cache: RefCell<LocationCache>,
+    pub workload: Rc<dyn Workload>,
+    pub hybrid: Hybrid,
+    /// Committed (and user-aborted) transactions, in completion order.
+    pub history: RefCell<Vec<Txn>>,
+    pub stats: RefCell<TxnStats>,
+    /// Replicas including the primary (log to `replication - 1` backups).
+    pub replication: u16,
+    /// Planted bugs, for the checker's own tests: never set in real runs.
+    pub bug: Option<Bug>,
+    /// Per (worker, backup): next ring position and bytes since the last reclaim.
+    pub rings: RefCell<Vec<(u64, u64)>>,
+}
+
+/// A deliberately wrong variant of a protocol, to show the checker catches it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Bug {
+    /// NOWAIT releases its locks before writing back (RCC Sec. 4.2 done wrong).
+    UnlockBeforeWriteBack,
+    /// OCC skips read-set validation.
+    SkipValidation,
+}
+
+impl NodeState {
+    pub fn base(&self) -> u64 {
+        self.catalog.regions[self.me as usize].addr
+    }
+
+    /// Reserves `len` bytes in the ring this worker writes on `backup`: the position, and
+    /// whether it is time to let the backup reclaim (half a ring written since last time).
+    pub fn log_tail(&self, worker: u16, backup: u16, len: u64) -> (u64, bool) {
+        let ring = self.catalog.layout.ring_bytes;
+        let mut rings = self.rings.borrow_mut();
+        let i = worker as usize * self.nodes as usize + backup as usize;
+        if rings.len() <= i {
+            rings.resize(i + 1, (0, 0));
+        }
+        let (pos, since) = &mut rings[i];
+        if *pos + len > ring {
+            *pos = 0;
+        }
+        let at = *pos;
+        *pos += len;
+        *since += len;
+        let reclaim = *since * 2 >= ring;
+        if reclaim {
+            *since = 0;
+        }
+        (at, reclaim)
+    }
+}
+
+fn u64_at(b: &[u8], i: usize) -> u64 {
+    u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or([0; 8]))
+}
+
+/// LOCK: CAS the owner into the tuple's lock word (so a one-sided RELEASE can later clear
+/// it, RCC Sec. 5.2) and reply with the tuple's offset and bytes.
+/// Request: table u16 | pad 6 | key u64 | owner u64. Reply: status u8 | offset u64 | tuple.
+fn lock(n: &NodeState, mem: &dyn HostMemory, req: &[u8], reply: &mut Vec<u8>) {
+    let table = u16::from_le_bytes([req[0], req[1]]);
+    let (key, owner) = (u64_at(req, 8), u64_at(req, 16));
+    let Some(place) = n.catalog.layout.table(table) else {
+        reply.push(MISSING);
+        return;
+    };
+    let Some(off) = store::find_local(mem, n.base(), place, key) else {
+        reply.push(MISSING);
+        return;
+    };
+    let old = mem.cas_u64(n.base() + off + LOCK, 0, owner).unwrap_or(u64::MAX);
+    if old != 0 {
+        reply.push(BUSY);
+        return;
+    }
+    reply.push(OK);
+    reply.extend_from_slice(&off.to_le_bytes());
+    let mut t = vec![0u8; place.tuple_bytes as usize];
+    let _ = mem.read(n.base() + off, &mut t);
+    reply.extend_from_slice(&t);
+}
+
+/// RELEASE: clear the lock if `owner` holds it. Request: offset u64 | owner u64.
+fn release(n: &NodeState, mem: &dyn HostMemory, req: &[u8]) {
+    let (off, owner) = (u64_at(req, 0), u64_at(req, 8));
+    let _ = mem.cas_u64(n.base() + off + LOCK, owner, 0);
+}
+
+/// COMMIT: write back version, writer and record, then clear the lock.
+/// Request: offset u64 | version word u64 | writer u64 | record.
+fn commit(n: &NodeState, mem: &dyn HostMemory, req: &[u8]) {
+    let off = u64_at(req, 0);
+    let base = n.base() + off;
+    let _ = mem.write(base + META_BYTES, &req[24..]);
+    let _ = mem.store_u64(base + VERSION, u64_at(req, 8));
+    let _ = mem.store_u64(base + WRITER, u64_at(req, 16));
+    let _ = mem.store_u64(base + LOCK, 0);
+}
+
+/// Registers the participant handlers of `n` on a worker.
+pub fn handlers(n: &Rc<NodeState>) -> Vec<(u16, Rc<HandlerFn>)> {
+    let (a, b, c, d) = (n.clone(), n.clone(), n.clone(), n.clone());
+    vec![
+        (
+            H_LOCK,
+            Rc::new(move |ctx: &mut HandlerCtx<'_>, req: &[u8]| {
+                lock(&a, ctx.mem, req, ctx.reply);
+                Handled::Reply
+            }),
+        ),
+        (
+            H_RELEASE,
+            Rc::new(move |ctx: &mut HandlerCtx<'_>, req: &[u8]| {
+                release(&b, ctx.mem, req);
+                Handled::Reply
+            }),
+        ),
+        (
+            H_COMMIT,
+            Rc::new(move |ctx: &mut HandlerCtx<'_>, req: &[u8]| {
+                commit(&c, ctx.mem, req);
+                Handled::Reply
+            }),
+        ),
+        (
+            H_LOG,
+            Rc::new(move |ctx: &mut HandlerCtx<'_>, req: &[u8]| {
+                // The RPC log handler copies the record into its buffer (DrTM+H Sec. 5.4).
+                ctx.compute((req.len() as u64).div_ceil(10));
+                let mut s = d.stats.borrow_mut();
+                s.log_records += 1;
+                s.log_bytes += req.len() as u64;
+                Handled::Reply
+            }),
+        ),
+        (H_RECLAIM, Rc::new(|_ctx: &mut HandlerCtx<'_>, _req: &[u8]| Handled::NoReply)),
+    ]
+}

@@ -1,0 +1,228 @@
+//! Runs a transactional workload with a protocol on the simulated cluster, then checks the
+//! history: every committed transaction's reads and writes, each record's final version, and
+//! the workload's conserved quantity.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use rand::Rng;
+use txbed_checker::{check, Final, History, Invariant, Options, Report};
+use txbed_protocols::history_key;
+use txbed_protocols::locate::{Catalog, LocationCache};
+use txbed_protocols::node::{self, Bug, NodeState, TxnStats};
+use txbed_protocols::nowait::{self, Attempt};
+use txbed_protocols::stage::Hybrid;
+use txbed_protocols::store::{self, split_version_word, Layout, TableSpec, VERSION};
+use txbed_sim::{NicProfile, Sim, SimConfig};
+use txbed_workloads::{Key, Workload};
+
+pub struct TxnRunSpec {
+    pub nodes: u16,
+    pub workers: u16,
+    pub coroutines: u32,
+    pub profile: NicProfile,
+    pub seed: u64,
+    pub hybrid: Hybrid,
+    pub replication: u16,
+    pub workload: Rc<dyn Workload>,
+    /// Simulated time during which coroutines start transactions.
+    pub duration_ns: u64,
+    pub cache_bytes: u64,
+    pub bug: Option<Bug>,
+    /// Allow one-sided locking across several HCA-atomic NICs per node (unsafe: for tests
+    /// that show the checker catching it).
+    pub allow_unsafe_atomics: bool,
+}
+
+pub struct TxnRunResult {
+    pub history: History,
+    pub report: Report,
+    pub stats: TxnStats,
+    pub failures: Vec<String>,
+    pub digest: u64,
+    pub events: u64,
+    pub simulated_ns: u64,
+}
+
+impl TxnRunResult {
+    pub fn throughput_tps(&self, duration_ns: u64) -> f64 {
+        self.stats.committed as f64 / (duration_ns as f64 * 1e-9)
+    }
+    /// Whether the checker found nothing wrong.
+    pub fn clean(&self) -> bool {
+        self.report.serializable
+            && self.report.nothing_lost == Some(true)
+            && self.report.invariants_ok
+            && self.failures.is_empty()
+    }
+}
+
+/// A transaction id: nonzero, unique per (node, worker, coroutine, sequence).
+fn txn_id(node: u16, worker: u16, coro: u32, seq: u64) -> u64 {
+    ((node as u64 + 1) << 52) | ((worker as u64) << 40) | ((coro as u64 & 0xfff) << 28) | (seq & 0xfff_ffff)
+}
+
+pub fn run_nowait(spec: &TxnRunSpec) -> Result<TxnRunResult, String> {
+    spec.hybrid.check("NOWAIT", &nowait::STAGES)?;
+    // IBV_ATOMIC_HCA makes NIC atomics atomic only among QPs of one HCA: with two NICs per
+    // node, two coordinators can CAS the same lock through different NICs and both win.
+    if spec.hybrid.onesided(txbed_protocols::stage::Stage::Lock)
+        && spec.profile.atomicity == txbed_sim::profile::Atomicity::Hca
+        && spec.profile.nics_per_node > 1
+        && !spec.allow_unsafe_atomics
+    {
+        return Err(format!(
+            "one-sided locking is unsafe on NIC profile {:?}: its {} NICs per node have HCA-level atomicity, so CAS through different NICs is not atomic; use a profile with nics_per_node: 1 or atomicity: Glob",
+            spec.profile.name, spec.profile.nics_per_node
+        ));
+    }
+    if spec.replication == 0 || spec.replication > spec.nodes {
+        return Err(format!("replication {} must be 1..={} (the number of nodes)", spec.replication, spec.nodes));
+    }
+    let w = spec.workload.clone();
+    let mut cfg = SimConfig::new(spec.nodes, spec.workers, spec.profile.clone(), spec.seed);
+    cfg.max_coroutines = spec.coroutines;
+    cfg.scratch_per_coroutine = 16 << 10;
+    cfg.loopback = true;
+    let mut sim = Sim::new(cfg)?;
+    let tables: Vec<TableSpec> = w
+        .tables()
+        .iter()
+        .map(|t| TableSpec { id: t.id, record_bytes: t.record_bytes, rows_per_node: t.rows_per_node })
+        .collect();
+    let layout = Layout::new(&tables, store::LOAD_FACTOR).with_log(spec.nodes, spec.workers, 64 << 10);
+    let mut regions = Vec::new();
+    for n in 0..spec.nodes {
+        let mr = sim.register_region(n, layout.bytes);
+        for place in &layout.tables {
+            let per = place.spec.rows_per_node;
+            let keys: Vec<u64> = (n as u64 * per..(n as u64 + 1) * per).collect();
+            let table = place.spec.id;
+            let init = |row: u64| w.initial(Key { table, row });
+            match store::load_table(&*sim.memory(n), mr, place, &keys, &init) {
+                Ok(Some(_)) => {}
+                Ok(None) => return Err("the index's overflow pool is too small for this table".into()),
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+        regions.push(mr);
+    }
+    let catalog = Rc::new(Catalog { layout, regions });
+    let states: Vec<Rc<NodeState>> = (0..spec.nodes)
+        .map(|n| {
+            Rc::new(NodeState {
+                me: n,
+                nodes: spec.nodes,
+                catalog: catalog.clone(),
+                cache: RefCell::new(LocationCache::new(spec.cache_bytes)),
+                workload: w.clone(),
+                hybrid: spec.hybrid,
+                history: RefCell::new(Vec::new()),
+                stats: RefCell::new(TxnStats::default()),
+                replication: spec.replication,
+                bug: spec.bug,
+                rings: RefCell::new(Vec::new()),
+            })
+        })
+        .collect();
+    let failures = Rc::new(RefCell::new(Vec::new()));
+    let end = spec.duration_ns;
+    for n in 0..spec.nodes {
+        for wk in 0..spec.workers {
+            for (id, h) in node::handlers(&states[n as usize]) {
+                sim.worker(n, wk).register_handler(id, h);
+            }
+            for c in 0..spec.coroutines {
+                let st = states[n as usize].clone();
+                let failures = failures.clone();
+                sim.spawn(n, wk, move |ctx| async move {
+                    let mut seq = 0u64;
+                    while ctx.now() < end {
+                        let t = ctx.with_rng(|r| st.workload.generate(r, n, st.nodes));
+                        let mut tries = 0u32;
+                        loop {
+                            seq += 1;
+                            match nowait::attempt(&ctx, &st, &t, txn_id(n, wk, c, seq)).await {
+                                Attempt::Committed => {
+                                    st.stats.borrow_mut().committed += 1;
+                                    break;
+                                }
+                                Attempt::UserAbort => {
+                                    st.stats.borrow_mut().aborted_user += 1;
+                                    break;
+                                }
+                                Attempt::Conflict => {
+                                    st.stats.borrow_mut().aborted_conflict += 1;
+                                    tries += 1;
+                                    if ctx.now() >= end {
+                                        break;
+                                    }
+                                    // Randomised back-off, growing with the retries.
+                                    let pause = ctx.with_rng(|r| r.gen_range(0..1_000u64 << tries.min(6)));
+                                    ctx.sleep(pause).await;
+                                }
+                                Attempt::Failed(e) => {
+                                    failures.borrow_mut().push(format!("node {n} worker {wk}: {e}"));
+                                    return;
+                                }
+                            }
+                        }
+                    }
+                });
+            }
+        }
+    }
+    // Start nothing after `end`; let transactions in flight finish.
+    sim.run_until(end);
+    sim.run_to_idle(end + 100_000_000);
+
+    // The history, each record's final version, and the conserved quantity.
+    let mut h = History::default();
+    let mut stats = TxnStats::default();
+    let mut conserved = 0i64;
+    let mut initial = 0i64;
+    for (n, st) in states.iter().enumerate() {
+        h.txns.extend(st.history.borrow().iter().cloned());
+        let s = st.stats.borrow();
+        stats.committed += s.committed;
+        stats.aborted_conflict += s.aborted_conflict;
+        stats.aborted_user += s.aborted_user;
+        stats.log_records += s.log_records;
+        stats.log_bytes += s.log_bytes;
+        stats.external_delta += s.external_delta;
+        let mem = sim.memory(n as u16);
+        let base = catalog.regions[n].addr;
+        for place in &catalog.layout.tables {
+            let per = place.spec.rows_per_node;
+            for row in n as u64 * per..(n as u64 + 1) * per {
+                let key = Key { table: place.spec.id, row };
+                let off = base + place.tuples_at + (row - n as u64 * per) * place.tuple_bytes;
+                let version = split_version_word(mem.nic_load_u64(off + VERSION)).1;
+                let mut rec = vec![0u8; place.spec.record_bytes as usize];
+                let _ = mem.nic_read(off + store::META_BYTES, &mut rec);
+                conserved += w.conserved(key, &rec);
+                initial += w.conserved(key, &w.initial(key));
+                if version > 0 {
+                    h.finals.push(Final { replica: "primary".into(), key: history_key(key.table, row), version });
+                }
+            }
+        }
+    }
+    // Keys never written must still hold version 0: list them only if something wrote them.
+    h.invariants.push(Invariant {
+        name: format!("{}: conserved total", w.name()),
+        expected: initial + stats.external_delta,
+        actual: conserved,
+    });
+    let report = check(&h, &Options::default());
+    let failures = failures.borrow().clone();
+    Ok(TxnRunResult {
+        history: h,
+        report,
+        stats,
+        failures,
+        digest: sim.digest(),
+        events: sim.events(),
+        simulated_ns: sim.now(),
+    })
+}
