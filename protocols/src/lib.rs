@@ -5,12 +5,16 @@
 //! - [`stage`]: transaction stages and RCC's per-stage hybrid code.
 //! - [`node`]: what a node shares (catalog, cache, history) and the participant's handlers.
 //! - [`log`]: the LOG stage (ring buffers on backups, or RPC).
+//! - [`ops`]: the operations protocols are built from, each in RPC and one-sided form.
 //! - [`nowait`]: NOWAIT (RCC Sec. 4.2).
+//! - [`occ`]: OCC as in DrTM+H (Sec. 5-6).
 
 pub mod locate;
 pub mod log;
 pub mod node;
 pub mod nowait;
+pub mod occ;
+pub mod ops;
 pub mod stage;
 pub mod store;
 

@@ -18,6 +18,8 @@ pub const H_RELEASE: u16 = 11;
 pub const H_COMMIT: u16 = 12;
 pub const H_LOG: u16 = 13;
 pub const H_RECLAIM: u16 = 14;
+pub const H_FETCH: u16 = 15;
+pub const H_VALIDATE: u16 = 16;
 
 pub const OK: u8 = 0;
 pub const BUSY: u8 = 1;
@@ -121,6 +123,41 @@ fn lock(n: &NodeState, mem: &dyn HostMemory, req: &[u8], reply: &mut Vec<u8>) {
     reply.extend_from_slice(&t);
 }
 
+/// FETCH (OCC's execution by RPC): the tuple, its offset, and the key's main bucket so the
+/// caller's location cache fills even over RPC (DrTM+H Sec. 5.1).
+/// Request: table u16 | pad 6 | key u64. Reply: status | offset | bucket offset | bucket | tuple.
+fn fetch(n: &NodeState, mem: &dyn HostMemory, req: &[u8], reply: &mut Vec<u8>) {
+    let table = u16::from_le_bytes([req[0], req[1]]);
+    let key = u64_at(req, 8);
+    let Some(place) = n.catalog.layout.table(table) else {
+        reply.push(MISSING);
+        return;
+    };
+    let Some(off) = store::find_local(mem, n.base(), place, key) else {
+        reply.push(MISSING);
+        return;
+    };
+    let bucket_at = place.buckets_at + store::bucket_of(key, place.buckets) * store::BUCKET_BYTES;
+    let mut b = [0u8; store::BUCKET_BYTES as usize];
+    let _ = mem.read(n.base() + bucket_at, &mut b);
+    let mut t = vec![0u8; place.tuple_bytes as usize];
+    let _ = mem.read(n.base() + off, &mut t);
+    reply.push(OK);
+    reply.extend_from_slice(&off.to_le_bytes());
+    reply.extend_from_slice(&bucket_at.to_le_bytes());
+    reply.extend_from_slice(&b);
+    reply.extend_from_slice(&t);
+}
+
+/// VALIDATE: the tuple's lock and version words. Request: offset u64.
+fn validate(n: &NodeState, mem: &dyn HostMemory, req: &[u8], reply: &mut Vec<u8>) {
+    let off = u64_at(req, 0);
+    let lock = mem.load_u64(n.base() + off + LOCK).unwrap_or(u64::MAX);
+    let ver = mem.load_u64(n.base() + off + VERSION).unwrap_or(u64::MAX);
+    reply.extend_from_slice(&lock.to_le_bytes());
+    reply.extend_from_slice(&ver.to_le_bytes());
+}
+
 /// RELEASE: clear the lock if `owner` holds it. Request: offset u64 | owner u64.
 fn release(n: &NodeState, mem: &dyn HostMemory, req: &[u8]) {
     let (off, owner) = (u64_at(req, 0), u64_at(req, 8));
@@ -175,5 +212,25 @@ pub fn handlers(n: &Rc<NodeState>) -> Vec<(u16, Rc<HandlerFn>)> {
             }),
         ),
         (H_RECLAIM, Rc::new(|_ctx: &mut HandlerCtx<'_>, _req: &[u8]| Handled::NoReply)),
+        (
+            H_FETCH,
+            Rc::new({
+                let n = n.clone();
+                move |ctx: &mut HandlerCtx<'_>, req: &[u8]| {
+                    fetch(&n, ctx.mem, req, ctx.reply);
+                    Handled::Reply
+                }
+            }),
+        ),
+        (
+            H_VALIDATE,
+            Rc::new({
+                let n = n.clone();
+                move |ctx: &mut HandlerCtx<'_>, req: &[u8]| {
+                    validate(&n, ctx.mem, req, ctx.reply);
+                    Handled::Reply
+                }
+            }),
+        ),
     ]
 }

@@ -880,7 +880,8 @@ impl Sim {
         if let Op::Cas { remote, .. } | Op::Faa { remote, .. } = &self.ops[id as usize].wr.op {
             let addr = remote.addr;
             let busy = &mut self.nodes[dst as usize].nics[dnic].atomic_busy;
-            busy.retain(|&(_, until)| until > now_ps);
+            // An entry lives until its commit event removes it: a request arriving at the very
+            // nanosecond of the commit, but ordered before it, must still wait.
             if let Some(&(_, until)) = busy.iter().find(|&&(a, _)| a == addr) {
                 // Deferred: later requests on this QP must wait too, or they would overtake it.
                 let q = &mut self.nodes[dst as usize].qps[dst_qp as usize];
@@ -1093,6 +1094,13 @@ impl Sim {
     fn on_atomic_commit(&mut self, id: u32) {
         let o = &self.ops[id as usize];
         self.q.record(4, o.wr.wr_id, o.dst as u64);
+        if let Op::Cas { remote, .. } | Op::Faa { remote, .. } = &o.wr.op {
+            let nic = self.nodes[o.dst as usize].qps[o.dst_qp as usize].nic as usize;
+            let busy = &mut self.nodes[o.dst as usize].nics[nic].atomic_busy;
+            if let Some(p) = busy.iter().position(|&(a, _)| a == remote.addr) {
+                busy.swap_remove(p);
+            }
+        }
         if let (Some(v), Op::Cas { remote, .. } | Op::Faa { remote, .. }) = (o.atomic_new, &o.wr.op) {
             let _ = self.nodes[o.dst as usize].mem.nic_write(remote.addr, &v.to_le_bytes());
         }

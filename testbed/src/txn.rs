@@ -16,7 +16,30 @@ use txbed_protocols::store::{self, split_version_word, Layout, TableSpec, VERSIO
 use txbed_sim::{NicProfile, Sim, SimConfig};
 use txbed_workloads::{Key, Workload};
 
+/// A concurrency-control protocol the runner can drive.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    NoWait,
+    Occ,
+}
+
+impl Protocol {
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::NoWait => "NOWAIT",
+            Protocol::Occ => "OCC",
+        }
+    }
+    pub fn stages(self) -> &'static [txbed_protocols::stage::Stage] {
+        match self {
+            Protocol::NoWait => &nowait::STAGES,
+            Protocol::Occ => &txbed_protocols::occ::STAGES,
+        }
+    }
+}
+
 pub struct TxnRunSpec {
+    pub protocol: Protocol,
     pub nodes: u16,
     pub workers: u16,
     pub coroutines: u32,
@@ -62,8 +85,8 @@ fn txn_id(node: u16, worker: u16, coro: u32, seq: u64) -> u64 {
     ((node as u64 + 1) << 52) | ((worker as u64) << 40) | ((coro as u64 & 0xfff) << 28) | (seq & 0xfff_ffff)
 }
 
-pub fn run_nowait(spec: &TxnRunSpec) -> Result<TxnRunResult, String> {
-    spec.hybrid.check("NOWAIT", &nowait::STAGES)?;
+pub fn run_txns(spec: &TxnRunSpec) -> Result<TxnRunResult, String> {
+    spec.hybrid.check(spec.protocol.name(), spec.protocol.stages())?;
     // IBV_ATOMIC_HCA makes NIC atomics atomic only among QPs of one HCA: with two NICs per
     // node, two coordinators can CAS the same lock through different NICs and both win.
     if spec.hybrid.onesided(txbed_protocols::stage::Stage::Lock)
@@ -127,6 +150,7 @@ pub fn run_nowait(spec: &TxnRunSpec) -> Result<TxnRunResult, String> {
         .collect();
     let failures = Rc::new(RefCell::new(Vec::new()));
     let end = spec.duration_ns;
+    let protocol = spec.protocol;
     for n in 0..spec.nodes {
         for wk in 0..spec.workers {
             for (id, h) in node::handlers(&states[n as usize]) {
@@ -142,7 +166,12 @@ pub fn run_nowait(spec: &TxnRunSpec) -> Result<TxnRunResult, String> {
                         let mut tries = 0u32;
                         loop {
                             seq += 1;
-                            match nowait::attempt(&ctx, &st, &t, txn_id(n, wk, c, seq)).await {
+                            let id = txn_id(n, wk, c, seq);
+                            let outcome = match protocol {
+                                Protocol::NoWait => nowait::attempt(&ctx, &st, &t, id).await,
+                                Protocol::Occ => txbed_protocols::occ::attempt(&ctx, &st, &t, id).await,
+                            };
+                            match outcome {
                                 Attempt::Committed => {
                                     st.stats.borrow_mut().committed += 1;
                                     break;

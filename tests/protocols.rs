@@ -1,12 +1,12 @@
-//! NOWAIT on the simulator, every run checked by the history checker: serializable, nothing
-//! lost, the workload's conserved quantity intact. Failures print the seed and scenario.
+//! NOWAIT and OCC on the simulator, every run checked by the history checker: serializable,
+//! nothing lost, the workload's conserved quantity intact. Failures print the seed and
+//! scenario to replay.
 
 use std::rc::Rc;
 
 use proptest::prelude::*;
-use txbed::txn::{run_nowait, TxnRunResult, TxnRunSpec};
+use txbed::txn::{run_txns, Protocol, TxnRunResult, TxnRunSpec};
 use txbed_protocols::node::Bug;
-use txbed_protocols::nowait::STAGES;
 use txbed_protocols::stage::Hybrid;
 use txbed_sim::NicProfile;
 use txbed_workloads::smallbank::SmallBank;
@@ -40,6 +40,7 @@ fn cx4_one_nic() -> NicProfile {
 
 #[derive(Clone, Debug)]
 struct Shape {
+    protocol: Protocol,
     w: W,
     nodes: u16,
     workers: u16,
@@ -50,11 +51,12 @@ struct Shape {
 }
 
 impl Shape {
-    fn new(w: W, hybrid: Hybrid, seed: u64) -> Shape {
-        Shape { w, nodes: 3, workers: 2, coroutines: 4, hybrid, seed, bug: None }
+    fn new(protocol: Protocol, w: W, hybrid: Hybrid, seed: u64) -> Shape {
+        Shape { protocol, w, nodes: 3, workers: 2, coroutines: 4, hybrid, seed, bug: None }
     }
     fn spec(&self) -> TxnRunSpec {
         TxnRunSpec {
+            protocol: self.protocol,
             nodes: self.nodes,
             workers: self.workers,
             coroutines: self.coroutines,
@@ -72,12 +74,19 @@ impl Shape {
     /// How to replay this run.
     fn replay(&self) -> String {
         format!(
-            "replay: NOWAIT {:?} nodes={} workers={} coroutines={} hybrid={} seed={} bug={:?}",
-            self.w, self.nodes, self.workers, self.coroutines, self.hybrid, self.seed, self.bug
+            "replay: {} {:?} nodes={} workers={} coroutines={} hybrid={} seed={} bug={:?}",
+            self.protocol.name(),
+            self.w,
+            self.nodes,
+            self.workers,
+            self.coroutines,
+            self.hybrid,
+            self.seed,
+            self.bug
         )
     }
     fn run(&self) -> TxnRunResult {
-        run_nowait(&self.spec()).unwrap_or_else(|e| panic!("{e}\n{}", self.replay()))
+        run_txns(&self.spec()).unwrap_or_else(|e| panic!("{e}\n{}", self.replay()))
     }
 }
 
@@ -95,19 +104,23 @@ fn assert_clean(s: &Shape, r: &TxnRunResult) {
     assert!(r.stats.committed > 20, "{}: only {} commits", s.replay(), r.stats.committed);
 }
 
-/// Every valid hybrid code (all 16 combinations of LOCK, LOG, RELEASE, COMMIT), on both
-/// workloads at high contention, is serializable with nothing lost.
+/// Every valid hybrid code (NOWAIT: 16 combinations of LOCK, LOG, RELEASE, COMMIT; OCC: 64,
+/// adding READ and VALIDATE), on both workloads at high contention, is serializable with
+/// nothing lost.
 #[test]
 fn every_hybrid_code_is_serializable() {
-    let codes = Hybrid::all_codes(&STAGES);
-    assert_eq!(codes.len(), 16);
-    for code in codes {
-        for w in [W::SmallBankHot, W::YcsbHot] {
-            for seed in [1, 2] {
-                let s = Shape::new(w, code, seed);
-                let r = s.run();
-                assert_clean(&s, &r);
-                assert!(r.stats.aborted_conflict > 0, "{}: no conflicts, so no contention tested", s.replay());
+    for (protocol, n) in [(Protocol::NoWait, 16), (Protocol::Occ, 64)] {
+        let codes = Hybrid::all_codes(protocol.stages());
+        assert_eq!(codes.len(), n);
+        for code in codes {
+            for w in [W::SmallBankHot, W::YcsbHot] {
+                let seeds: &[u64] = if protocol == Protocol::NoWait { &[1, 2] } else { &[1] };
+                for &seed in seeds {
+                    let s = Shape::new(protocol, w, code, seed);
+                    let r = s.run();
+                    assert_clean(&s, &r);
+                    assert!(r.stats.aborted_conflict > 0, "{}: no conflicts, so no contention tested", s.replay());
+                }
             }
         }
     }
@@ -118,35 +131,46 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 40, failure_persistence: None, ..ProptestConfig::default() })]
     #[test]
     fn random_shapes_are_serializable(
+        occ in any::<bool>(),
         nodes in 2u16..=6,
         workers in 1u16..=3,
         coroutines in 1u32..=6,
-        code in 0u32..16,
+        code in 0u32..64,
         ycsb in any::<bool>(),
         seed in 0u64..1_000_000,
     ) {
-        let hybrid = Hybrid::all_codes(&STAGES)[code as usize];
+        let protocol = if occ { Protocol::Occ } else { Protocol::NoWait };
+        let codes = Hybrid::all_codes(protocol.stages());
+        let hybrid = codes[code as usize % codes.len()];
         let w = if ycsb { W::YcsbHot } else { W::SmallBankHot };
-        let s = Shape { w, nodes, workers, coroutines, hybrid, seed, bug: None };
+        let s = Shape { protocol, w, nodes, workers, coroutines, hybrid, seed, bug: None };
         let r = s.run();
         prop_assert!(r.clean(), "{}\n{:?}", s.replay(), r.report.anomalies.first());
     }
 }
 
-/// NOWAIT that releases its locks before writing back (a planted bug) is caught by the
-/// checker within 1000 seeds, in RPC and one-sided form.
+/// A planted bug per protocol is caught by the checker within 1000 seeds, in RPC and
+/// one-sided form: NOWAIT releasing its locks before writing back, OCC skipping read-set
+/// validation.
 #[test]
-fn planted_bug_unlock_before_write_back_is_caught() {
-    for hybrid in [Hybrid::RPC, Hybrid::full(&STAGES)] {
-        let caught = (1..=1000u64).find(|&seed| {
-            let s = Shape { bug: Some(Bug::UnlockBeforeWriteBack), ..Shape::new(W::SmallBankHot, hybrid, seed) };
-            let r = s.run();
-            if !r.clean() {
-                eprintln!("caught: {}\n{}", s.replay(), r.report.anomalies[0].explanation);
-            }
-            !r.clean()
-        });
-        assert!(caught.is_some(), "planted bug not caught in 1000 seeds ({hybrid})");
+fn planted_bugs_are_caught() {
+    // OCC's bug needs read sets: YCSB mixes reads and writes in every transaction.
+    let cases = [
+        (Protocol::NoWait, Bug::UnlockBeforeWriteBack, W::SmallBankHot),
+        (Protocol::Occ, Bug::SkipValidation, W::YcsbHot),
+    ];
+    for (protocol, bug, w) in cases {
+        for hybrid in [Hybrid::RPC, Hybrid::full(protocol.stages())] {
+            let caught = (1..=1000u64).find(|&seed| {
+                let s = Shape { bug: Some(bug), ..Shape::new(protocol, w, hybrid, seed) };
+                let r = s.run();
+                if !r.clean() {
+                    eprintln!("caught: {}\n{}", s.replay(), r.report.anomalies[0].explanation);
+                }
+                !r.clean()
+            });
+            assert!(caught.is_some(), "{} planted bug {bug:?} not caught in 1000 seeds ({hybrid})", protocol.name());
+        }
     }
 }
 
@@ -154,26 +178,26 @@ fn planted_bug_unlock_before_write_back_is_caught() {
 /// one lock; the runner refuses such a setup unless told to, and the checker catches it.
 #[test]
 fn two_hca_nics_break_one_sided_locking() {
-    let s = Shape::new(W::SmallBankHot, Hybrid::full(&STAGES), 1);
+    let s = Shape::new(Protocol::NoWait, W::SmallBankHot, Hybrid::full(Protocol::NoWait.stages()), 1);
     let mut spec = s.spec();
     spec.profile = NicProfile::load("cx4").unwrap();
-    let err = run_nowait(&spec).err().expect("refused");
+    let err = run_txns(&spec).err().expect("refused");
     assert!(err.contains("HCA-level atomicity"), "{err}");
     spec.allow_unsafe_atomics = true;
     let caught = (1..=50u64).any(|seed| {
         spec.seed = seed;
-        !run_nowait(&spec).unwrap().report.serializable
+        !run_txns(&spec).unwrap().report.serializable
     });
     assert!(caught, "two NICs with HCA atomics never broke mutual exclusion");
     // RPC locking (CPU CAS at the owner) is safe with any number of NICs.
     spec.hybrid = Hybrid(0);
     spec.allow_unsafe_atomics = false;
-    assert!(run_nowait(&spec).unwrap().clean());
+    assert!(run_txns(&spec).unwrap().clean());
 }
 
 #[test]
 fn runs_are_deterministic() {
-    let s = Shape::new(W::YcsbHot, Hybrid(17), 9);
+    let s = Shape::new(Protocol::Occ, W::YcsbHot, Hybrid(17), 9);
     let (a, b) = (s.run(), s.run());
     assert_eq!(a.digest, b.digest);
     assert_eq!(a.history, b.history);
@@ -183,6 +207,6 @@ fn runs_are_deterministic() {
 
 #[test]
 fn invalid_hybrid_bits_are_rejected() {
-    let err = run_nowait(&Shape::new(W::YcsbHot, Hybrid(2 | 32), 1).spec()).err().unwrap();
+    let err = run_txns(&Shape::new(Protocol::NoWait, W::YcsbHot, Hybrid(2 | 32), 1).spec()).err().unwrap();
     assert!(err.contains("read (2)") && err.contains("validate (32)") && err.contains("lock (1)"), "{err}");
 }

@@ -1,0 +1,381 @@
+//! The transaction operations protocols are built from (RCC Sec. 4.1), each in its RPC and
+//! one-sided form, chosen by the stage's bit of the hybrid code:
+//!
+//! | operation | one-sided | RPC |
+//! | --- | --- | --- |
+//! | fetch (READ) | location cache or index READs, then one READ of the tuple | `H_FETCH` returns tuple, offset and the key's bucket (fills the cache) |
+//! | lock + read (LOCK) | CAS (unsignaled) + READ on one QP | `H_LOCK`: CAS at the participant, reply with tuple |
+//! | validate (VALIDATE) | READ of lock and version | `H_VALIDATE` returns them |
+//! | log (LOG) | WRITE into the backup's ring | `H_LOG` |
+//! | write back + unlock (COMMIT) | WRITE body, then WRITE lock = 0, only the second signaled | `H_COMMIT` |
+//! | unlock (RELEASE) | WRITE lock = 0 | `H_RELEASE` |
+//!
+//! Scratch layout per coroutine: [0, 8) KiB lock/fetch/validate buffers and index buckets,
+//! [8, 12) KiB the log record, [12, 16) KiB write-back staging.
+
+use txbed_checker::{Access, Txn};
+use txbed_transport::{Ctx, Endpoint, LocalBuf, NodeId, Op, Payload, QpId};
+use txbed_workloads::TxnSpec;
+
+use crate::history_key;
+use crate::locate::locate;
+use crate::node::{NodeState, BUSY, H_COMMIT, H_FETCH, H_LOCK, H_RELEASE, H_VALIDATE, OK};
+use crate::stage::Stage;
+use crate::store::{split_version_word, version_word, BUCKET_BYTES, LOCK, META_BYTES, VERSION};
+
+/// One record a transaction accesses.
+pub struct Rec {
+    pub table: u16,
+    pub key: u64,
+    pub home: u16,
+    pub write: bool,
+    /// Offset of the tuple in its home's store region (known after fetch or lock).
+    pub offset: u64,
+    pub locked: bool,
+    /// The tuple as fetched or read under lock.
+    pub tuple: Vec<u8>,
+}
+
+impl Rec {
+    pub fn record(&self) -> &[u8] {
+        &self.tuple[META_BYTES as usize..]
+    }
+    pub fn lock_word(&self) -> u64 {
+        u64::from_le_bytes(self.tuple[LOCK as usize..LOCK as usize + 8].try_into().expect("tuple"))
+    }
+    /// (incarnation, version) of the tuple as read.
+    pub fn version(&self) -> (u16, u64) {
+        split_version_word(u64::from_le_bytes(
+            self.tuple[VERSION as usize..VERSION as usize + 8].try_into().expect("tuple"),
+        ))
+    }
+}
+
+/// The records of `spec`: its reads, then its read-modify-writes.
+pub fn records(n: &NodeState, spec: &TxnSpec) -> Vec<Rec> {
+    spec.reads
+        .iter()
+        .map(|k| (k, false))
+        .chain(spec.writes.iter().map(|k| (k, true)))
+        .map(|(k, write)| Rec {
+            table: k.table,
+            key: k.row,
+            home: n.workload.home(*k, n.nodes),
+            write,
+            offset: 0,
+            locked: false,
+            tuple: Vec::new(),
+        })
+        .collect()
+}
+
+pub fn endpoint(ctx: &Ctx, node: u16) -> Endpoint {
+    Endpoint { node: NodeId(node), worker: ctx.me().worker }
+}
+
+pub fn qp(ctx: &Ctx, node: u16) -> Result<QpId, String> {
+    ctx.rc_qp(NodeId(node), ctx.coroutine() as usize).ok_or_else(|| format!("no QP to node {node}"))
+}
+
+fn tuple_bytes(n: &NodeState, table: u16) -> u32 {
+    n.catalog.layout.table(table).map(|p| p.tuple_bytes as u32).unwrap_or(0)
+}
+
+/// LOCK: locks and reads the selected records. Returns whether all were locked (a record
+/// another transaction holds is left unlocked).
+pub async fn lock_and_read(
+    ctx: &Ctx,
+    n: &NodeState,
+    recs: &mut [Rec],
+    which: impl Fn(&Rec) -> bool,
+    id: u64,
+) -> Result<bool, String> {
+    let scratch = ctx.scratch();
+    if n.hybrid.onesided(Stage::Lock) {
+        for r in recs.iter_mut().filter(|r| which(r) && r.tuple.is_empty()) {
+            r.offset = locate(ctx, &n.catalog, &n.cache, scratch, r.home, r.table, r.key)
+                .await
+                .map_err(|e| format!("{e:?}"))?
+                .offset;
+        }
+        let mut at = scratch.addr;
+        let mut slots = Vec::new();
+        for (i, r) in recs.iter().enumerate().filter(|(_, r)| which(r)) {
+            let len = tuple_bytes(n, r.table);
+            let cas_out = LocalBuf { lkey: scratch.lkey, addr: at, len: 8 };
+            // A sentinel, so a result that never arrived cannot read as "was free".
+            ctx.store_local(at, u64::MAX).map_err(|e| e.to_string())?;
+            let read_out = LocalBuf { lkey: scratch.lkey, addr: at + 8, len };
+            slots.push((i, at));
+            at += 8 + len as u64;
+            let cas =
+                Op::Cas { local: cas_out, remote: n.catalog.remote(r.home, r.offset + LOCK, 8), compare: 0, swap: id };
+            let read = Op::Read { local: read_out, remote: n.catalog.remote(r.home, r.offset, len) };
+            ctx.post(qp(ctx, r.home)?, [(cas, false), (read, true)]).map_err(|e| e.to_string())?;
+        }
+        ctx.wait().await.map_err(|c| c.to_string())?;
+        for (i, at) in slots {
+            let r = &mut recs[i];
+            r.locked = ctx.load_local(at).map_err(|e| e.to_string())? == 0;
+            r.tuple = vec![0; tuple_bytes(n, r.table) as usize];
+            ctx.read_local(at + 8, &mut r.tuple).map_err(|e| e.to_string())?;
+        }
+    } else {
+        let mut calls = Vec::new();
+        for (i, r) in recs.iter().enumerate().filter(|(_, r)| which(r)) {
+            let mut req = Vec::with_capacity(24);
+            req.extend_from_slice(&r.table.to_le_bytes());
+            req.extend_from_slice(&[0; 6]);
+            req.extend_from_slice(&r.key.to_le_bytes());
+            req.extend_from_slice(&id.to_le_bytes());
+            calls.push((i, ctx.call(endpoint(ctx, r.home), H_LOCK, &req)));
+        }
+        let _ = ctx.wait().await;
+        for (i, call) in calls {
+            let r = &mut recs[i];
+            match ctx.take_reply(call) {
+                Some(Ok(rep)) if rep.first() == Some(&OK) => {
+                    r.locked = true;
+                    r.offset = u64::from_le_bytes(rep[1..9].try_into().expect("reply"));
+                    r.tuple = rep[9..].to_vec();
+                }
+                Some(Ok(rep)) if rep.first() == Some(&BUSY) => {}
+                Some(Ok(_)) => return Err(format!("key {} missing on node {}", r.key, r.home)),
+                Some(Err(e)) => return Err(e.to_string()),
+                None => return Err("lock reply lost".into()),
+            }
+        }
+    }
+    Ok(recs.iter().filter(|r| which(r)).all(|r| r.locked))
+}
+
+/// READ (execution): fetches every record's tuple without locking. One-sided: locate (the
+/// location cache makes this free when warm) and one READ; RPC: the participant looks the
+/// key up and also returns the key's bucket, filling the cache (DrTM+H Sec. 5.1).
+pub async fn fetch(ctx: &Ctx, n: &NodeState, recs: &mut [Rec]) -> Result<(), String> {
+    let scratch = ctx.scratch();
+    if n.hybrid.onesided(Stage::Read) {
+        for r in recs.iter_mut() {
+            r.offset = locate(ctx, &n.catalog, &n.cache, scratch, r.home, r.table, r.key)
+                .await
+                .map_err(|e| format!("{e:?}"))?
+                .offset;
+        }
+        // Speculative parallel fetch: every READ posted, one wait (DrTM+H Sec. 6.1).
+        let mut at = scratch.addr;
+        let mut slots = Vec::new();
+        for r in recs.iter() {
+            let len = tuple_bytes(n, r.table);
+            let read = Op::Read {
+                local: LocalBuf { lkey: scratch.lkey, addr: at, len },
+                remote: n.catalog.remote(r.home, r.offset, len),
+            };
+            ctx.post(qp(ctx, r.home)?, [(read, true)]).map_err(|e| e.to_string())?;
+            slots.push(at);
+            at += len as u64;
+        }
+        ctx.wait().await.map_err(|c| c.to_string())?;
+        for (r, at) in recs.iter_mut().zip(slots) {
+            r.tuple = vec![0; tuple_bytes(n, r.table) as usize];
+            ctx.read_local(at, &mut r.tuple).map_err(|e| e.to_string())?;
+        }
+    } else {
+        let mut calls = Vec::new();
+        for r in recs.iter() {
+            let mut req = Vec::with_capacity(16);
+            req.extend_from_slice(&r.table.to_le_bytes());
+            req.extend_from_slice(&[0; 6]);
+            req.extend_from_slice(&r.key.to_le_bytes());
+            calls.push(ctx.call(endpoint(ctx, r.home), H_FETCH, &req));
+        }
+        let _ = ctx.wait().await;
+        for (r, call) in recs.iter_mut().zip(calls) {
+            match ctx.take_reply(call) {
+                Some(Ok(rep)) if rep.first() == Some(&OK) => {
+                    r.offset = u64::from_le_bytes(rep[1..9].try_into().expect("reply"));
+                    let bucket_at = u64::from_le_bytes(rep[9..17].try_into().expect("reply"));
+                    let b = &rep[17..17 + BUCKET_BYTES as usize];
+                    n.cache.borrow_mut().put(r.home, r.table, bucket_at, b);
+                    r.tuple = rep[17 + BUCKET_BYTES as usize..].to_vec();
+                }
+                Some(Ok(_)) => return Err(format!("key {} missing on node {}", r.key, r.home)),
+                Some(Err(e)) => return Err(e.to_string()),
+                None => return Err("fetch reply lost".into()),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// VALIDATE: whether each selected record still has the version it was fetched with and is
+/// not locked by someone else.
+pub async fn validate(
+    ctx: &Ctx,
+    n: &NodeState,
+    recs: &[Rec],
+    which: impl Fn(&Rec) -> bool,
+    id: u64,
+) -> Result<bool, String> {
+    let scratch = ctx.scratch();
+    let mut now: Vec<(usize, u64, u64)> = Vec::new();
+    if n.hybrid.onesided(Stage::Validate) {
+        let mut at = scratch.addr;
+        let mut slots = Vec::new();
+        for (i, r) in recs.iter().enumerate().filter(|(_, r)| which(r)) {
+            let read = Op::Read {
+                local: LocalBuf { lkey: scratch.lkey, addr: at, len: 16 },
+                remote: n.catalog.remote(r.home, r.offset, 16),
+            };
+            ctx.post(qp(ctx, r.home)?, [(read, true)]).map_err(|e| e.to_string())?;
+            slots.push((i, at));
+            at += 16;
+        }
+        ctx.wait().await.map_err(|c| c.to_string())?;
+        for (i, at) in slots {
+            now.push((
+                i,
+                ctx.load_local(at).map_err(|e| e.to_string())?,
+                ctx.load_local(at + 8).map_err(|e| e.to_string())?,
+            ));
+        }
+    } else {
+        let mut calls = Vec::new();
+        for (i, r) in recs.iter().enumerate().filter(|(_, r)| which(r)) {
+            calls.push((i, ctx.call(endpoint(ctx, r.home), H_VALIDATE, &r.offset.to_le_bytes())));
+        }
+        let _ = ctx.wait().await;
+        for (i, call) in calls {
+            match ctx.take_reply(call) {
+                Some(Ok(rep)) if rep.len() >= 16 => now.push((
+                    i,
+                    u64::from_le_bytes(rep[..8].try_into().expect("reply")),
+                    u64::from_le_bytes(rep[8..16].try_into().expect("reply")),
+                )),
+                Some(Err(e)) => return Err(e.to_string()),
+                _ => return Err("validate reply lost".into()),
+            }
+        }
+    }
+    Ok(now.into_iter().all(|(i, lock, ver)| {
+        let r = &recs[i];
+        (lock == 0 || lock == id) && split_version_word(ver) == r.version()
+    }))
+}
+
+/// The payload of a WRITE: inline when small (DrTM+H inlines up to 64 B), otherwise staged
+/// in this coroutine's scratch at `*at`, which advances. Each request needs its own staging
+/// bytes: the NIC DMA-reads them when it processes the request, after later ones are posted.
+fn inline_or_staged(ctx: &Ctx, bytes: &[u8], at: &mut u64) -> Payload {
+    if bytes.len() <= 64 {
+        return Payload::Inline(bytes.to_vec());
+    }
+    let s = ctx.scratch();
+    let here = *at;
+    *at += (bytes.len() as u64).div_ceil(8) * 8;
+    assert!(*at <= s.addr + s.len as u64, "scratch too small for the write set");
+    let _ = ctx.write_local(here, bytes);
+    Payload::Local(LocalBuf { lkey: s.lkey, addr: here, len: bytes.len() as u32 })
+}
+
+/// LOG: the new values to the backups of every written record's primary.
+pub async fn log(ctx: &Ctx, n: &NodeState, recs: &[Rec], new_values: &[Vec<u8>], id: u64) -> Result<(), String> {
+    if n.replication <= 1 || new_values.is_empty() {
+        return Ok(());
+    }
+    let mut record = Vec::new();
+    record.extend_from_slice(&id.to_le_bytes());
+    let mut backups: Vec<u16> = Vec::new();
+    for (r, v) in recs.iter().filter(|r| r.write).zip(new_values) {
+        record.extend_from_slice(&r.key.to_le_bytes());
+        record.extend_from_slice(&(r.version().1 + 1).to_le_bytes());
+        record.extend_from_slice(v);
+        for k in 1..n.replication {
+            let b = (r.home + k) % n.nodes;
+            if !backups.contains(&b) {
+                backups.push(b);
+            }
+        }
+    }
+    crate::log::append(ctx, n, &backups, &record).await
+}
+
+/// COMMIT: writes back the new values (version + 1, writer) and unlocks; with `and_release`,
+/// also RELEASEs the records only read. Fills `history` with what was read and written.
+/// Returns once everything is acknowledged.
+pub async fn write_back(
+    ctx: &Ctx,
+    n: &NodeState,
+    recs: &[Rec],
+    new_values: &[Vec<u8>],
+    id: u64,
+    history: &mut Txn,
+    unlock_first: bool,
+) -> Result<(), String> {
+    if unlock_first {
+        release(ctx, n, recs, |_| true, id).await;
+    }
+    let mut staging = ctx.scratch().addr + 12 * 1024;
+    for (r, v) in recs.iter().filter(|r| r.write).zip(new_values) {
+        let (inc, ver) = r.version();
+        let key = history_key(r.table, r.key);
+        history.reads.push(Access { key, version: ver });
+        history.writes.push(Access { key, version: ver + 1 });
+        let mut body = Vec::with_capacity(16 + v.len());
+        body.extend_from_slice(&version_word(inc, ver + 1).to_le_bytes());
+        body.extend_from_slice(&id.to_le_bytes());
+        body.extend_from_slice(v);
+        if n.hybrid.onesided(Stage::Commit) {
+            let write = Op::Write {
+                src: inline_or_staged(ctx, &body, &mut staging),
+                remote: n.catalog.remote(r.home, r.offset + VERSION, body.len() as u32),
+            };
+            let unlock = Op::Write {
+                src: Payload::Inline(0u64.to_le_bytes().to_vec()),
+                remote: n.catalog.remote(r.home, r.offset + LOCK, 8),
+            };
+            let ops = if unlock_first { vec![(write, true)] } else { vec![(write, false), (unlock, true)] };
+            ctx.post(qp(ctx, r.home)?, ops).map_err(|e| e.to_string())?;
+        } else {
+            let mut req = Vec::with_capacity(8 + body.len());
+            req.extend_from_slice(&r.offset.to_le_bytes());
+            req.extend_from_slice(&body);
+            ctx.call(endpoint(ctx, r.home), H_COMMIT, &req);
+        }
+    }
+    for r in recs.iter().filter(|r| !r.write) {
+        history.reads.push(Access { key: history_key(r.table, r.key), version: r.version().1 });
+    }
+    if !unlock_first {
+        release_posts(ctx, n, recs, |r| !r.write, id);
+    }
+    let _ = ctx.wait().await;
+    ctx.clear_replies();
+    Ok(())
+}
+
+/// Posts the unlocks of the locked records `which` selects, by the RELEASE stage's primitive.
+pub fn release_posts(ctx: &Ctx, n: &NodeState, recs: &[Rec], which: impl Fn(&Rec) -> bool, id: u64) {
+    for r in recs.iter().filter(|r| r.locked && which(r)) {
+        if n.hybrid.onesided(Stage::Release) {
+            if let Ok(q) = qp(ctx, r.home) {
+                let unlock = Op::Write {
+                    src: Payload::Inline(0u64.to_le_bytes().to_vec()),
+                    remote: n.catalog.remote(r.home, r.offset + LOCK, 8),
+                };
+                let _ = ctx.post(q, [(unlock, true)]);
+            }
+        } else {
+            let mut req = Vec::with_capacity(16);
+            req.extend_from_slice(&r.offset.to_le_bytes());
+            req.extend_from_slice(&id.to_le_bytes());
+            ctx.call(endpoint(ctx, r.home), H_RELEASE, &req);
+        }
+    }
+}
+
+/// RELEASE and wait.
+pub async fn release(ctx: &Ctx, n: &NodeState, recs: &[Rec], which: impl Fn(&Rec) -> bool, id: u64) {
+    release_posts(ctx, n, recs, which, id);
+    let _ = ctx.wait().await;
+    ctx.clear_replies();
+}
