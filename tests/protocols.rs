@@ -65,6 +65,7 @@ impl Shape {
             hybrid: self.hybrid,
             replication: 3.min(self.nodes),
             workload: workload(self.w, self.nodes),
+            warmup_ns: 0,
             duration_ns: 200_000,
             cache_bytes: 1 << 20,
             bug: self.bug,

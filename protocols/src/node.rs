@@ -35,6 +35,35 @@ pub struct TxnStats {
     pub log_bytes: u64,
     /// Sum of committed transactions' external deltas (money in minus money out).
     pub external_delta: i64,
+    /// Per stage (index = position of the bit, RCC numbering): time spent, round trips
+    /// (waits for the network), and bytes sent.
+    pub stage_ns: [u64; 9],
+    pub stage_round_trips: [u64; 9],
+    pub stage_bytes: [u64; 9],
+    pub stage_calls: [u64; 9],
+}
+
+impl TxnStats {
+    /// Folds another node's counters in.
+    pub fn add(&mut self, o: &TxnStats) {
+        self.committed += o.committed;
+        self.aborted_conflict += o.aborted_conflict;
+        self.aborted_user += o.aborted_user;
+        self.log_records += o.log_records;
+        self.log_bytes += o.log_bytes;
+        self.external_delta += o.external_delta;
+        for i in 0..9 {
+            self.stage_ns[i] += o.stage_ns[i];
+            self.stage_round_trips[i] += o.stage_round_trips[i];
+            self.stage_bytes[i] += o.stage_bytes[i];
+            self.stage_calls[i] += o.stage_calls[i];
+        }
+    }
+}
+
+/// Index of a stage's counters.
+pub fn stage_index(s: crate::stage::Stage) -> usize {
+    (s.bit().trailing_zeros()) as usize
 }
 
 pub struct NodeState {
@@ -65,6 +94,16 @@ pub enum Bug {
 }
 
 impl NodeState {
+    /// Accounts one execution of a stage: elapsed time, round trips and bytes.
+    pub fn account(&self, s: crate::stage::Stage, ns: u64, round_trips: u64, bytes: u64) {
+        let i = stage_index(s);
+        let mut st = self.stats.borrow_mut();
+        st.stage_ns[i] += ns;
+        st.stage_round_trips[i] += round_trips;
+        st.stage_bytes[i] += bytes;
+        st.stage_calls[i] += 1;
+    }
+
     pub fn base(&self) -> u64 {
         self.catalog.regions[self.me as usize].addr
     }

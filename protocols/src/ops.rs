@@ -91,6 +91,8 @@ pub async fn lock_and_read(
     id: u64,
 ) -> Result<bool, String> {
     let scratch = ctx.scratch();
+    let t0 = ctx.now();
+    let bytes: u64 = recs.iter().filter(|r| which(r)).map(|r| 8 + tuple_bytes(n, r.table) as u64).sum();
     if n.hybrid.onesided(Stage::Lock) {
         for r in recs.iter_mut().filter(|r| which(r) && r.tuple.is_empty()) {
             r.offset = locate(ctx, &n.catalog, &n.cache, scratch, r.home, r.table, r.key)
@@ -146,6 +148,7 @@ pub async fn lock_and_read(
             }
         }
     }
+    n.account(Stage::Lock, ctx.now() - t0, 1, bytes);
     Ok(recs.iter().filter(|r| which(r)).all(|r| r.locked))
 }
 
@@ -154,6 +157,8 @@ pub async fn lock_and_read(
 /// key up and also returns the key's bucket, filling the cache (DrTM+H Sec. 5.1).
 pub async fn fetch(ctx: &Ctx, n: &NodeState, recs: &mut [Rec]) -> Result<(), String> {
     let scratch = ctx.scratch();
+    let t0 = ctx.now();
+    let bytes: u64 = recs.iter().map(|r| tuple_bytes(n, r.table) as u64).sum();
     if n.hybrid.onesided(Stage::Read) {
         for r in recs.iter_mut() {
             r.offset = locate(ctx, &n.catalog, &n.cache, scratch, r.home, r.table, r.key)
@@ -204,6 +209,7 @@ pub async fn fetch(ctx: &Ctx, n: &NodeState, recs: &mut [Rec]) -> Result<(), Str
             }
         }
     }
+    n.account(Stage::Read, ctx.now() - t0, 1, bytes);
     Ok(())
 }
 
@@ -217,6 +223,7 @@ pub async fn validate(
     id: u64,
 ) -> Result<bool, String> {
     let scratch = ctx.scratch();
+    let t0 = ctx.now();
     let mut now: Vec<(usize, u64, u64)> = Vec::new();
     if n.hybrid.onesided(Stage::Validate) {
         let mut at = scratch.addr;
@@ -256,6 +263,7 @@ pub async fn validate(
             }
         }
     }
+    n.account(Stage::Validate, ctx.now() - t0, (!now.is_empty()) as u64, 16 * now.len() as u64);
     Ok(now.into_iter().all(|(i, lock, ver)| {
         let r = &recs[i];
         (lock == 0 || lock == id) && split_version_word(ver) == r.version()
@@ -296,7 +304,10 @@ pub async fn log(ctx: &Ctx, n: &NodeState, recs: &[Rec], new_values: &[Vec<u8>],
             }
         }
     }
-    crate::log::append(ctx, n, &backups, &record).await
+    let t0 = ctx.now();
+    crate::log::append(ctx, n, &backups, &record).await?;
+    n.account(Stage::Log, ctx.now() - t0, 1, (record.len() * backups.len()) as u64);
+    Ok(())
 }
 
 /// COMMIT: writes back the new values (version + 1, writer) and unlocks; with `and_release`,
@@ -314,8 +325,11 @@ pub async fn write_back(
     if unlock_first {
         release(ctx, n, recs, |_| true, id).await;
     }
+    let t0 = ctx.now();
+    let mut bytes = 0u64;
     let mut staging = ctx.scratch().addr + 12 * 1024;
     for (r, v) in recs.iter().filter(|r| r.write).zip(new_values) {
+        bytes += 16 + v.len() as u64 + 8;
         let (inc, ver) = r.version();
         let key = history_key(r.table, r.key);
         history.reads.push(Access { key, version: ver });
@@ -350,6 +364,7 @@ pub async fn write_back(
     }
     let _ = ctx.wait().await;
     ctx.clear_replies();
+    n.account(Stage::Commit, ctx.now() - t0, 1, bytes);
     Ok(())
 }
 
@@ -375,7 +390,10 @@ pub fn release_posts(ctx: &Ctx, n: &NodeState, recs: &[Rec], which: impl Fn(&Rec
 
 /// RELEASE and wait.
 pub async fn release(ctx: &Ctx, n: &NodeState, recs: &[Rec], which: impl Fn(&Rec) -> bool, id: u64) {
+    let t0 = ctx.now();
+    let count = recs.iter().filter(|r| r.locked && which(r)).count() as u64;
     release_posts(ctx, n, recs, which, id);
     let _ = ctx.wait().await;
     ctx.clear_replies();
+    n.account(Stage::Release, ctx.now() - t0, (count > 0) as u64, 8 * count);
 }

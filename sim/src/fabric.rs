@@ -542,8 +542,17 @@ impl Sim {
     }
 
     /// Runs until no event is left or `limit` is reached; returns whether it went idle.
+    /// Runs until no event is left (time stays at the last event) or `limit` is reached;
+    /// returns whether it went idle.
     pub fn run_to_idle(&mut self, limit: Nanos) -> bool {
-        self.run_until(limit);
+        while let Some(ev) = self.q.pop_until(limit) {
+            self.clock_ps.set(self.q.now() * 1000);
+            self.dispatch(ev);
+        }
+        if !self.q.is_empty() {
+            self.q.advance_to(limit);
+            self.clock_ps.set(self.q.now() * 1000);
+        }
         self.q.is_empty()
     }
 

@@ -96,13 +96,36 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            let r = run::run(&s, &profile, seed.unwrap_or(s.run.seed));
-            if json {
-                println!("{}", serde_json::to_string_pretty(&r).expect("report serialises"));
-            } else {
-                print!("{}", run::text(&s, &r));
+            let seed = seed.unwrap_or(s.run.seed);
+            if matches!(s.workload, scenario::Workload::Verbs(_)) {
+                let r = run::run(&s, &profile, seed);
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&r).expect("report serialises"));
+                } else {
+                    print!("{}", run::text(&s, &r));
+                }
+                return ExitCode::SUCCESS;
             }
-            ExitCode::SUCCESS
+            match run::run_txn(&s, &profile, seed) {
+                Ok(r) => {
+                    if json {
+                        println!("{}", serde_json::to_string_pretty(&r).expect("report serialises"));
+                    } else {
+                        print!("{}", run::txn_text(&s, &r));
+                    }
+                    // A run the checker rejects is a failed run.
+                    let clean = r.check.serializable && r.check.nothing_lost != Some(false) && r.check.invariants_ok;
+                    if clean {
+                        ExitCode::SUCCESS
+                    } else {
+                        ExitCode::from(1)
+                    }
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(2)
+                }
+            }
         }
         Command::Check { history, strict, export_elle, json, max_explained } => {
             check::run(&history, strict, export_elle.as_deref(), json, max_explained)

@@ -4,11 +4,14 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use serde::Serialize;
+use txbed_protocols::node::stage_index;
+use txbed_protocols::stage::Stage;
 use txbed_sim::bench_verbs::{closed_loop, LoopSpec, Setting, Window};
 use txbed_sim::NicProfile;
 use txbed_transport::Opcode;
 
 use crate::scenario::{Scenario, Workload};
+use crate::txn::{run_txns, TxnRunSpec};
 
 #[derive(Debug, Serialize)]
 pub struct Latency {
@@ -42,7 +45,7 @@ pub struct Report {
 }
 
 pub fn run(s: &Scenario, profile: &NicProfile, seed: u64) -> Report {
-    let Workload::Verbs(v) = &s.workload;
+    let Workload::Verbs(v) = &s.workload else { unreachable!("verbs scenarios only") };
     let c = &s.cluster;
     let spec = LoopSpec {
         setting: Setting { label: format!("{}-node", c.nodes), nodes: c.nodes, qps_per_node: c.qps_per_node },
@@ -87,7 +90,7 @@ pub fn run(s: &Scenario, profile: &NicProfile, seed: u64) -> Report {
 }
 
 pub fn text(s: &Scenario, r: &Report) -> String {
-    let Workload::Verbs(v) = &s.workload;
+    let Workload::Verbs(v) = &s.workload else { unreachable!("verbs scenarios only") };
     let c = &s.cluster;
     let verbs: Vec<String> = r.verbs.iter().map(|(k, n)| format!("{k} {n}")).collect();
     format!(
@@ -112,4 +115,187 @@ pub fn text(s: &Scenario, r: &Report) -> String {
         r.sim.simulated_ns / 1000,
         r.digest
     )
+}
+
+/// The report of a transactional run (keys as docs/scenarios.md lists them).
+#[derive(Debug, Serialize)]
+pub struct TxnReport {
+    pub scenario: String,
+    pub protocol: String,
+    pub hybrid: String,
+    pub seed: u64,
+    pub digest: String,
+    /// Committed transactions per second in the measured window, whole cluster.
+    pub throughput_tps: f64,
+    pub committed: u64,
+    pub aborted: u64,
+    pub abort_rate: f64,
+    pub user_aborts: u64,
+    /// Commit latency, first attempt to commit, microseconds.
+    pub latency_us: Latency,
+    /// Per stage: mean time per execution (us), round trips and bytes per execution.
+    pub stages: BTreeMap<&'static str, StageReport>,
+    pub verbs: BTreeMap<&'static str, u64>,
+    pub sim: SimInfo,
+    pub check: CheckReport,
+}
+
+#[derive(Debug, Serialize)]
+pub struct StageReport {
+    pub mean_us: f64,
+    pub round_trips: f64,
+    pub bytes: f64,
+    pub executions: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct CheckReport {
+    pub serializable: bool,
+    pub checked_txns: usize,
+    pub nothing_lost: Option<bool>,
+    pub invariants_ok: bool,
+    pub anomalies: BTreeMap<&'static str, usize>,
+    pub explanations: Vec<String>,
+}
+
+pub fn run_txn(s: &Scenario, profile: &NicProfile, seed: u64) -> Result<TxnReport, String> {
+    let c = &s.cluster;
+    let p = s.protocol.as_ref().ok_or("a transactional workload needs a protocol")?;
+    let workload: std::rc::Rc<dyn txbed_workloads::Workload> = match &s.workload {
+        Workload::SmallBank(w) => std::rc::Rc::new(w.clone()),
+        Workload::Ycsb(w) => std::rc::Rc::new(w.prepare(c.nodes)),
+        Workload::Verbs(_) => return Err("not a transactional workload".into()),
+    };
+    let mut profile = profile.clone();
+    if let Some(k) = c.nics_per_node {
+        profile.nics_per_node = k;
+    }
+    let spec = TxnRunSpec {
+        protocol: p.name.protocol(),
+        nodes: c.nodes,
+        workers: c.workers,
+        coroutines: c.coroutines,
+        profile,
+        seed,
+        hybrid: p.hybrid(),
+        replication: p.replication,
+        workload,
+        warmup_ns: s.run.warmup_us * 1000,
+        duration_ns: s.run.measure_us * 1000,
+        cache_bytes: p.cache_mb << 20,
+        bug: None,
+        allow_unsafe_atomics: false,
+    };
+    let start = Instant::now();
+    let r = run_txns(&spec)?;
+    let wall = start.elapsed().as_secs_f64();
+    let h = &r.measured.latency_ns;
+    let us = |ns: u64| ns as f64 / 1000.0;
+    let mut stages = BTreeMap::new();
+    for stage in Stage::ALL {
+        let i = stage_index(stage);
+        let n = r.stats.stage_calls[i];
+        if n > 0 {
+            stages.insert(
+                stage.name(),
+                StageReport {
+                    mean_us: r.stats.stage_ns[i] as f64 / n as f64 / 1000.0,
+                    round_trips: r.stats.stage_round_trips[i] as f64 / n as f64,
+                    bytes: r.stats.stage_bytes[i] as f64 / n as f64,
+                    executions: n,
+                },
+            );
+        }
+    }
+    let mut verbs = BTreeMap::new();
+    for op in Opcode::ALL {
+        if r.verbs[op as usize] > 0 {
+            verbs.insert(op.name(), r.verbs[op as usize]);
+        }
+    }
+    let (committed, aborted) = (r.measured.committed, r.measured.aborted);
+    Ok(TxnReport {
+        scenario: s.name.clone(),
+        protocol: spec.protocol.name().into(),
+        hybrid: spec.hybrid.to_string(),
+        seed,
+        digest: format!("{:016x}", r.digest),
+        throughput_tps: r.throughput_tps(),
+        committed,
+        aborted,
+        abort_rate: aborted as f64 / (committed + aborted).max(1) as f64,
+        user_aborts: r.stats.aborted_user,
+        latency_us: Latency {
+            p50: us(h.value_at_quantile(0.5)),
+            p90: us(h.value_at_quantile(0.9)),
+            p99: us(h.value_at_quantile(0.99)),
+            mean: h.mean() / 1000.0,
+        },
+        stages,
+        verbs,
+        sim: SimInfo { events: r.events, events_per_s: r.events as f64 / wall.max(1e-9), simulated_ns: r.simulated_ns },
+        check: CheckReport {
+            serializable: r.report.serializable,
+            checked_txns: r.report.checked_txns,
+            nothing_lost: r.report.nothing_lost,
+            invariants_ok: r.report.invariants_ok,
+            anomalies: r.report.counts.clone(),
+            explanations: r.report.anomalies.iter().map(|a| a.explanation.clone()).collect(),
+        },
+    })
+}
+
+pub fn txn_text(s: &Scenario, r: &TxnReport) -> String {
+    let c = &s.cluster;
+    let yes = |b: bool| if b { "yes" } else { "NO" };
+    let stages: Vec<String> = r
+        .stages
+        .iter()
+        .map(|(k, v)| format!("{k} {:.2} us / {:.1} RTT / {:.0} B", v.mean_us, v.round_trips, v.bytes))
+        .collect();
+    let verbs: Vec<String> = r.verbs.iter().map(|(k, n)| format!("{k} {n}")).collect();
+    let mut out = format!(
+        "scenario {:?}, seed {}: {} ({}) on {}\n  cluster    {} nodes x {} workers x {} coroutines, NIC {}\n  throughput {:.0} transactions/s ({:.0} per node), {} committed in the window\n  latency    p50 {:.2} us  p90 {:.2} us  p99 {:.2} us  mean {:.2} us\n  aborts     {:.1}% ({} conflicts in the window), {} user aborts\n  stages     {}\n  verbs      {}\n  simulator  {} events, {:.2} M events/s, {} us simulated\n  digest     {}\n  serializable: {}{}; {} transactions checked, invariants {}\n",
+        r.scenario,
+        r.seed,
+        r.protocol,
+        r.hybrid,
+        match &s.workload {
+            Workload::SmallBank(_) => "SmallBank",
+            Workload::Ycsb(_) => "YCSB",
+            Workload::Verbs(_) => "verbs",
+        },
+        c.nodes,
+        c.workers,
+        c.coroutines,
+        c.nic,
+        r.throughput_tps,
+        r.throughput_tps / c.nodes as f64,
+        r.committed,
+        r.latency_us.p50,
+        r.latency_us.p90,
+        r.latency_us.p99,
+        r.latency_us.mean,
+        r.abort_rate * 100.0,
+        r.aborted,
+        r.user_aborts,
+        stages.join(" | "),
+        verbs.join(", "),
+        r.sim.events,
+        r.sim.events_per_s / 1e6,
+        r.sim.simulated_ns / 1000,
+        r.digest,
+        yes(r.check.serializable),
+        match r.check.nothing_lost {
+            Some(true) => ", nothing lost",
+            Some(false) => ", WRITES LOST",
+            None => "",
+        },
+        r.check.checked_txns,
+        if r.check.invariants_ok { "hold" } else { "VIOLATED" }
+    );
+    for e in r.check.explanations.iter().take(3) {
+        out.push_str(&format!("\n{e}\n"));
+    }
+    out
 }

@@ -8,8 +8,14 @@ use std::fmt;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
+use txbed_protocols::stage::{Hybrid, Stage};
 use txbed_sim::bench_verbs::{rpc_max_payload, RawVerb};
+use txbed_sim::profile::Atomicity;
 use txbed_sim::NicProfile;
+use txbed_workloads::smallbank::SmallBank;
+use txbed_workloads::ycsb::Ycsb;
+
+use crate::txn::Protocol;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -18,9 +24,95 @@ pub struct Scenario {
     pub name: String,
     #[serde(default)]
     pub cluster: Cluster,
+    /// The concurrency-control protocol (transactional workloads only).
+    #[serde(default)]
+    pub protocol: Option<ProtocolSpec>,
     pub workload: Workload,
     #[serde(default)]
     pub run: RunSpec,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ProtocolName {
+    Nowait,
+    Occ,
+}
+
+impl ProtocolName {
+    pub fn protocol(self) -> Protocol {
+        match self {
+            ProtocolName::Nowait => Protocol::NoWait,
+            ProtocolName::Occ => Protocol::Occ,
+        }
+    }
+}
+
+/// Which stages run one-sided: all RPC, all one-sided, an RCC hybrid code, or a list.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Mode {
+    Rpc,
+    Onesided,
+    Code(u32),
+    Stages(Vec<StageName>),
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StageName {
+    Lock,
+    Read,
+    Log,
+    Release,
+    Commit,
+    Validate,
+}
+
+impl StageName {
+    fn stage(self) -> Stage {
+        match self {
+            StageName::Lock => Stage::Lock,
+            StageName::Read => Stage::Read,
+            StageName::Log => Stage::Log,
+            StageName::Release => Stage::Release,
+            StageName::Commit => Stage::Commit,
+            StageName::Validate => Stage::Validate,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProtocolSpec {
+    pub name: ProtocolName,
+    #[serde(default = "default_mode")]
+    pub mode: Mode,
+    /// Replicas of every record, the primary included (logs go to the others).
+    #[serde(default = "default_replication")]
+    pub replication: u16,
+    /// Location cache per node, MiB (0 turns it off).
+    #[serde(default = "default_cache_mb")]
+    pub cache_mb: u64,
+}
+
+fn default_mode() -> Mode {
+    Mode::Rpc
+}
+fn default_replication() -> u16 {
+    3
+}
+fn default_cache_mb() -> u64 {
+    64
+}
+
+impl ProtocolSpec {
+    pub fn hybrid(&self) -> Hybrid {
+        let stages = self.name.protocol().stages();
+        match &self.mode {
+            Mode::Rpc => Hybrid::RPC,
+            Mode::Onesided => Hybrid::full(stages),
+            Mode::Code(c) => Hybrid(*c),
+            Mode::Stages(list) => Hybrid(list.iter().map(|s| s.stage().bit()).fold(0, |a, b| a | b)),
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -33,11 +125,13 @@ pub struct Cluster {
     pub nic: String,
     /// RC QPs per remote node per worker (emulates larger clusters).
     pub qps_per_node: u16,
+    /// Overrides the NIC profile's NICs per node.
+    pub nics_per_node: Option<u32>,
 }
 
 impl Default for Cluster {
     fn default() -> Self {
-        Cluster { nodes: 4, workers: 4, coroutines: 8, nic: "cx4".into(), qps_per_node: 1 }
+        Cluster { nodes: 4, workers: 4, coroutines: 8, nic: "cx4".into(), qps_per_node: 1, nics_per_node: None }
     }
 }
 
@@ -45,6 +139,10 @@ impl Default for Cluster {
 pub enum Workload {
     /// Every coroutine keeps `outstanding` requests of one verb to random remote nodes.
     Verbs(VerbsWorkload),
+    /// SmallBank transactions (docs/workloads.md).
+    SmallBank(SmallBank),
+    /// YCSB transactions (docs/workloads.md).
+    Ycsb(Ycsb),
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -97,6 +195,23 @@ impl Default for RunSpec {
     }
 }
 
+/// `workload.<field>` for a workload parameter's name.
+fn workload_field(f: &'static str) -> &'static str {
+    match f {
+        "accounts_per_node" => "workload.accounts_per_node",
+        "hot_fraction" => "workload.hot_fraction",
+        "hot_probability" => "workload.hot_probability",
+        "distributed" => "workload.distributed",
+        "mix" => "workload.mix",
+        "rows_per_node" => "workload.rows_per_node",
+        "record_bytes" => "workload.record_bytes",
+        "ops" => "workload.ops",
+        "write_fraction" => "workload.write_fraction",
+        "zipf_theta" => "workload.zipf_theta",
+        _ => "workload",
+    }
+}
+
 /// A scenario error: where, and what.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ScenarioError(pub String);
@@ -143,29 +258,68 @@ impl Scenario {
         if c.qps_per_node == 0 || c.qps_per_node > 64 {
             return Err(("cluster.qps_per_node", format!("must be 1..=64, got {}", c.qps_per_node)));
         }
-        let profile = NicProfile::load(&c.nic).map_err(|e| ("cluster.nic", e.to_string()))?;
-        let Workload::Verbs(v) = &self.workload;
-        if v.outstanding == 0 || v.outstanding > 64 {
-            return Err(("workload.outstanding", format!("must be 1..=64, got {}", v.outstanding)));
+        let mut profile = NicProfile::load(&c.nic).map_err(|e| ("cluster.nic", e.to_string()))?;
+        if let Some(k) = c.nics_per_node {
+            if k == 0 || k > 16 {
+                return Err(("cluster.nics_per_node", format!("must be 1..=16, got {k}")));
+            }
+            profile.nics_per_node = k;
         }
-        match v.verb {
-            Verb::Atomic if v.payload != 8 => {
-                return Err(("workload.payload", format!("atomics operate on 8 bytes, got {}", v.payload)))
+        match &self.workload {
+            Workload::Verbs(v) => {
+                if self.protocol.is_some() {
+                    return Err(("protocol", "a Verbs workload runs no transactions: remove protocol".into()));
+                }
+                if v.outstanding == 0 || v.outstanding > 64 {
+                    return Err(("workload.outstanding", format!("must be 1..=64, got {}", v.outstanding)));
+                }
+                match v.verb {
+                    Verb::Atomic if v.payload != 8 => {
+                        return Err(("workload.payload", format!("atomics operate on 8 bytes, got {}", v.payload)))
+                    }
+                    Verb::Rpc if v.payload > rpc_max_payload(&profile) => {
+                        return Err((
+                            "workload.payload",
+                            format!(
+                                "an RPC reply of {} B does not fit one UD datagram (max {} B)",
+                                v.payload,
+                                rpc_max_payload(&profile)
+                            ),
+                        ))
+                    }
+                    _ if v.payload == 0 || v.payload > 1 << 20 => {
+                        return Err(("workload.payload", format!("must be 1 B to 1 MiB, got {}", v.payload)))
+                    }
+                    _ => {}
+                }
             }
-            Verb::Rpc if v.payload > rpc_max_payload(&profile) => {
+            Workload::SmallBank(w) => w.validate().map_err(|(f, m)| (workload_field(f), m))?,
+            Workload::Ycsb(w) => w.validate().map_err(|(f, m)| (workload_field(f), m))?,
+        }
+        if !matches!(self.workload, Workload::Verbs(_)) {
+            let Some(p) = &self.protocol else {
                 return Err((
-                    "workload.payload",
+                    "protocol",
+                    "a transactional workload needs a protocol, e.g. protocol: (name: Occ)".into(),
+                ));
+            };
+            let h = p.hybrid();
+            h.check(p.name.protocol().name(), p.name.protocol().stages()).map_err(|m| ("protocol.mode", m))?;
+            if p.replication == 0 || p.replication > c.nodes {
+                return Err((
+                    "protocol.replication",
+                    format!("must be 1..={} (replicas cannot exceed nodes), got {}", c.nodes, p.replication),
+                ));
+            }
+            if h.onesided(Stage::Lock) && profile.atomicity == Atomicity::Hca && profile.nics_per_node > 1 {
+                return Err((
+                    "protocol.mode",
                     format!(
-                        "an RPC reply of {} B does not fit one UD datagram (max {} B)",
-                        v.payload,
-                        rpc_max_payload(&profile)
+                        "one-sided LOCK is unsafe on {:?}: its {} NICs per node have HCA-level atomicity (CAS through different NICs is not atomic); set cluster.nics_per_node: 1 or use RPC locking",
+                        profile.name, profile.nics_per_node
                     ),
-                ))
+                ));
             }
-            _ if v.payload == 0 || v.payload > 1 << 20 => {
-                return Err(("workload.payload", format!("must be 1 B to 1 MiB, got {}", v.payload)))
-            }
-            _ => {}
         }
         if self.run.measure_us == 0 {
             return Err(("run.measure_us", "must be at least 1".into()));

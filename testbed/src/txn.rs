@@ -5,6 +5,7 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
+use hdrhistogram::Histogram;
 use rand::Rng;
 use txbed_checker::{check, Final, History, Invariant, Options, Report};
 use txbed_protocols::history_key;
@@ -48,7 +49,9 @@ pub struct TxnRunSpec {
     pub hybrid: Hybrid,
     pub replication: u16,
     pub workload: Rc<dyn Workload>,
-    /// Simulated time during which coroutines start transactions.
+    /// Simulated time before measurement starts (transactions run, but are not counted).
+    pub warmup_ns: u64,
+    /// Measured simulated time; coroutines start transactions until warm-up plus this.
     pub duration_ns: u64,
     pub cache_bytes: u64,
     pub bug: Option<Bug>,
@@ -57,7 +60,18 @@ pub struct TxnRunSpec {
     pub allow_unsafe_atomics: bool,
 }
 
+/// What happened inside the measured window.
+#[derive(Clone, Debug)]
+pub struct Measured {
+    pub committed: u64,
+    pub aborted: u64,
+    /// Commit latency (first attempt to commit), nanoseconds.
+    pub latency_ns: Histogram<u64>,
+    pub window_ns: u64,
+}
+
 pub struct TxnRunResult {
+    pub measured: Measured,
     pub history: History,
     pub report: Report,
     pub stats: TxnStats,
@@ -65,11 +79,14 @@ pub struct TxnRunResult {
     pub digest: u64,
     pub events: u64,
     pub simulated_ns: u64,
+    /// Verbs posted, by `Opcode as usize`.
+    pub verbs: [u64; 7],
 }
 
 impl TxnRunResult {
-    pub fn throughput_tps(&self, duration_ns: u64) -> f64 {
-        self.stats.committed as f64 / (duration_ns as f64 * 1e-9)
+    /// Committed transactions per second in the measured window, whole cluster.
+    pub fn throughput_tps(&self) -> f64 {
+        self.measured.committed as f64 / (self.measured.window_ns as f64 * 1e-9)
     }
     /// Whether the checker found nothing wrong.
     pub fn clean(&self) -> bool {
@@ -149,7 +166,13 @@ pub fn run_txns(spec: &TxnRunSpec) -> Result<TxnRunResult, String> {
         })
         .collect();
     let failures = Rc::new(RefCell::new(Vec::new()));
-    let end = spec.duration_ns;
+    let (from, end) = (spec.warmup_ns, spec.warmup_ns + spec.duration_ns);
+    let measured = Rc::new(RefCell::new(Measured {
+        committed: 0,
+        aborted: 0,
+        latency_ns: Histogram::new(3).expect("histogram"),
+        window_ns: spec.duration_ns,
+    }));
     let protocol = spec.protocol;
     for n in 0..spec.nodes {
         for wk in 0..spec.workers {
@@ -159,11 +182,14 @@ pub fn run_txns(spec: &TxnRunSpec) -> Result<TxnRunResult, String> {
             for c in 0..spec.coroutines {
                 let st = states[n as usize].clone();
                 let failures = failures.clone();
+                let measured = measured.clone();
                 sim.spawn(n, wk, move |ctx| async move {
                     let mut seq = 0u64;
                     while ctx.now() < end {
                         let t = ctx.with_rng(|r| st.workload.generate(r, n, st.nodes));
                         let mut tries = 0u32;
+                        let first = ctx.now();
+                        let in_window = |now: u64| now >= from && now < end;
                         loop {
                             seq += 1;
                             let id = txn_id(n, wk, c, seq);
@@ -174,6 +200,12 @@ pub fn run_txns(spec: &TxnRunSpec) -> Result<TxnRunResult, String> {
                             match outcome {
                                 Attempt::Committed => {
                                     st.stats.borrow_mut().committed += 1;
+                                    let now = ctx.now();
+                                    if in_window(now) {
+                                        let mut m = measured.borrow_mut();
+                                        m.committed += 1;
+                                        let _ = m.latency_ns.record((now - first).max(1));
+                                    }
                                     break;
                                 }
                                 Attempt::UserAbort => {
@@ -182,6 +214,9 @@ pub fn run_txns(spec: &TxnRunSpec) -> Result<TxnRunResult, String> {
                                 }
                                 Attempt::Conflict => {
                                     st.stats.borrow_mut().aborted_conflict += 1;
+                                    if in_window(ctx.now()) {
+                                        measured.borrow_mut().aborted += 1;
+                                    }
                                     tries += 1;
                                     if ctx.now() >= end {
                                         break;
@@ -212,13 +247,7 @@ pub fn run_txns(spec: &TxnRunSpec) -> Result<TxnRunResult, String> {
     let mut initial = 0i64;
     for (n, st) in states.iter().enumerate() {
         h.txns.extend(st.history.borrow().iter().cloned());
-        let s = st.stats.borrow();
-        stats.committed += s.committed;
-        stats.aborted_conflict += s.aborted_conflict;
-        stats.aborted_user += s.aborted_user;
-        stats.log_records += s.log_records;
-        stats.log_bytes += s.log_bytes;
-        stats.external_delta += s.external_delta;
+        stats.add(&st.stats.borrow());
         let mem = sim.memory(n as u16);
         let base = catalog.regions[n].addr;
         for place in &catalog.layout.tables {
@@ -245,7 +274,9 @@ pub fn run_txns(spec: &TxnRunSpec) -> Result<TxnRunResult, String> {
     });
     let report = check(&h, &Options::default());
     let failures = failures.borrow().clone();
+    let measured = measured.borrow().clone();
     Ok(TxnRunResult {
+        measured,
         history: h,
         report,
         stats,
@@ -253,5 +284,6 @@ pub fn run_txns(spec: &TxnRunSpec) -> Result<TxnRunResult, String> {
         digest: sim.digest(),
         events: sim.events(),
         simulated_ns: sim.now(),
+        verbs: sim.stats().verbs,
     })
 }

@@ -17,9 +17,43 @@ fn json(out: &[u8]) -> serde_json::Value {
     serde_json::from_slice(out).expect("valid JSON")
 }
 
+/// The README's first command: OCC on SmallBank, checked serializable with nothing lost.
 #[test]
-fn quickstart_runs_and_reports_a_digest() {
-    let out = txbed().args(["run", "scenarios/quickstart.ron", "--json"]).output().unwrap();
+fn quickstart_runs_occ_on_smallbank_and_checks_it() {
+    let out = txbed().args(["run", "scenarios/quickstart.ron"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    for word in
+        ["OCC", "SmallBank", "throughput", "p99", "aborts", "stages", "digest", "serializable: yes, nothing lost"]
+    {
+        assert!(text.contains(word), "missing {word:?} in:\n{text}");
+    }
+    let r = json(&txbed().args(["run", "scenarios/quickstart.ron", "--json"]).output().unwrap().stdout);
+    for key in [
+        "seed",
+        "digest",
+        "throughput_tps",
+        "committed",
+        "aborted",
+        "abort_rate",
+        "latency_us",
+        "stages",
+        "verbs",
+        "sim",
+        "check",
+    ] {
+        assert!(r.get(key).is_some(), "report lacks {key}: {r}");
+    }
+    assert!(r["committed"].as_u64().unwrap() > 1000);
+    assert_eq!(r["check"]["serializable"], true);
+    assert_eq!(r["check"]["nothing_lost"], true);
+    assert!(r["stages"]["read"]["mean_us"].as_f64().unwrap() > 0.0);
+    assert!(r["stages"]["log"]["round_trips"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn verbs_scenario_runs_and_reports_a_digest() {
+    let out = txbed().args(["run", "scenarios/verbs-read.ron", "--json"]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let r = json(&out.stdout);
     let digest = r["digest"].as_str().unwrap();
@@ -30,16 +64,16 @@ fn quickstart_runs_and_reports_a_digest() {
     assert!(r["sim"]["events_per_s"].as_f64().unwrap() > 0.0);
     assert!(r["latency_us"]["p50"].as_f64().unwrap() > 0.5);
     // Same seed, same digest; another seed, another digest.
-    let again = json(&txbed().args(["run", "scenarios/quickstart.ron", "--json"]).output().unwrap().stdout);
+    let again = json(&txbed().args(["run", "scenarios/verbs-read.ron", "--json"]).output().unwrap().stdout);
     assert_eq!(again["digest"], r["digest"]);
     let other =
-        json(&txbed().args(["run", "scenarios/quickstart.ron", "--json", "--seed", "99"]).output().unwrap().stdout);
+        json(&txbed().args(["run", "scenarios/verbs-read.ron", "--json", "--seed", "99"]).output().unwrap().stdout);
     assert_ne!(other["digest"], r["digest"]);
 }
 
 #[test]
 fn text_report_names_the_numbers() {
-    let out = txbed().args(["run", "scenarios/quickstart.ron"]).output().unwrap();
+    let out = txbed().args(["run", "scenarios/verbs-read.ron"]).output().unwrap();
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
     for word in ["throughput", "latency", "p99", "digest", "events/s"] {
@@ -60,6 +94,28 @@ fn malformed_scenarios_are_rejected_clearly() {
         ("bad_nic.ron", "Scenario(cluster: (nic: \"cx9\"), workload: Verbs((verb: Read)))", &["cluster.nic", "cx4"]),
         ("negative.ron", "Scenario(cluster: (workers: -1), workload: Verbs((verb: Read)))", &["negative.ron:"]),
         ("no_workload.ron", "Scenario()", &["workload"]),
+        ("no_protocol.ron", "Scenario(workload: SmallBank(()))", &["protocol", "needs a protocol"]),
+        (
+            "bad_bits.ron",
+            "Scenario(protocol: Some((name: Nowait, mode: Code(34))), workload: SmallBank(()))",
+            &["protocol.mode", "read (2)", "validate (32)"],
+        ),
+        (
+            "replication.ron",
+            "Scenario(protocol: Some((name: Occ, replication: 9)), workload: SmallBank(()))",
+            &["protocol.replication", "cannot exceed nodes"],
+        ),
+        (
+            "smallbank_range.ron",
+            "Scenario(protocol: Some((name: Occ)), workload: SmallBank((hot_probability: 1.5)))",
+            &["workload.hot_probability"],
+        ),
+        ("ycsb_unknown.ron", "Scenario(protocol: Some((name: Occ)), workload: Ycsb((opps: 3)))", &["opps", "ops"]),
+        (
+            "unsafe_lock.ron",
+            "Scenario(protocol: Some((name: Occ, mode: Onesided)), workload: Ycsb(()))",
+            &["protocol.mode", "HCA-level atomicity", "nics_per_node"],
+        ),
     ];
     let dir = std::env::temp_dir().join(format!("txbed-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -83,8 +139,10 @@ fn malformed_scenarios_are_rejected_clearly() {
 
 #[test]
 fn validate_accepts_the_shipped_scenarios() {
-    let out = txbed().args(["validate", "scenarios/quickstart.ron"]).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for f in ["scenarios/quickstart.ron", "scenarios/verbs-read.ron"] {
+        let out = txbed().args(["validate", f]).output().unwrap();
+        assert!(out.status.success(), "{f}: {}", String::from_utf8_lossy(&out.stderr));
+    }
 }
 
 #[test]
