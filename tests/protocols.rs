@@ -211,3 +211,23 @@ fn invalid_hybrid_bits_are_rejected() {
     let err = run_txns(&Shape::new(Protocol::NoWait, W::YcsbHot, Hybrid(2 | 32), 1).spec()).err().unwrap();
     assert!(err.contains("read (2)") && err.contains("validate (32)") && err.contains("lock (1)"), "{err}");
 }
+
+/// Backups hold replicas: every committed write reaches `replication - 1` of them, and a
+/// protocol that skips the LOG stage is caught losing writes on the backups.
+#[test]
+fn backups_hold_every_committed_write() {
+    for protocol in [Protocol::NoWait, Protocol::Occ] {
+        for hybrid in [Hybrid::RPC, Hybrid(4)] {
+            let s = Shape::new(protocol, W::YcsbHot, hybrid, 3);
+            let r = s.run();
+            assert_clean(&s, &r);
+            for replica in ["primary", "backup1", "backup2"] {
+                assert!(r.history.finals.iter().any(|f| f.replica == replica), "{}: no {replica} finals", s.replay());
+            }
+            let bad = Shape { bug: Some(Bug::SkipLog), ..s };
+            let r = bad.run();
+            assert!(r.report.serializable, "{}", bad.replay());
+            assert_eq!(r.report.nothing_lost, Some(false), "{}: skipped logs not detected", bad.replay());
+        }
+    }
+}

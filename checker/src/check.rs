@@ -477,7 +477,7 @@ pub fn check(h: &History, opts: &Options) -> Report {
     }
 
     // Nothing lost: each replica's final version of each key is the last committed write.
-    let nothing_lost = if h.finals.is_empty() {
+    let nothing_lost = if h.finals.is_empty() && !h.meta.contains_key("replicas") {
         None
     } else {
         // The last committed write of each key: the end of its run in the sorted writes.
@@ -488,6 +488,12 @@ pub fn check(h: &History, opts: &Options) -> Report {
             .map(|(_, w)| (w.key, (w.version, committed[w.txn as usize].id)))
             .collect();
         let mut replicas: BTreeMap<&str, BTreeMap<u64, u64>> = BTreeMap::new();
+        // Replicas the history declares exist even if they list no key (all writes lost).
+        if let Some(serde_json::Value::Array(names)) = h.meta.get("replicas") {
+            for name in names.iter().filter_map(|v| v.as_str()) {
+                replicas.entry(name).or_default();
+            }
+        }
         for f in &h.finals {
             replicas.entry(f.replica.as_str()).or_default().insert(f.key, f.version);
         }

@@ -9,8 +9,11 @@
 //!  "reads":[{"key":42,"version":3}],"writes":[{"key":42,"version":4}]}
 //! {"type":"final","replica":"primary","key":42,"version":4}
 //! {"type":"invariant","name":"total balance","expected":1000,"actual":1000}
-//! {"type":"meta","scenario":"quickstart","seed":1}
+//! {"type":"meta","scenario":"quickstart","seed":1,"replicas":["primary","backup1"]}
 //! ```
+//!
+//! `meta.replicas` declares every replica, so one that lists no key at all (it lost every
+//! write) is still checked.
 //!
 //! A key is a u64 (table in the high bits by convention); versions count the committed writes
 //! of a key, 0 being the initial load. Reads name the version observed; writes the version

@@ -1,49 +1,157 @@
-//! The LOG stage: every backup gets the transaction's new values before it commits.
+//! The LOG stage: every backup gets the transaction's new values before it commits, and keeps
+//! a replica of the records it backs.
 //!
-//! One-sided: a WRITE of `[length | record | length]` into the ring buffer the backup keeps
-//! for this sender's worker; the length at both ends lets the backup see a record is complete
-//! (DrTM+H Sec. 5.4, after FaRM). Rings are reclaimed lazily: once half a ring has been
-//! written since the last reclaim, a one-way RPC tells the backup (not on the critical path).
-//! RPC: the backup's handler copies the record and replies.
+//! A log record is `id u64 | entries`, each entry `table u16 | value length u16 | pad 4 |
+//! key u64 | version u64 | value` padded to 8 bytes.
+//!
+//! One-sided: a WRITE of `[length u32 | pad | sequence u64 | record | length u32]` into the
+//! ring the backup keeps for this sender's worker; the lengths at both ends and the sequence
+//! number let the backup tell a complete, current entry from a stale one (DrTM+H Sec. 5.4,
+//! after FaRM). A writer that wraps first writes a marker (length u32::MAX) where the entry
+//! would not fit. Rings are reclaimed lazily: once half a ring has been written since the last
+//! reclaim, a one-way RPC tells the backup, which applies every complete entry in order (off
+//! the critical path). RPC: the backup's handler applies the record at once and replies.
 
-use txbed_transport::Ctx;
-use txbed_transport::{Endpoint, LocalBuf, NodeId, Op, Payload};
+use txbed_transport::{Ctx, Endpoint, HostMemory, LocalBuf, NodeId, Op, Payload};
 
+use crate::history_key;
 use crate::node::{NodeState, H_LOG, H_RECLAIM};
 use crate::stage::Stage;
+
+const WRAP: u32 = u32::MAX;
+/// Header (length, pad, sequence) plus trailer (length).
+const FRAME: u64 = 16 + 4;
+
+/// Appends one entry to a log record.
+pub fn entry(record: &mut Vec<u8>, table: u16, key: u64, version: u64, value: &[u8]) {
+    record.extend_from_slice(&table.to_le_bytes());
+    record.extend_from_slice(&(value.len() as u16).to_le_bytes());
+    record.extend_from_slice(&[0; 4]);
+    record.extend_from_slice(&key.to_le_bytes());
+    record.extend_from_slice(&version.to_le_bytes());
+    record.extend_from_slice(value);
+    record.resize(record.len().div_ceil(8) * 8, 0);
+}
+
+/// Applies a log record to `n`'s replica: each entry's version, if newer.
+pub fn apply(n: &NodeState, record: &[u8]) {
+    let mut at = 8;
+    let mut replica = n.replica.borrow_mut();
+    while at + 24 <= record.len() {
+        let table = u16::from_le_bytes([record[at], record[at + 1]]);
+        let len = u16::from_le_bytes([record[at + 2], record[at + 3]]) as usize;
+        let key = u64::from_le_bytes(record[at + 8..at + 16].try_into().expect("entry"));
+        let version = u64::from_le_bytes(record[at + 16..at + 24].try_into().expect("entry"));
+        at += (24 + len).div_ceil(8) * 8;
+        // A record carries the entries of every primary it wrote: keep the ones this node
+        // backs (the k-th backup of a key is its primary + k, for k in 1..replication).
+        let home = n.workload.home(txbed_workloads::Key { table, row: key }, n.nodes);
+        let nth = (n.me + n.nodes - home) % n.nodes;
+        if nth == 0 || nth >= n.replication {
+            continue;
+        }
+        let v = replica.entry(history_key(table, key)).or_insert(0);
+        *v = (*v).max(version);
+    }
+}
+
+/// Applies every complete, current entry of the ring `sender`'s `worker` writes on this node
+/// (the backup side of a lazy reclaim).
+pub fn drain_ring(n: &NodeState, mem: &dyn HostMemory, sender: u16, worker: u16) {
+    let layout = &n.catalog.layout;
+    let base = n.base() + layout.ring(sender, worker);
+    let ring = layout.ring_bytes;
+    let slot = sender as usize * layout.log_workers as usize + worker as usize;
+    let (mut pos, mut seq) = n.ring_reader(slot);
+    loop {
+        if pos + FRAME > ring {
+            break;
+        }
+        let (Ok(len), Ok(s)) = (mem.load_u64(base + pos), mem.load_u64(base + pos + 8)) else { break };
+        let len = len as u32;
+        if s != seq {
+            break;
+        }
+        if len == WRAP {
+            pos = 0;
+            continue;
+        }
+        let framed = (len as u64 + FRAME).div_ceil(8) * 8;
+        if pos + framed > ring {
+            break;
+        }
+        let mut rec = vec![0u8; len as usize];
+        if mem.read(base + pos + 16, &mut rec).is_err() {
+            break;
+        }
+        let trailer = mem.load_u64(base + pos + framed - 8).map(|x| (x >> 32) as u32).unwrap_or(0);
+        if trailer != len {
+            break; // not completely written yet
+        }
+        apply(n, &rec);
+        pos += framed;
+        seq += 1;
+    }
+    n.set_ring_reader(slot, pos, seq);
+}
 
 /// Sends `record` to every node in `backups` and waits until all have it.
 pub async fn append(ctx: &Ctx, n: &NodeState, backups: &[u16], record: &[u8]) -> Result<(), String> {
     let worker = ctx.me().worker;
     if n.hybrid.onesided(Stage::Log) {
-        let framed_len = (record.len() as u64 + 8).div_ceil(8) * 8;
+        let framed_len = (record.len() as u64 + FRAME).div_ceil(8) * 8;
         let ring = n.catalog.layout.ring_bytes;
-        if framed_len > ring {
-            return Err(format!("log record of {} B exceeds the {ring} B ring", record.len()));
+        if framed_len > ring || framed_len > 4096 {
+            return Err(format!("log record of {} B exceeds the ring or the 4 KiB staging area", record.len()));
         }
-        let mut framed = Vec::with_capacity(framed_len as usize);
-        framed.extend_from_slice(&(record.len() as u32).to_le_bytes());
-        framed.extend_from_slice(record);
-        framed.resize(framed_len as usize - 4, 0);
-        framed.extend_from_slice(&(record.len() as u32).to_le_bytes());
         let s = ctx.scratch();
-        // Scratch [8, 12) KiB holds the log record (see nowait's scratch layout).
-        let src_at = s.addr + 8 * 1024;
-        if framed_len > 4096 {
-            return Err(format!("log record of {} B exceeds the 4 KiB staging area", record.len()));
+        // Scratch [8, 12) KiB stages one framed copy per backup (they differ in the sequence
+        // number): the NIC reads each when it runs that WRITE, so copies must not overlap.
+        if framed_len * backups.len() as u64 > 4096 {
+            return Err(format!("{} log copies of {} B exceed the 4 KiB staging area", backups.len(), framed_len));
         }
-        ctx.write_local(src_at, &framed).map_err(|e| e.to_string())?;
-        for &b in backups {
-            let (pos, reclaim) = n.log_tail(worker, b, framed_len);
+        let mut reclaims = Vec::new();
+        for (i, &b) in backups.iter().enumerate() {
+            let src_at = s.addr + 8 * 1024 + i as u64 * framed_len;
+            let t = n.log_tail(worker, b, framed_len);
+            let mut framed = Vec::with_capacity(framed_len as usize);
+            framed.extend_from_slice(&(record.len() as u32).to_le_bytes());
+            framed.extend_from_slice(&[0; 4]);
+            framed.extend_from_slice(&t.seq.to_le_bytes());
+            framed.extend_from_slice(record);
+            framed.resize(framed_len as usize - 4, 0);
+            framed.extend_from_slice(&(record.len() as u32).to_le_bytes());
+            ctx.write_local(src_at, &framed).map_err(|e| e.to_string())?;
             let q = ctx.rc_qp(NodeId(b), ctx.coroutine() as usize).ok_or("no QP to backup")?;
-            let remote = n.catalog.remote(b, n.catalog.layout.ring(n.me, worker) + pos, framed_len as u32);
+            let ring_at = n.catalog.layout.ring(n.me, worker);
+            let mut ops = Vec::new();
+            if let Some(old) = t.wrapped_from {
+                let mut marker = Vec::with_capacity(16);
+                marker.extend_from_slice(&(WRAP as u64).to_le_bytes());
+                marker.extend_from_slice(&t.seq.to_le_bytes());
+                ops.push((
+                    Op::Write { src: Payload::Inline(marker), remote: n.catalog.remote(b, ring_at + old, 16) },
+                    false,
+                ));
+            }
             let src = LocalBuf { lkey: s.lkey, addr: src_at, len: framed_len as u32 };
-            ctx.post(q, [(Op::Write { src: Payload::Local(src), remote }, true)]).map_err(|e| e.to_string())?;
-            if reclaim {
-                ctx.call_oneway(Endpoint { node: NodeId(b), worker }, H_RECLAIM, &n.me.to_le_bytes());
+            ops.push((
+                Op::Write { src: Payload::Local(src), remote: n.catalog.remote(b, ring_at + t.pos, framed_len as u32) },
+                true,
+            ));
+            ctx.post(q, ops).map_err(|e| e.to_string())?;
+            if t.reclaim {
+                reclaims.push(b);
             }
         }
         ctx.wait().await.map_err(|c| c.to_string())?;
+        for b in reclaims {
+            ctx.call_oneway(
+                Endpoint { node: NodeId(b), worker },
+                H_RECLAIM,
+                &[&n.me.to_le_bytes()[..], &worker.to_le_bytes()].concat(),
+            );
+        }
     } else {
         for &b in backups {
             ctx.call(Endpoint { node: NodeId(b), worker }, H_LOG, record);

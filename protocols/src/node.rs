@@ -80,8 +80,23 @@ pub struct NodeState {
     pub replication: u16,
     /// Planted bugs, for the checker's own tests: never set in real runs.
     pub bug: Option<Bug>,
-    /// Per (worker, backup): next ring position and bytes since the last reclaim.
-    pub rings: RefCell<Vec<(u64, u64)>>,
+    /// Sender side, per (worker, backup): next ring position, bytes since the last reclaim,
+    /// next sequence number.
+    pub rings: RefCell<Vec<(u64, u64, u64)>>,
+    /// Backup side, per (sender node, sender worker) ring: read position, next sequence.
+    pub readers: RefCell<Vec<(u64, u64)>>,
+    /// Backup side: the version of every record this node keeps a replica of.
+    pub replica: RefCell<std::collections::BTreeMap<u64, u64>>,
+}
+
+/// Where a log entry goes in a ring.
+pub struct Tail {
+    pub pos: u64,
+    pub seq: u64,
+    /// The writer wrapped: a wrap marker goes at this position first.
+    pub wrapped_from: Option<u64>,
+    /// Time to tell the backup to reclaim (half a ring written since last time).
+    pub reclaim: bool,
 }
 
 /// A deliberately wrong variant of a protocol, to show the checker catches it.
@@ -91,6 +106,8 @@ pub enum Bug {
     UnlockBeforeWriteBack,
     /// OCC skips read-set validation.
     SkipValidation,
+    /// Commit without logging to the backups (their replicas fall behind).
+    SkipLog,
 }
 
 impl NodeState {
@@ -108,27 +125,42 @@ impl NodeState {
         self.catalog.regions[self.me as usize].addr
     }
 
-    /// Reserves `len` bytes in the ring this worker writes on `backup`: the position, and
-    /// whether it is time to let the backup reclaim (half a ring written since last time).
-    pub fn log_tail(&self, worker: u16, backup: u16, len: u64) -> (u64, bool) {
+    /// Reserves `len` bytes in the ring this worker writes on `backup`.
+    pub fn log_tail(&self, worker: u16, backup: u16, len: u64) -> Tail {
         let ring = self.catalog.layout.ring_bytes;
         let mut rings = self.rings.borrow_mut();
         let i = worker as usize * self.nodes as usize + backup as usize;
         if rings.len() <= i {
-            rings.resize(i + 1, (0, 0));
+            rings.resize(i + 1, (0, 0, 0));
         }
-        let (pos, since) = &mut rings[i];
-        if *pos + len > ring {
+        let (pos, since, seq) = &mut rings[i];
+        let mut wrapped_from = None;
+        // An entry never straddles the end; 16 bytes must stay for a wrap marker.
+        if *pos + len + 16 > ring {
+            wrapped_from = Some(*pos);
             *pos = 0;
         }
-        let at = *pos;
+        let t = Tail { pos: *pos, seq: *seq, wrapped_from, reclaim: false };
         *pos += len;
+        *seq += 1;
         *since += len;
         let reclaim = *since * 2 >= ring;
         if reclaim {
             *since = 0;
         }
-        (at, reclaim)
+        Tail { reclaim, ..t }
+    }
+
+    pub fn ring_reader(&self, slot: usize) -> (u64, u64) {
+        self.readers.borrow().get(slot).copied().unwrap_or((0, 0))
+    }
+
+    pub fn set_ring_reader(&self, slot: usize, pos: u64, seq: u64) {
+        let mut r = self.readers.borrow_mut();
+        if r.len() <= slot {
+            r.resize(slot + 1, (0, 0));
+        }
+        r[slot] = (pos, seq);
     }
 }
 
@@ -242,15 +274,26 @@ pub fn handlers(n: &Rc<NodeState>) -> Vec<(u16, Rc<HandlerFn>)> {
         (
             H_LOG,
             Rc::new(move |ctx: &mut HandlerCtx<'_>, req: &[u8]| {
-                // The RPC log handler copies the record into its buffer (DrTM+H Sec. 5.4).
+                // The RPC log handler copies the record and applies it (DrTM+H Sec. 5.4).
                 ctx.compute((req.len() as u64).div_ceil(10));
-                let mut s = d.stats.borrow_mut();
-                s.log_records += 1;
-                s.log_bytes += req.len() as u64;
+                crate::log::apply(&d, req);
                 Handled::Reply
             }),
         ),
-        (H_RECLAIM, Rc::new(|_ctx: &mut HandlerCtx<'_>, _req: &[u8]| Handled::NoReply)),
+        (
+            H_RECLAIM,
+            Rc::new({
+                let n = n.clone();
+                move |ctx: &mut HandlerCtx<'_>, req: &[u8]| {
+                    if req.len() >= 4 {
+                        let sender = u16::from_le_bytes([req[0], req[1]]);
+                        let worker = u16::from_le_bytes([req[2], req[3]]);
+                        crate::log::drain_ring(&n, ctx.mem, sender, worker);
+                    }
+                    Handled::NoReply
+                }
+            }),
+        ),
         (
             H_FETCH,
             Rc::new({

@@ -287,16 +287,14 @@ fn inline_or_staged(ctx: &Ctx, bytes: &[u8], at: &mut u64) -> Payload {
 
 /// LOG: the new values to the backups of every written record's primary.
 pub async fn log(ctx: &Ctx, n: &NodeState, recs: &[Rec], new_values: &[Vec<u8>], id: u64) -> Result<(), String> {
-    if n.replication <= 1 || new_values.is_empty() {
+    if n.replication <= 1 || new_values.is_empty() || n.bug == Some(crate::node::Bug::SkipLog) {
         return Ok(());
     }
     let mut record = Vec::new();
     record.extend_from_slice(&id.to_le_bytes());
     let mut backups: Vec<u16> = Vec::new();
     for (r, v) in recs.iter().filter(|r| r.write).zip(new_values) {
-        record.extend_from_slice(&r.key.to_le_bytes());
-        record.extend_from_slice(&(r.version().1 + 1).to_le_bytes());
-        record.extend_from_slice(v);
+        crate::log::entry(&mut record, r.table, r.key, r.version().1 + 1, v);
         for k in 1..n.replication {
             let b = (r.home + k) % n.nodes;
             if !backups.contains(&b) {

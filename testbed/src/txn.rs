@@ -162,6 +162,8 @@ pub fn run_txns(spec: &TxnRunSpec) -> Result<TxnRunResult, String> {
                 replication: spec.replication,
                 bug: spec.bug,
                 rings: RefCell::new(Vec::new()),
+                readers: RefCell::new(Vec::new()),
+                replica: RefCell::new(Default::default()),
             })
         })
         .collect();
@@ -240,6 +242,16 @@ pub fn run_txns(spec: &TxnRunSpec) -> Result<TxnRunResult, String> {
     sim.run_until(end);
     sim.run_to_idle(end + 100_000_000);
 
+    // Backups catch up on the logs still in their rings (a recovering backup would too).
+    for (b, st) in states.iter().enumerate() {
+        let mem = sim.memory(b as u16);
+        for sender in 0..spec.nodes {
+            for wk in 0..spec.workers {
+                txbed_protocols::log::drain_ring(st, &*mem, sender, wk);
+            }
+        }
+    }
+
     // The history, each record's final version, and the conserved quantity.
     let mut h = History::default();
     let mut stats = TxnStats::default();
@@ -266,7 +278,22 @@ pub fn run_txns(spec: &TxnRunSpec) -> Result<TxnRunResult, String> {
             }
         }
     }
-    // Keys never written must still hold version 0: list them only if something wrote them.
+    let names: Vec<serde_json::Value> = std::iter::once("primary".to_string())
+        .chain((1..spec.replication).map(|k| format!("backup{k}")))
+        .map(serde_json::Value::from)
+        .collect();
+    h.meta.insert("replicas".into(), serde_json::Value::Array(names));
+    // Every backup's replica: the k-th backup of a key is node (primary + k).
+    if spec.replication > 1 {
+        for (b, st) in states.iter().enumerate() {
+            for (&k, &version) in st.replica.borrow().iter() {
+                let key = Key { table: (k >> 48) as u16, row: k & ((1 << 48) - 1) };
+                let primary = w.home(key, spec.nodes);
+                let nth = (b as u16 + spec.nodes - primary) % spec.nodes;
+                h.finals.push(Final { replica: format!("backup{nth}"), key: k, version });
+            }
+        }
+    }
     h.invariants.push(Invariant {
         name: format!("{}: conserved total", w.name()),
         expected: initial + stats.external_delta,
