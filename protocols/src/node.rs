@@ -66,6 +66,26 @@ pub fn stage_index(s: crate::stage::Stage) -> usize {
     (s.bit().trailing_zeros()) as usize
 }
 
+/// The RDMA optimisations of DrTM+H Sec. 3.2 a run uses (the location cache is sized
+/// separately).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Options {
+    /// Issue all requests of a stage before waiting (otherwise one at a time).
+    pub outstanding: bool,
+    /// One doorbell for the requests posted together on a QP (otherwise one each).
+    pub doorbell: bool,
+    /// Do not wait for write-back acknowledgements (commit is decided by the log).
+    pub passive_ack: bool,
+    /// Fetch all records of a transaction in parallel (DrTM+H Sec. 6.1).
+    pub speculative: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { outstanding: true, doorbell: true, passive_ack: false, speculative: true }
+    }
+}
+
 pub struct NodeState {
     pub me: u16,
     pub nodes: u16,
@@ -73,6 +93,7 @@ pub struct NodeState {
     pub cache: RefCell<LocationCache>,
     pub workload: Rc<dyn Workload>,
     pub hybrid: Hybrid,
+    pub options: Options,
     /// Committed (and user-aborted) transactions, in completion order.
     pub history: RefCell<Vec<Txn>>,
     pub stats: RefCell<TxnStats>,

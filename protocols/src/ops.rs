@@ -14,7 +14,7 @@
 //! [8, 12) KiB the log record, [12, 16) KiB write-back staging.
 
 use txbed_checker::{Access, Txn};
-use txbed_transport::{Ctx, Endpoint, LocalBuf, NodeId, Op, Payload, QpId};
+use txbed_transport::{CallId, Ctx, Endpoint, LocalBuf, NodeId, Op, Payload, QpId};
 use txbed_workloads::TxnSpec;
 
 use crate::history_key;
@@ -77,6 +77,31 @@ pub fn qp(ctx: &Ctx, node: u16) -> Result<QpId, String> {
     ctx.rc_qp(NodeId(node), ctx.coroutine() as usize).ok_or_else(|| format!("no QP to node {node}"))
 }
 
+/// Posts `ops` on `q` as the options say: one doorbell for the list (doorbell batching) or
+/// one per request; with outstanding requests off, waits for them before returning.
+async fn issue(ctx: &Ctx, n: &NodeState, q: QpId, ops: Vec<(Op, bool)>) -> Result<(), String> {
+    if n.options.doorbell {
+        ctx.post(q, ops).map_err(|e| e.to_string())?;
+    } else {
+        for op in ops {
+            ctx.post(q, [op]).map_err(|e| e.to_string())?;
+        }
+    }
+    if !n.options.outstanding {
+        ctx.wait().await.map_err(|c| c.to_string())?;
+    }
+    Ok(())
+}
+
+/// Calls `handler` at `node`; with outstanding requests off, waits for the reply first.
+async fn call(ctx: &Ctx, n: &NodeState, node: u16, handler: u16, req: &[u8]) -> CallId {
+    let id = ctx.call(endpoint(ctx, node), handler, req);
+    if !n.options.outstanding {
+        let _ = ctx.wait().await;
+    }
+    id
+}
+
 fn tuple_bytes(n: &NodeState, table: u16) -> u32 {
     n.catalog.layout.table(table).map(|p| p.tuple_bytes as u32).unwrap_or(0)
 }
@@ -113,7 +138,7 @@ pub async fn lock_and_read(
             let cas =
                 Op::Cas { local: cas_out, remote: n.catalog.remote(r.home, r.offset + LOCK, 8), compare: 0, swap: id };
             let read = Op::Read { local: read_out, remote: n.catalog.remote(r.home, r.offset, len) };
-            ctx.post(qp(ctx, r.home)?, [(cas, false), (read, true)]).map_err(|e| e.to_string())?;
+            issue(ctx, n, qp(ctx, r.home)?, vec![(cas, false), (read, true)]).await?;
         }
         ctx.wait().await.map_err(|c| c.to_string())?;
         for (i, at) in slots {
@@ -130,7 +155,7 @@ pub async fn lock_and_read(
             req.extend_from_slice(&[0; 6]);
             req.extend_from_slice(&r.key.to_le_bytes());
             req.extend_from_slice(&id.to_le_bytes());
-            calls.push((i, ctx.call(endpoint(ctx, r.home), H_LOCK, &req)));
+            calls.push((i, call(ctx, n, r.home, H_LOCK, &req).await));
         }
         let _ = ctx.wait().await;
         for (i, call) in calls {
@@ -175,7 +200,11 @@ pub async fn fetch(ctx: &Ctx, n: &NodeState, recs: &mut [Rec]) -> Result<(), Str
                 local: LocalBuf { lkey: scratch.lkey, addr: at, len },
                 remote: n.catalog.remote(r.home, r.offset, len),
             };
-            ctx.post(qp(ctx, r.home)?, [(read, true)]).map_err(|e| e.to_string())?;
+            // Without speculation, each fetch completes before the next is issued.
+            issue(ctx, n, qp(ctx, r.home)?, vec![(read, true)]).await?;
+            if !n.options.speculative {
+                ctx.wait().await.map_err(|c| c.to_string())?;
+            }
             slots.push(at);
             at += len as u64;
         }
@@ -191,7 +220,10 @@ pub async fn fetch(ctx: &Ctx, n: &NodeState, recs: &mut [Rec]) -> Result<(), Str
             req.extend_from_slice(&r.table.to_le_bytes());
             req.extend_from_slice(&[0; 6]);
             req.extend_from_slice(&r.key.to_le_bytes());
-            calls.push(ctx.call(endpoint(ctx, r.home), H_FETCH, &req));
+            calls.push(call(ctx, n, r.home, H_FETCH, &req).await);
+            if !n.options.speculative {
+                let _ = ctx.wait().await;
+            }
         }
         let _ = ctx.wait().await;
         for (r, call) in recs.iter_mut().zip(calls) {
@@ -233,7 +265,7 @@ pub async fn validate(
                 local: LocalBuf { lkey: scratch.lkey, addr: at, len: 16 },
                 remote: n.catalog.remote(r.home, r.offset, 16),
             };
-            ctx.post(qp(ctx, r.home)?, [(read, true)]).map_err(|e| e.to_string())?;
+            issue(ctx, n, qp(ctx, r.home)?, vec![(read, true)]).await?;
             slots.push((i, at));
             at += 16;
         }
@@ -248,7 +280,7 @@ pub async fn validate(
     } else {
         let mut calls = Vec::new();
         for (i, r) in recs.iter().enumerate().filter(|(_, r)| which(r)) {
-            calls.push((i, ctx.call(endpoint(ctx, r.home), H_VALIDATE, &r.offset.to_le_bytes())));
+            calls.push((i, call(ctx, n, r.home, H_VALIDATE, &r.offset.to_le_bytes()).await));
         }
         let _ = ctx.wait().await;
         for (i, call) in calls {
@@ -345,13 +377,22 @@ pub async fn write_back(
                 src: Payload::Inline(0u64.to_le_bytes().to_vec()),
                 remote: n.catalog.remote(r.home, r.offset + LOCK, 8),
             };
-            let ops = if unlock_first { vec![(write, true)] } else { vec![(write, false), (unlock, true)] };
-            ctx.post(qp(ctx, r.home)?, ops).map_err(|e| e.to_string())?;
+            let q = qp(ctx, r.home)?;
+            // Passive ACK: the commit is confirmed by a later signaled request on the QP
+            // (DrTM+H Sec. 3.2); signal anyway before the send queue fills.
+            let depth = ctx.qp_info(q).map_or(2, |i| i.max_outstanding);
+            let signal = !n.options.passive_ack || ctx.outstanding(q) + 4 >= depth / 2;
+            let ops = if unlock_first { vec![(write, signal)] } else { vec![(write, false), (unlock, signal)] };
+            issue(ctx, n, q, ops).await?;
         } else {
             let mut req = Vec::with_capacity(8 + body.len());
             req.extend_from_slice(&r.offset.to_le_bytes());
             req.extend_from_slice(&body);
-            ctx.call(endpoint(ctx, r.home), H_COMMIT, &req);
+            if n.options.passive_ack {
+                ctx.call_oneway(endpoint(ctx, r.home), H_COMMIT, &req);
+            } else {
+                call(ctx, n, r.home, H_COMMIT, &req).await;
+            }
         }
     }
     for r in recs.iter().filter(|r| !r.write) {

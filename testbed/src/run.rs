@@ -183,6 +183,7 @@ pub fn run_txn(s: &Scenario, profile: &NicProfile, seed: u64) -> Result<TxnRepor
         warmup_ns: s.run.warmup_us * 1000,
         duration_ns: s.run.measure_us * 1000,
         cache_bytes: p.cache_mb << 20,
+        options: p.options.clone().into(),
         bug: None,
         allow_unsafe_atomics: false,
     };

@@ -91,6 +91,41 @@ pub struct ProtocolSpec {
     /// Location cache per node, MiB (0 turns it off).
     #[serde(default = "default_cache_mb")]
     pub cache_mb: u64,
+    #[serde(default)]
+    pub options: OptionsSpec,
+}
+
+/// RDMA optimisations (DrTM+H Sec. 3.2), each on or off.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OptionsSpec {
+    pub outstanding: bool,
+    pub doorbell: bool,
+    pub passive_ack: bool,
+    pub speculative: bool,
+}
+
+impl Default for OptionsSpec {
+    fn default() -> Self {
+        let d = txbed_protocols::node::Options::default();
+        OptionsSpec {
+            outstanding: d.outstanding,
+            doorbell: d.doorbell,
+            passive_ack: d.passive_ack,
+            speculative: d.speculative,
+        }
+    }
+}
+
+impl From<OptionsSpec> for txbed_protocols::node::Options {
+    fn from(o: OptionsSpec) -> Self {
+        txbed_protocols::node::Options {
+            outstanding: o.outstanding,
+            doorbell: o.doorbell,
+            passive_ack: o.passive_ack,
+            speculative: o.speculative,
+        }
+    }
 }
 
 fn default_mode() -> Mode {

@@ -54,6 +54,7 @@ pub struct TxnRunSpec {
     /// Measured simulated time; coroutines start transactions until warm-up plus this.
     pub duration_ns: u64,
     pub cache_bytes: u64,
+    pub options: txbed_protocols::node::Options,
     pub bug: Option<Bug>,
     /// Allow one-sided locking across several HCA-atomic NICs per node (unsafe: for tests
     /// that show the checker catching it).
@@ -124,6 +125,10 @@ pub fn run_txns(spec: &TxnRunSpec) -> Result<TxnRunResult, String> {
     cfg.max_coroutines = spec.coroutines;
     cfg.scratch_per_coroutine = 16 << 10;
     cfg.loopback = true;
+    // Two-sided passive ACK piggybacks replies on requests; doorbell batching applies to the
+    // RPC layer's datagrams too.
+    cfg.rpc.piggyback = spec.options.passive_ack;
+    cfg.rpc.doorbell_batching = spec.options.doorbell;
     let mut sim = Sim::new(cfg)?;
     let tables: Vec<TableSpec> = w
         .tables()
@@ -157,6 +162,7 @@ pub fn run_txns(spec: &TxnRunSpec) -> Result<TxnRunResult, String> {
                 cache: RefCell::new(LocationCache::new(spec.cache_bytes)),
                 workload: w.clone(),
                 hybrid: spec.hybrid,
+                options: spec.options,
                 history: RefCell::new(Vec::new()),
                 stats: RefCell::new(TxnStats::default()),
                 replication: spec.replication,
