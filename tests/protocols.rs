@@ -251,7 +251,13 @@ fn every_option_combination_is_serializable() {
                 let s = Shape { options, ..Shape::new(protocol, W::YcsbHot, hybrid, 5) };
                 let r = s.run();
                 // With everything off, few transactions finish in 200 us: require progress.
-                assert!(r.clean() && r.stats.committed > 5, "{}: {} commits, {:?}", s.replay(), r.stats.committed, r.report.anomalies.first());
+                assert!(
+                    r.clean() && r.stats.committed > 5,
+                    "{}: {} commits, {:?}",
+                    s.replay(),
+                    r.stats.committed,
+                    r.report.anomalies.first()
+                );
             }
         }
     }

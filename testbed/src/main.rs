@@ -27,6 +27,9 @@ enum Command {
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
+        /// Write the run's history (JSON Lines, for `txbed check`) to this file.
+        #[arg(long)]
+        history: Option<PathBuf>,
     },
     /// Check a scenario file without running it.
     Validate { scenario: PathBuf },
@@ -88,7 +91,7 @@ fn main() -> ExitCode {
         }
     };
     match cli.command {
-        Command::Run { scenario, seed, json } => {
+        Command::Run { scenario, seed, json, history } => {
             let (s, profile) = match scenario::Scenario::load(&scenario) {
                 Ok(x) => x,
                 Err(e) => {
@@ -106,7 +109,7 @@ fn main() -> ExitCode {
                 }
                 return ExitCode::SUCCESS;
             }
-            match run::run_txn(&s, &profile, seed) {
+            match run::run_txn(&s, &profile, seed, history.as_deref()) {
                 Ok(r) => {
                     if json {
                         println!("{}", serde_json::to_string_pretty(&r).expect("report serialises"));

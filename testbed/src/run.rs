@@ -158,7 +158,12 @@ pub struct CheckReport {
     pub explanations: Vec<String>,
 }
 
-pub fn run_txn(s: &Scenario, profile: &NicProfile, seed: u64) -> Result<TxnReport, String> {
+pub fn run_txn(
+    s: &Scenario,
+    profile: &NicProfile,
+    seed: u64,
+    history: Option<&std::path::Path>,
+) -> Result<TxnReport, String> {
     let c = &s.cluster;
     let p = s.protocol.as_ref().ok_or("a transactional workload needs a protocol")?;
     let workload: std::rc::Rc<dyn txbed_workloads::Workload> = match &s.workload {
@@ -188,8 +193,14 @@ pub fn run_txn(s: &Scenario, profile: &NicProfile, seed: u64) -> Result<TxnRepor
         allow_unsafe_atomics: false,
     };
     let start = Instant::now();
-    let r = run_txns(&spec)?;
+    let mut r = run_txns(&spec)?;
     let wall = start.elapsed().as_secs_f64();
+    if let Some(path) = history {
+        r.history.meta.insert("scenario".into(), s.name.clone().into());
+        r.history.meta.insert("seed".into(), seed.into());
+        let f = std::fs::File::create(path).map_err(|e| format!("{}: cannot write history: {e}", path.display()))?;
+        r.history.write(std::io::BufWriter::new(f)).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
     let h = &r.measured.latency_ns;
     let us = |ns: u64| ns as f64 / 1000.0;
     let mut stages = BTreeMap::new();

@@ -49,6 +49,13 @@ fn quickstart_runs_occ_on_smallbank_and_checks_it() {
     assert_eq!(r["check"]["nothing_lost"], true);
     assert!(r["stages"]["read"]["mean_us"].as_f64().unwrap() > 0.0);
     assert!(r["stages"]["log"]["round_trips"].as_f64().unwrap() > 0.0);
+    // The history it writes is checked clean by `txbed check`, replicas included.
+    let h = std::env::temp_dir().join(format!("txbed-quick-{}.jsonl", std::process::id()));
+    let out = txbed().args(["run", "scenarios/quickstart.ron", "--history", h.to_str().unwrap()]).output().unwrap();
+    assert!(out.status.success());
+    let out = txbed().args(["check", h.to_str().unwrap()]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("serializable: yes, nothing lost"));
 }
 
 #[test]
