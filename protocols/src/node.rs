@@ -267,72 +267,43 @@ fn commit(n: &NodeState, mem: &dyn HostMemory, req: &[u8]) {
     let _ = mem.store_u64(base + LOCK, 0);
 }
 
-/// Registers the participant handlers of `n` on a worker.
+/// A handler that runs `f` on the node's state and replies with what it wrote.
+fn replying(n: &Rc<NodeState>, f: fn(&NodeState, &dyn HostMemory, &[u8], &mut Vec<u8>)) -> Rc<HandlerFn> {
+    let n = n.clone();
+    Rc::new(move |ctx: &mut HandlerCtx<'_>, req: &[u8]| {
+        f(&n, ctx.mem, req, ctx.reply);
+        Handled::Reply
+    })
+}
+
+/// The participant handlers of `n`, to register on each of its workers.
 pub fn handlers(n: &Rc<NodeState>) -> Vec<(u16, Rc<HandlerFn>)> {
-    let (a, b, c, d) = (n.clone(), n.clone(), n.clone(), n.clone());
+    let log_node = n.clone();
+    let reclaim_node = n.clone();
     vec![
-        (
-            H_LOCK,
-            Rc::new(move |ctx: &mut HandlerCtx<'_>, req: &[u8]| {
-                lock(&a, ctx.mem, req, ctx.reply);
-                Handled::Reply
-            }),
-        ),
-        (
-            H_RELEASE,
-            Rc::new(move |ctx: &mut HandlerCtx<'_>, req: &[u8]| {
-                release(&b, ctx.mem, req);
-                Handled::Reply
-            }),
-        ),
-        (
-            H_COMMIT,
-            Rc::new(move |ctx: &mut HandlerCtx<'_>, req: &[u8]| {
-                commit(&c, ctx.mem, req);
-                Handled::Reply
-            }),
-        ),
+        (H_LOCK, replying(n, lock)),
+        (H_RELEASE, replying(n, |n, mem, req, _| release(n, mem, req))),
+        (H_COMMIT, replying(n, |n, mem, req, _| commit(n, mem, req))),
+        (H_FETCH, replying(n, fetch)),
+        (H_VALIDATE, replying(n, validate)),
         (
             H_LOG,
             Rc::new(move |ctx: &mut HandlerCtx<'_>, req: &[u8]| {
                 // The RPC log handler copies the record and applies it (DrTM+H Sec. 5.4).
                 ctx.compute((req.len() as u64).div_ceil(10));
-                crate::log::apply(&d, req);
+                crate::log::apply(&log_node, req);
                 Handled::Reply
             }),
         ),
         (
             H_RECLAIM,
-            Rc::new({
-                let n = n.clone();
-                move |ctx: &mut HandlerCtx<'_>, req: &[u8]| {
-                    if req.len() >= 4 {
-                        let sender = u16::from_le_bytes([req[0], req[1]]);
-                        let worker = u16::from_le_bytes([req[2], req[3]]);
-                        crate::log::drain_ring(&n, ctx.mem, sender, worker);
-                    }
-                    Handled::NoReply
+            Rc::new(move |ctx: &mut HandlerCtx<'_>, req: &[u8]| {
+                if req.len() >= 4 {
+                    let sender = u16::from_le_bytes([req[0], req[1]]);
+                    let worker = u16::from_le_bytes([req[2], req[3]]);
+                    crate::log::drain_ring(&reclaim_node, ctx.mem, sender, worker);
                 }
-            }),
-        ),
-        (
-            H_FETCH,
-            Rc::new({
-                let n = n.clone();
-                move |ctx: &mut HandlerCtx<'_>, req: &[u8]| {
-                    fetch(&n, ctx.mem, req, ctx.reply);
-                    Handled::Reply
-                }
-            }),
-        ),
-        (
-            H_VALIDATE,
-            Rc::new({
-                let n = n.clone();
-                move |ctx: &mut HandlerCtx<'_>, req: &[u8]| {
-                    validate(&n, ctx.mem, req, ctx.reply);
-                    Handled::Reply
-                }
+                Handled::NoReply
             }),
         ),
     ]

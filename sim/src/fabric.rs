@@ -949,31 +949,14 @@ impl Sim {
                     resp_ready = start + dma + self.m.pcie_read_ps;
                     resp_payload = remote.len;
                 }
-                Op::Cas { remote, compare, swap, .. } => {
-                    let (addr, compare, swap) = (remote.addr, *compare, *swap);
+                Op::Cas { remote, .. } | Op::Faa { remote, .. } => {
+                    let addr = remote.addr;
                     let old = mem.nic_load_u64(addr);
-                    let new = (old == compare).then_some(swap);
-                    Self::begin_atomic(
-                        &mut self.q,
-                        &mut self.nodes[dst as usize],
-                        dnic,
-                        &self.m,
-                        o,
-                        id,
-                        addr,
-                        old,
-                        new,
-                        now_ps,
-                        dst_qp,
-                    );
-                    resp_ready = done.max(now_ps + self.m.atomic_rmw_ps);
-                    resp_payload = 0;
-                    resp_headers = h::BTH + h::AETH + h::ATOMIC_ACK_ETH;
-                }
-                Op::Faa { remote, add, .. } => {
-                    let (addr, add) = (remote.addr, *add);
-                    let old = mem.nic_load_u64(addr);
-                    let new = Some(old.wrapping_add(add));
+                    let new = match o.wr.op {
+                        Op::Cas { compare, swap, .. } => (old == compare).then_some(swap),
+                        Op::Faa { add, .. } => Some(old.wrapping_add(add)),
+                        _ => None,
+                    };
                     Self::begin_atomic(
                         &mut self.q,
                         &mut self.nodes[dst as usize],
