@@ -10,7 +10,7 @@ use txbed_workloads::Workload;
 
 use crate::locate::{Catalog, LocationCache};
 use crate::stage::Hybrid;
-use crate::store::{self, LOCK, META_BYTES, VERSION, WRITER};
+use crate::store::{self, TablePlace, LOCK, META_BYTES, VERSION, WRITER};
 
 /// RPC handler ids.
 pub const H_LOCK: u16 = 10;
@@ -192,17 +192,26 @@ fn u64_at(b: &[u8], i: usize) -> u64 {
 /// LOCK: CAS the owner into the tuple's lock word (so a one-sided RELEASE can later clear
 /// it, RCC Sec. 5.2) and reply with the tuple's offset and bytes.
 /// Request: table u16 | pad 6 | key u64 | owner u64. Reply: status u8 | offset u64 | tuple.
-fn lock(n: &NodeState, mem: &dyn HostMemory, req: &[u8], reply: &mut Vec<u8>) {
+/// The table and tuple offset a request's `table u16 | pad 6 | key u64` prefix names, or
+/// `MISSING` in the reply.
+fn find<'a>(
+    n: &'a NodeState,
+    mem: &dyn HostMemory,
+    req: &[u8],
+    reply: &mut Vec<u8>,
+) -> Option<(&'a TablePlace, u64, u64)> {
     let table = u16::from_le_bytes([req[0], req[1]]);
-    let (key, owner) = (u64_at(req, 8), u64_at(req, 16));
-    let Some(place) = n.catalog.layout.table(table) else {
+    let key = u64_at(req, 8);
+    let found = n.catalog.layout.table(table).and_then(|p| Some((p, store::find_local(mem, n.base(), p, key)?, key)));
+    if found.is_none() {
         reply.push(MISSING);
-        return;
-    };
-    let Some(off) = store::find_local(mem, n.base(), place, key) else {
-        reply.push(MISSING);
-        return;
-    };
+    }
+    found
+}
+
+fn lock(n: &NodeState, mem: &dyn HostMemory, req: &[u8], reply: &mut Vec<u8>) {
+    let owner = u64_at(req, 16);
+    let Some((place, off, _)) = find(n, mem, req, reply) else { return };
     let old = mem.cas_u64(n.base() + off + LOCK, 0, owner).unwrap_or(u64::MAX);
     if old != 0 {
         reply.push(BUSY);
@@ -219,16 +228,7 @@ fn lock(n: &NodeState, mem: &dyn HostMemory, req: &[u8], reply: &mut Vec<u8>) {
 /// caller's location cache fills even over RPC (DrTM+H Sec. 5.1).
 /// Request: table u16 | pad 6 | key u64. Reply: status | offset | bucket offset | bucket | tuple.
 fn fetch(n: &NodeState, mem: &dyn HostMemory, req: &[u8], reply: &mut Vec<u8>) {
-    let table = u16::from_le_bytes([req[0], req[1]]);
-    let key = u64_at(req, 8);
-    let Some(place) = n.catalog.layout.table(table) else {
-        reply.push(MISSING);
-        return;
-    };
-    let Some(off) = store::find_local(mem, n.base(), place, key) else {
-        reply.push(MISSING);
-        return;
-    };
+    let Some((place, off, key)) = find(n, mem, req, reply) else { return };
     let bucket_at = place.buckets_at + store::bucket_of(key, place.buckets) * store::BUCKET_BYTES;
     let mut b = [0u8; store::BUCKET_BYTES as usize];
     let _ = mem.read(n.base() + bucket_at, &mut b);

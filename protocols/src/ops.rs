@@ -102,6 +102,18 @@ async fn call(ctx: &Ctx, n: &NodeState, node: u16, handler: u16, req: &[u8]) -> 
     id
 }
 
+/// Finds the tuple offset of every selected record (location cache, then index READs).
+async fn locate_all(ctx: &Ctx, n: &NodeState, recs: &mut [Rec], which: impl Fn(&Rec) -> bool) -> Result<(), String> {
+    let scratch = ctx.scratch();
+    for r in recs.iter_mut().filter(|r| which(r)) {
+        r.offset = locate(ctx, &n.catalog, &n.cache, scratch, r.home, r.table, r.key)
+            .await
+            .map_err(|e| format!("{e:?}"))?
+            .offset;
+    }
+    Ok(())
+}
+
 fn tuple_bytes(n: &NodeState, table: u16) -> u32 {
     n.catalog.layout.table(table).map(|p| p.tuple_bytes as u32).unwrap_or(0)
 }
@@ -119,12 +131,7 @@ pub async fn lock_and_read(
     let t0 = ctx.now();
     let bytes: u64 = recs.iter().filter(|r| which(r)).map(|r| 8 + tuple_bytes(n, r.table) as u64).sum();
     if n.hybrid.onesided(Stage::Lock) {
-        for r in recs.iter_mut().filter(|r| which(r) && r.tuple.is_empty()) {
-            r.offset = locate(ctx, &n.catalog, &n.cache, scratch, r.home, r.table, r.key)
-                .await
-                .map_err(|e| format!("{e:?}"))?
-                .offset;
-        }
+        locate_all(ctx, n, recs, |r| which(r) && r.tuple.is_empty()).await?;
         let mut at = scratch.addr;
         let mut slots = Vec::new();
         for (i, r) in recs.iter().enumerate().filter(|(_, r)| which(r)) {
@@ -185,12 +192,7 @@ pub async fn fetch(ctx: &Ctx, n: &NodeState, recs: &mut [Rec]) -> Result<(), Str
     let t0 = ctx.now();
     let bytes: u64 = recs.iter().map(|r| tuple_bytes(n, r.table) as u64).sum();
     if n.hybrid.onesided(Stage::Read) {
-        for r in recs.iter_mut() {
-            r.offset = locate(ctx, &n.catalog, &n.cache, scratch, r.home, r.table, r.key)
-                .await
-                .map_err(|e| format!("{e:?}"))?
-                .offset;
-        }
+        locate_all(ctx, n, recs, |_| true).await?;
         // Speculative parallel fetch: every READ posted, one wait (DrTM+H Sec. 6.1).
         let mut at = scratch.addr;
         let mut slots = Vec::new();
