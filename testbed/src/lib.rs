@@ -1,6 +1,7 @@
 //! The testbed: runs scenarios on a backend and reports. The `txbed` binary is its CLI.
 
 pub mod bench_verbs;
+pub mod bootstrap;
 pub mod check;
 pub mod run;
 pub mod scenario;
