@@ -5,4 +5,5 @@ pub mod bootstrap;
 pub mod check;
 pub mod run;
 pub mod scenario;
+pub mod sockets;
 pub mod txn;

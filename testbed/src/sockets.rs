@@ -1,0 +1,285 @@
+//! The sockets backend's NIC: registered memory shared by the worker threads and a NIC thread
+//! that serves one-sided verbs from other processes over TCP. This is the part of the sockets
+//! backend that exists so far (the worker-side transport and the actix runtime come next).
+//!
+//! - Memory is a set of regions of `AtomicU64` words. CPU access (`HostMemory`) and NIC access
+//!   both go through word-sized atomics: an 8-byte CAS/FAA is atomic (the CPU's own atomics, as
+//!   the issue asks), while a multi-word READ racing a WRITE can be torn, as on a real NIC.
+//! - Each RC queue pair is one TCP connection; the NIC thread serves each connection's requests
+//!   one after another and answers in order, so per-QP FIFO holds.
+//! - Every request is checked against the region's rkey and bounds; a bad one gets a remote
+//!   access error and nothing is read or written.
+
+use std::io::{BufReader, BufWriter, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use txbed_transport::{HostMemory, MemError, MemoryRegion, WcStatus};
+
+struct Region {
+    mr: MemoryRegion,
+    words: Box<[AtomicU64]>,
+}
+
+/// A process's registered memory, shared by its workers and its NIC thread.
+#[derive(Clone, Default)]
+pub struct SharedMemory {
+    regions: Arc<Vec<Region>>,
+}
+
+/// Region `i` starts at this address times `i + 1`, as in the simulator.
+pub const REGION_BASE: u64 = 1 << 40;
+
+impl SharedMemory {
+    /// Memory with regions of the given lengths (rounded up to 8 bytes) and keys.
+    pub fn new(regions: &[(u64, u32, u32)]) -> Self {
+        let r = regions
+            .iter()
+            .enumerate()
+            .map(|(i, &(len, rkey, lkey))| {
+                let words = len.div_ceil(8) as usize;
+                Region {
+                    mr: MemoryRegion { addr: REGION_BASE * (i as u64 + 1), len, rkey, lkey },
+                    words: (0..words).map(|_| AtomicU64::new(0)).collect(),
+                }
+            })
+            .collect();
+        SharedMemory { regions: Arc::new(r) }
+    }
+
+    fn find(&self, addr: u64, len: u64, rkey: Option<u32>) -> Option<&Region> {
+        let i = (addr / REGION_BASE).checked_sub(1)? as usize;
+        let r = self.regions.get(i)?;
+        if rkey.is_some_and(|k| k != r.mr.rkey) || !r.mr.contains(addr, len) {
+            return None;
+        }
+        Some(r)
+    }
+
+    fn read_words(r: &Region, addr: u64, out: &mut [u8]) {
+        let mut off = addr - r.mr.addr;
+        let mut done = 0;
+        while done < out.len() {
+            let w = r.words[(off / 8) as usize].load(Ordering::Acquire).to_le_bytes();
+            let from = (off % 8) as usize;
+            let n = (8 - from).min(out.len() - done);
+            out[done..done + n].copy_from_slice(&w[from..from + n]);
+            done += n;
+            off += n as u64;
+        }
+    }
+
+    fn write_words(r: &Region, addr: u64, data: &[u8]) {
+        let mut off = addr - r.mr.addr;
+        let mut done = 0;
+        while done < data.len() {
+            let i = (off / 8) as usize;
+            let from = (off % 8) as usize;
+            let n = (8 - from).min(data.len() - done);
+            if n == 8 {
+                r.words[i]
+                    .store(u64::from_le_bytes(data[done..done + 8].try_into().expect("8 bytes")), Ordering::Release);
+            } else {
+                // A partial word: merge with a CAS loop so concurrent writers of the other
+                // bytes are not lost.
+                let _ = r.words[i].fetch_update(Ordering::AcqRel, Ordering::Acquire, |old| {
+                    let mut b = old.to_le_bytes();
+                    b[from..from + n].copy_from_slice(&data[done..done + n]);
+                    Some(u64::from_le_bytes(b))
+                });
+            }
+            done += n;
+            off += n as u64;
+        }
+    }
+
+    fn word(&self, addr: u64, rkey: Option<u32>) -> Result<&AtomicU64, ()> {
+        if addr % 8 != 0 {
+            return Err(());
+        }
+        let r = self.find(addr, 8, rkey).ok_or(())?;
+        Ok(&r.words[((addr - r.mr.addr) / 8) as usize])
+    }
+}
+
+impl HostMemory for SharedMemory {
+    fn regions(&self) -> Vec<MemoryRegion> {
+        self.regions.iter().map(|r| r.mr).collect()
+    }
+    fn read(&self, addr: u64, out: &mut [u8]) -> Result<(), MemError> {
+        let r = self.find(addr, out.len() as u64, None).ok_or(MemError::OutOfBounds { addr, len: out.len() as u64 })?;
+        Self::read_words(r, addr, out);
+        Ok(())
+    }
+    fn write(&self, addr: u64, data: &[u8]) -> Result<(), MemError> {
+        let r =
+            self.find(addr, data.len() as u64, None).ok_or(MemError::OutOfBounds { addr, len: data.len() as u64 })?;
+        Self::write_words(r, addr, data);
+        Ok(())
+    }
+    fn cas_u64(&self, addr: u64, compare: u64, swap: u64) -> Result<u64, MemError> {
+        let w = self.word(addr, None).map_err(|_| MemError::Misaligned { addr })?;
+        Ok(match w.compare_exchange(compare, swap, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(v) | Err(v) => v,
+        })
+    }
+    fn faa_u64(&self, addr: u64, add: u64) -> Result<u64, MemError> {
+        let w = self.word(addr, None).map_err(|_| MemError::Misaligned { addr })?;
+        Ok(w.fetch_add(add, Ordering::AcqRel))
+    }
+}
+
+/// One-sided requests on the wire: opcode u8 | pad 3 | rkey u32 | addr u64 | len u32 |
+/// pad 4 | a u64 | b u64 | payload (WRITE). Replies: status u8 | pad 7 | data.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Verb {
+    Read = 1,
+    Write = 2,
+    Cas = 3,
+    Faa = 4,
+}
+
+pub const REQUEST_HEADER: usize = 40;
+
+pub fn encode_request(verb: Verb, rkey: u32, addr: u64, len: u32, a: u64, b: u64, payload: &[u8]) -> Vec<u8> {
+    let mut f = Vec::with_capacity(REQUEST_HEADER + payload.len());
+    f.push(verb as u8);
+    f.extend_from_slice(&[0; 3]);
+    f.extend_from_slice(&rkey.to_le_bytes());
+    f.extend_from_slice(&addr.to_le_bytes());
+    f.extend_from_slice(&len.to_le_bytes());
+    f.extend_from_slice(&[0; 4]);
+    f.extend_from_slice(&a.to_le_bytes());
+    f.extend_from_slice(&b.to_le_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+fn status_code(s: WcStatus) -> u8 {
+    match s {
+        WcStatus::Success => 0,
+        _ => 1,
+    }
+}
+
+/// Applies one request to `mem`; returns the reply (status and data).
+pub fn serve(mem: &SharedMemory, req: &[u8]) -> Vec<u8> {
+    let bad = || {
+        let mut r = vec![status_code(WcStatus::RemoteAccessError)];
+        r.extend_from_slice(&[0; 7]);
+        r
+    };
+    if req.len() < REQUEST_HEADER {
+        return bad();
+    }
+    let u64_at = |i: usize| u64::from_le_bytes(req[i..i + 8].try_into().expect("8 bytes"));
+    let rkey = u32::from_le_bytes(req[4..8].try_into().expect("4 bytes"));
+    let addr = u64_at(8);
+    let len = u32::from_le_bytes(req[16..20].try_into().expect("4 bytes")) as u64;
+    let (a, b) = (u64_at(24), u64_at(32));
+    let mut reply = vec![0u8; 8];
+    match req[0] {
+        1 => match mem.find(addr, len, Some(rkey)) {
+            Some(r) => {
+                let mut out = vec![0u8; len as usize];
+                SharedMemory::read_words(r, addr, &mut out);
+                reply.extend_from_slice(&out);
+            }
+            None => return bad(),
+        },
+        2 => {
+            let data = &req[REQUEST_HEADER..];
+            match mem.find(addr, data.len() as u64, Some(rkey)) {
+                Some(r) => SharedMemory::write_words(r, addr, data),
+                None => return bad(),
+            }
+        }
+        3 | 4 => match mem.word(addr, Some(rkey)) {
+            Ok(w) => {
+                let old = if req[0] == 3 {
+                    match w.compare_exchange(a, b, Ordering::AcqRel, Ordering::Acquire) {
+                        Ok(v) | Err(v) => v,
+                    }
+                } else {
+                    w.fetch_add(a, Ordering::AcqRel)
+                };
+                reply.extend_from_slice(&old.to_le_bytes());
+            }
+            Err(()) => return bad(),
+        },
+        _ => return bad(),
+    }
+    reply
+}
+
+fn read_frame(r: &mut impl Read) -> std::io::Result<Vec<u8>> {
+    let mut len = [0u8; 4];
+    r.read_exact(&mut len)?;
+    let n = u32::from_le_bytes(len) as usize;
+    if n > 64 << 20 {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "frame over 64 MiB"));
+    }
+    let mut b = vec![0u8; n];
+    r.read_exact(&mut b)?;
+    Ok(b)
+}
+
+fn write_frame(w: &mut impl Write, bytes: &[u8]) -> std::io::Result<()> {
+    w.write_all(&(bytes.len() as u32).to_le_bytes())?;
+    w.write_all(bytes)
+}
+
+/// The NIC: accepts connections (one per remote QP) and serves each in its own thread, in
+/// order. Returns the address it listens on.
+pub fn start_nic(mem: SharedMemory, bind: SocketAddr) -> std::io::Result<SocketAddr> {
+    let listener = TcpListener::bind(bind)?;
+    let addr = listener.local_addr()?;
+    std::thread::Builder::new().name("txbed-nic".into()).spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(conn) = conn else { continue };
+            let mem = mem.clone();
+            let _ = std::thread::Builder::new().name("txbed-nic-qp".into()).spawn(move || {
+                let _ = conn.set_nodelay(true);
+                let Ok(rd) = conn.try_clone() else { return };
+                let mut rd = BufReader::new(rd);
+                let mut wr = BufWriter::new(conn);
+                while let Ok(req) = read_frame(&mut rd) {
+                    let reply = serve(&mem, &req);
+                    if write_frame(&mut wr, &reply).is_err() || wr.flush().is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    })?;
+    Ok(addr)
+}
+
+/// A requester's end of one QP: requests go out in order and are answered in order.
+pub struct QpClient {
+    rd: BufReader<TcpStream>,
+    wr: BufWriter<TcpStream>,
+}
+
+impl QpClient {
+    pub fn connect(nic: SocketAddr) -> std::io::Result<QpClient> {
+        let s = TcpStream::connect(nic)?;
+        s.set_nodelay(true)?;
+        Ok(QpClient { rd: BufReader::new(s.try_clone()?), wr: BufWriter::new(s) })
+    }
+    /// Posts requests back to back (one flush: the doorbell), then collects their replies in
+    /// order: `(success, data)` each.
+    pub fn post(&mut self, reqs: &[Vec<u8>]) -> std::io::Result<Vec<(bool, Vec<u8>)>> {
+        for r in reqs {
+            write_frame(&mut self.wr, r)?;
+        }
+        self.wr.flush()?;
+        let mut out = Vec::with_capacity(reqs.len());
+        for _ in reqs {
+            let rep = read_frame(&mut self.rd)?;
+            out.push((rep.first() == Some(&0), rep.get(8..).unwrap_or_default().to_vec()));
+        }
+        Ok(out)
+    }
+}
