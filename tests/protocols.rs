@@ -2,7 +2,7 @@
 //! nothing lost, the workload's conserved quantity intact. Failures print the seed and
 //! scenario to replay.
 
-use std::rc::Rc;
+use std::sync::Arc;
 
 use proptest::prelude::*;
 use txbed::txn::{run_txns, Protocol, TxnRunResult, TxnRunSpec};
@@ -19,11 +19,11 @@ enum W {
     YcsbHot,
 }
 
-fn workload(w: W, nodes: u16) -> Rc<dyn Workload> {
+fn workload(w: W, nodes: u16) -> Arc<dyn Workload> {
     match w {
         // 400 accounts per node, half of SP/AMG cross-node: high contention.
-        W::SmallBankHot => Rc::new(SmallBank { accounts_per_node: 400, distributed: 0.5, ..SmallBank::default() }),
-        W::YcsbHot => Rc::new(
+        W::SmallBankHot => Arc::new(SmallBank { accounts_per_node: 400, distributed: 0.5, ..SmallBank::default() }),
+        W::YcsbHot => Arc::new(
             Ycsb { rows_per_node: 2_000, ops: 4, write_fraction: 0.5, hot_probability: 0.5, ..Ycsb::default() }
                 .prepare(nodes),
         ),

@@ -3,6 +3,7 @@
 
 use std::cell::RefCell;
 use std::rc::Rc;
+use std::sync::Arc;
 
 use txbed_checker::Txn;
 use txbed_transport::{Handled, HandlerCtx, HandlerFn, HostMemory};
@@ -91,7 +92,7 @@ pub struct NodeState {
     pub nodes: u16,
     pub catalog: Rc<Catalog>,
     pub cache: RefCell<LocationCache>,
-    pub workload: Rc<dyn Workload>,
+    pub workload: Arc<dyn Workload>,
     pub hybrid: Hybrid,
     pub options: Options,
     /// Committed (and user-aborted) transactions, in completion order.

@@ -263,4 +263,22 @@ impl Bootstrap {
         }
         Ok(())
     }
+
+    /// Rank 0 receives every rank's `bytes` (index = rank); other ranks get `None`.
+    pub fn gather(&mut self, bytes: &[u8]) -> Result<Option<Vec<Vec<u8>>>, BootstrapError> {
+        if self.me.rank == 0 {
+            let mut all = vec![bytes.to_vec()];
+            for (r, l) in self.links.iter_mut().enumerate().skip(1) {
+                let s = l.as_mut().expect("link to every rank");
+                all.push(
+                    recv(s).map_err(|e| BootstrapError(format!("rank {r} died before sending its results: {e}")))?,
+                );
+            }
+            Ok(Some(all))
+        } else {
+            let s = self.links[0].as_mut().expect("link to rank 0");
+            send(s, bytes).map_err(|e| BootstrapError(format!("rank 0 died before collecting results: {e}")))?;
+            Ok(None)
+        }
+    }
 }

@@ -6,4 +6,5 @@ pub mod check;
 pub mod run;
 pub mod scenario;
 pub mod sockets;
+pub mod sockets_node;
 pub mod txn;

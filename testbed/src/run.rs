@@ -166,9 +166,9 @@ pub fn run_txn(
 ) -> Result<TxnReport, String> {
     let c = &s.cluster;
     let p = s.protocol.as_ref().ok_or("a transactional workload needs a protocol")?;
-    let workload: std::rc::Rc<dyn txbed_workloads::Workload> = match &s.workload {
-        Workload::SmallBank(w) => std::rc::Rc::new(w.clone()),
-        Workload::Ycsb(w) => std::rc::Rc::new(w.prepare(c.nodes)),
+    let workload: std::sync::Arc<dyn txbed_workloads::Workload> = match &s.workload {
+        Workload::SmallBank(w) => std::sync::Arc::new(w.clone()),
+        Workload::Ycsb(w) => std::sync::Arc::new(w.prepare(c.nodes)),
         Workload::Verbs(_) => return Err("not a transactional workload".into()),
     };
     let mut profile = profile.clone();

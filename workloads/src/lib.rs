@@ -64,7 +64,7 @@ pub enum Executed {
     UserAbort,
 }
 
-pub trait Workload {
+pub trait Workload: Send + Sync {
     fn name(&self) -> &'static str;
     fn tables(&self) -> Vec<Table>;
     /// The node that owns `key` (its primary).
