@@ -15,6 +15,13 @@ struct Cli {
     command: Command,
 }
 
+#[derive(Copy, Clone, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Backend {
+    Sim,
+    Sockets,
+    Verbs,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Run a scenario on the simulator and print its report.
@@ -30,6 +37,21 @@ enum Command {
         /// Write the run's history (JSON Lines, for `txbed check`) to this file.
         #[arg(long)]
         history: Option<PathBuf>,
+        /// Where to run: the simulator, or real processes over sockets (one per node).
+        #[arg(long, value_enum, default_value_t = Backend::Sim)]
+        backend: Backend,
+        /// This process's rank (else from mpirun/srun's environment).
+        #[arg(long)]
+        rank: Option<u32>,
+        /// Number of processes (else from the launcher's environment).
+        #[arg(long)]
+        size: Option<u32>,
+        /// Rank 0's rendezvous address (else TXBED_COORDINATOR, else 127.0.0.1:7821).
+        #[arg(long)]
+        coordinator: Option<String>,
+        /// Address to bind this process's NIC and UDP sockets to.
+        #[arg(long, default_value = "127.0.0.1")]
+        bind: std::net::IpAddr,
     },
     /// Check a scenario file without running it.
     Validate { scenario: PathBuf },
@@ -91,7 +113,7 @@ fn main() -> ExitCode {
         }
     };
     match cli.command {
-        Command::Run { scenario, seed, json, history } => {
+        Command::Run { scenario, seed, json, history, backend, rank, size, coordinator, bind } => {
             let (s, profile) = match scenario::Scenario::load(&scenario) {
                 Ok(x) => x,
                 Err(e) => {
@@ -100,6 +122,26 @@ fn main() -> ExitCode {
                 }
             };
             let seed = seed.unwrap_or(s.run.seed);
+            match backend {
+                Backend::Sim => {}
+                Backend::Verbs => {
+                    eprintln!("error: the verbs backend is not built yet; use --backend sim or --backend sockets");
+                    return ExitCode::from(2);
+                }
+                Backend::Sockets => {
+                    return run::run_sockets(
+                        &s,
+                        &profile,
+                        seed,
+                        rank,
+                        size,
+                        coordinator.as_deref(),
+                        bind,
+                        json,
+                        history.as_deref(),
+                    );
+                }
+            }
             if matches!(s.workload, scenario::Workload::Verbs(_)) {
                 let r = run::run(&s, &profile, seed);
                 if json {

@@ -121,6 +121,8 @@ pub fn text(s: &Scenario, r: &Report) -> String {
 #[derive(Debug, Serialize)]
 pub struct TxnReport {
     pub scenario: String,
+    /// `sim` or `sockets`: on sockets, `sim.simulated_ns` is wall time and `digest` is zero.
+    pub backend: &'static str,
     pub protocol: String,
     pub hybrid: String,
     pub seed: u64,
@@ -158,12 +160,8 @@ pub struct CheckReport {
     pub explanations: Vec<String>,
 }
 
-pub fn run_txn(
-    s: &Scenario,
-    profile: &NicProfile,
-    seed: u64,
-    history: Option<&std::path::Path>,
-) -> Result<TxnReport, String> {
+/// The run spec a transactional scenario describes.
+pub fn txn_spec(s: &Scenario, profile: &NicProfile, seed: u64) -> Result<TxnRunSpec, String> {
     let c = &s.cluster;
     let p = s.protocol.as_ref().ok_or("a transactional workload needs a protocol")?;
     let workload: std::sync::Arc<dyn txbed_workloads::Workload> = match &s.workload {
@@ -175,7 +173,7 @@ pub fn run_txn(
     if let Some(k) = c.nics_per_node {
         profile.nics_per_node = k;
     }
-    let spec = TxnRunSpec {
+    Ok(TxnRunSpec {
         protocol: p.name.protocol(),
         nodes: c.nodes,
         workers: c.workers,
@@ -191,16 +189,46 @@ pub fn run_txn(
         options: p.options.clone().into(),
         bug: None,
         allow_unsafe_atomics: false,
-    };
+    })
+}
+
+pub fn run_txn(
+    s: &Scenario,
+    profile: &NicProfile,
+    seed: u64,
+    history: Option<&std::path::Path>,
+) -> Result<TxnReport, String> {
+    let spec = txn_spec(s, profile, seed)?;
     let start = Instant::now();
     let mut r = run_txns(&spec)?;
     let wall = start.elapsed().as_secs_f64();
+    write_history(s, seed, &mut r, history)?;
+    Ok(txn_report(s, &spec, seed, &r, wall, "sim"))
+}
+
+fn write_history(
+    s: &Scenario,
+    seed: u64,
+    r: &mut crate::txn::TxnRunResult,
+    history: Option<&std::path::Path>,
+) -> Result<(), String> {
     if let Some(path) = history {
         r.history.meta.insert("scenario".into(), s.name.clone().into());
         r.history.meta.insert("seed".into(), seed.into());
         let f = std::fs::File::create(path).map_err(|e| format!("{}: cannot write history: {e}", path.display()))?;
         r.history.write(std::io::BufWriter::new(f)).map_err(|e| format!("{}: {e}", path.display()))?;
     }
+    Ok(())
+}
+
+fn txn_report(
+    s: &Scenario,
+    spec: &TxnRunSpec,
+    seed: u64,
+    r: &crate::txn::TxnRunResult,
+    wall: f64,
+    backend: &'static str,
+) -> TxnReport {
     let h = &r.measured.latency_ns;
     let us = |ns: u64| ns as f64 / 1000.0;
     let mut stages = BTreeMap::new();
@@ -226,8 +254,9 @@ pub fn run_txn(
         }
     }
     let (committed, aborted) = (r.measured.committed, r.measured.aborted);
-    Ok(TxnReport {
+    TxnReport {
         scenario: s.name.clone(),
+        backend,
         protocol: spec.protocol.name().into(),
         hybrid: spec.hybrid.to_string(),
         seed,
@@ -254,7 +283,72 @@ pub fn run_txn(
             anomalies: r.report.counts.clone(),
             explanations: r.report.anomalies.iter().map(|a| a.explanation.clone()).collect(),
         },
-    })
+    }
+}
+
+/// One process of a sockets run; rank 0 prints the report. Exit code: 0 clean, 1 the checker
+/// found anomalies, 2 an error (bad input, a dead or unreachable peer).
+#[allow(clippy::too_many_arguments)]
+pub fn run_sockets(
+    s: &Scenario,
+    profile: &NicProfile,
+    seed: u64,
+    rank: Option<u32>,
+    size: Option<u32>,
+    coordinator: Option<&str>,
+    bind: std::net::IpAddr,
+    json: bool,
+    history: Option<&std::path::Path>,
+) -> std::process::ExitCode {
+    use std::process::ExitCode;
+    let fail = |e: String| {
+        eprintln!("error: {e}");
+        ExitCode::from(2)
+    };
+    let env = |k: &str| std::env::var(k).ok();
+    let me = match crate::bootstrap::rank_from(env, rank, size) {
+        Ok(m) => m,
+        Err(e) => return fail(e.0),
+    };
+    let coord =
+        coordinator.map(str::to_string).or_else(|| env("TXBED_COORDINATOR")).unwrap_or_else(|| "127.0.0.1:7821".into());
+    let addr = match crate::bootstrap::coordinator_from(|_| None, Some(&coord)) {
+        Ok(a) => a,
+        Err(e) => return fail(e.0),
+    };
+    if matches!(s.workload, Workload::Verbs(_)) {
+        return fail("the sockets backend runs transactional scenarios; Verbs workloads run on the simulator".into());
+    }
+    let spec = match txn_spec(s, profile, seed) {
+        Ok(x) => x,
+        Err(e) => return fail(e),
+    };
+    let start = Instant::now();
+    match crate::txn::run_sockets_node(&spec, me, addr, bind) {
+        Ok(None) => ExitCode::SUCCESS,
+        Ok(Some(mut r)) => {
+            if let Err(e) = write_history(s, seed, &mut r, history) {
+                return fail(e);
+            }
+            let rep = txn_report(s, &spec, seed, &r, start.elapsed().as_secs_f64(), "sockets");
+            if json {
+                println!("{}", serde_json::to_string_pretty(&rep).expect("report serialises"));
+            } else {
+                print!("{}", txn_text(s, &rep));
+            }
+            if !r.failures.is_empty() {
+                eprintln!("error: {} coordinators failed, first: {}", r.failures.len(), r.failures[0]);
+                return ExitCode::from(2);
+            }
+            let clean = rep.check.serializable && rep.check.nothing_lost != Some(false) && rep.check.invariants_ok;
+            if clean {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Err(e) => fail(format!("rank {}: {e}", me.rank)),
+    }
 }
 
 pub fn txn_text(s: &Scenario, r: &TxnReport) -> String {
@@ -267,7 +361,7 @@ pub fn txn_text(s: &Scenario, r: &TxnReport) -> String {
         .collect();
     let verbs: Vec<String> = r.verbs.iter().map(|(k, n)| format!("{k} {n}")).collect();
     let mut out = format!(
-        "scenario {:?}, seed {}: {} ({}) on {}\n  cluster    {} nodes x {} workers x {} coroutines, NIC {}\n  throughput {:.0} transactions/s ({:.0} per node), {} committed in the window\n  latency    p50 {:.2} us  p90 {:.2} us  p99 {:.2} us  mean {:.2} us\n  aborts     {:.1}% ({} conflicts in the window), {} user aborts\n  stages     {}\n  verbs      {}\n  simulator  {} events, {:.2} M events/s, {} us simulated\n  digest     {}\n  serializable: {}{}; {} transactions checked, invariants {}\n",
+        "scenario {:?}, seed {}: {} ({}) on {}\n  cluster    {} nodes x {} workers x {} coroutines, NIC {}\n  throughput {:.0} transactions/s ({:.0} per node), {} committed in the window\n  latency    p50 {:.2} us  p90 {:.2} us  p99 {:.2} us  mean {:.2} us\n  aborts     {:.1}% ({} conflicts in the window), {} user aborts\n  stages     {}\n  verbs      {}\n{}  serializable: {}{}; {} transactions checked, invariants {}\n",
         r.scenario,
         r.seed,
         r.protocol,
@@ -293,10 +387,17 @@ pub fn txn_text(s: &Scenario, r: &TxnReport) -> String {
         r.user_aborts,
         stages.join(" | "),
         verbs.join(", "),
-        r.sim.events,
-        r.sim.events_per_s / 1e6,
-        r.sim.simulated_ns / 1000,
-        r.digest,
+        if r.backend == "sim" {
+            format!(
+                "  simulator  {} events, {:.2} M events/s, {} us simulated\n  digest     {}\n",
+                r.sim.events,
+                r.sim.events_per_s / 1e6,
+                r.sim.simulated_ns / 1000,
+                r.digest
+            )
+        } else {
+            format!("  backend    {}, {:.2} s wall clock (not deterministic: no digest)\n", r.backend, r.sim.simulated_ns as f64 / 1e9)
+        },
         yes(r.check.serializable),
         match r.check.nothing_lost {
             Some(true) => ", nothing lost",

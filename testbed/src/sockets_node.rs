@@ -162,6 +162,11 @@ impl SocketsWorker {
         self.start.elapsed().as_nanos() as Nanos
     }
 
+    /// Sets the instant time is measured from (the run's common start).
+    pub fn set_start(&mut self, start: Instant) {
+        self.start = start;
+    }
+
     fn deliver(&mut self, x: Inbound) {
         match x {
             Inbound::Completion(c) => self.core.on_completion(c),

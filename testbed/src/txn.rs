@@ -266,6 +266,9 @@ pub struct NodeResult {
     pub stage_round_trips: [u64; 9],
     pub stage_bytes: [u64; 9],
     pub stage_calls: [u64; 9],
+    /// Work requests posted by this node's workers, by opcode (sockets backend only).
+    #[serde(default)]
+    pub verbs: [u64; 7],
 }
 
 /// Collects a node's history, final versions (its primaries and the replicas it keeps), and
@@ -500,9 +503,12 @@ pub fn run_sockets_node(
         crate::bootstrap::Bootstrap::join(me, coordinator_addr, &me_addrs.encode(), timeout).map_err(|e| e.0)?;
     let peers: Vec<NodeAddrs> = boot.descriptors.iter().map(|d| NodeAddrs::decode(d)).collect::<Result<_, _>>()?;
     let store_regions: Vec<MemoryRegion> = peers.iter().map(|p| p.store).collect();
-    boot.barrier("start").map_err(|e| e.0)?;
     let start = std::time::Instant::now();
     let (from, end) = (spec.warmup_ns, spec.warmup_ns + spec.duration_ns);
+    // Workers connect, report ready, and wait for the common start (after every node is
+    // ready), so the measured window starts with everyone running.
+    let go: Arc<(std::sync::Mutex<Option<std::time::Instant>>, std::sync::Condvar)> = Arc::default();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), String>>();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
     let mut threads = Vec::new();
@@ -510,6 +516,7 @@ pub fn run_sockets_node(
         let (spec_w, peers, mem, stop, done_tx) =
             (SpecForThread::from(spec), peers.clone(), mem.clone(), stop.clone(), done_tx.clone());
         let (layout, store_regions) = (layout.clone(), store_regions.clone());
+        let (go, ready_tx) = (go.clone(), ready_tx.clone());
         let scratch = LocalBuf {
             lkey: regions[0].lkey,
             addr: regions[0].addr + wk as u64 * scratch_per_worker,
@@ -543,10 +550,26 @@ pub fn run_sockets_node(
                         scratch_per_coroutine: 16 << 10,
                     };
                     let core = WorkerCore::new(cfg, Rc::new(mem.clone()));
-                    let mut w = SocketsWorker::connect(core, me, udp, peers, mem.clone(), start, 128)?;
+                    let mut w = match SocketsWorker::connect(core, me, udp, peers, mem.clone(), start, 128) {
+                        Ok(w) => w,
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(e.clone()));
+                            return Err(e);
+                        }
+                    };
                     for (id, h) in node::handlers(&st) {
                         w.core.register_handler(id, h);
                     }
+                    let _ = ready_tx.send(Ok(()));
+                    let t0 = {
+                        let (m, cv) = &*go;
+                        let mut g = m.lock().expect("go");
+                        while g.is_none() {
+                            g = cv.wait(g).expect("go");
+                        }
+                        g.expect("set")
+                    };
+                    w.set_start(t0);
                     let sh = Shared {
                         protocol: spec.protocol,
                         from,
@@ -579,12 +602,28 @@ pub fn run_sockets_node(
                     let mut r = node_result(&spec, node, &mem, catalog.regions[node as usize].addr, &[st], &layout);
                     add_measured(&mut r, &sh.measured.borrow());
                     r.failures = sh.failures.borrow().clone();
+                    r.verbs = w.core.stats().verbs;
                     Ok(r)
                 })
                 .map_err(|e| e.to_string())?,
         );
     }
     drop(done_tx);
+    drop(ready_tx);
+    for _ in 0..spec.workers {
+        match ready_rx.recv_timeout(timeout) {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(e),
+            Err(_) => return Err(format!("node {node}: a worker did not get ready")),
+        }
+    }
+    boot.barrier("start").map_err(|e| e.0)?;
+    let t0 = std::time::Instant::now();
+    {
+        let (m, cv) = &*go;
+        *m.lock().expect("go") = Some(t0);
+        cv.notify_all();
+    }
     // Every coroutine of this node finished; then all nodes did; then workers stop serving.
     for _ in 0..spec.workers {
         done_rx
@@ -622,6 +661,9 @@ pub fn run_sockets_node(
             merged.stage_bytes[k] += r.stage_bytes[k];
             merged.stage_calls[k] += r.stage_calls[k];
         }
+        for k in 0..7 {
+            merged.verbs[k] += r.verbs[k];
+        }
     }
     // Replicas of one key kept by several workers: keep the newest.
     dedup_replicas(&mut merged.finals);
@@ -629,6 +671,12 @@ pub fn run_sockets_node(
     let Some(all) = all else { return Ok(None) };
     let results: Vec<NodeResult> =
         all.iter().map(|b| serde_json::from_slice(b).map_err(|e| e.to_string())).collect::<Result<_, _>>()?;
+    let mut verbs = [0u64; 7];
+    for r in &results {
+        for k in 0..7 {
+            verbs[k] += r.verbs[k];
+        }
+    }
     let (history, report, stats, measured, failures) = assemble(spec, results);
     Ok(Some(TxnRunResult {
         measured,
@@ -639,7 +687,7 @@ pub fn run_sockets_node(
         digest: 0,
         events: 0,
         simulated_ns: start.elapsed().as_nanos() as u64,
-        verbs: [0; 7],
+        verbs,
     }))
 }
 

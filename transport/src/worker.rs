@@ -140,6 +140,8 @@ pub struct StepOutcome {
 pub struct WorkerStats {
     pub doorbells: u64,
     pub wrs_posted: u64,
+    /// Work requests posted, by `Opcode as usize`.
+    pub verbs: [u64; 7],
     pub completions_polled: u64,
     pub rpc_calls: u64,
     pub rpc_handled: u64,
@@ -236,6 +238,7 @@ impl Shared {
             }
             let seq = q.posted + wrs.len() as u64 + 1;
             signaled += sig as u32;
+            self.stats.verbs[op.opcode() as usize] += 1;
             wrs.push(WorkRequest { wr_id: ((coro as u64) << CORO_SHIFT) | seq, op, signaled: sig });
         }
         if wrs.is_empty() {

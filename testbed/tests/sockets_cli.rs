@@ -1,0 +1,94 @@
+//! `txbed run --backend sockets` as separate processes on loopback, the way `mpirun` starts
+//! it: rank and size from the launcher's environment, rank 0 reports. And a peer killed
+//! mid-run: the survivors must exit non-zero with a message, not hang.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn scenario(name: &str, measure_us: u64) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("txbed-sockets-cli-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("s.ron");
+    std::fs::write(
+        &path,
+        format!(
+            "Scenario(name: \"{name}\", cluster: (nodes: 3, workers: 1, coroutines: 4, nic: \"cx4\"),\n\
+             protocol: Some((name: Occ, mode: Code(38), replication: 3)),\n\
+             workload: SmallBank((accounts_per_node: 2000)),\n\
+             run: (warmup_us: 20000, measure_us: {measure_us}, seed: 7))\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Starts rank `rank` of 3 with Open MPI's environment variables, as `mpirun -n 3` would.
+fn start(path: &PathBuf, rank: u32, port: u16) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_txbed"))
+        .args(["run", path.to_str().unwrap(), "--backend", "sockets"])
+        .env("OMPI_COMM_WORLD_RANK", rank.to_string())
+        .env("OMPI_COMM_WORLD_SIZE", "3")
+        .env("TXBED_COORDINATOR", format!("127.0.0.1:{port}"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits for a child at most `limit`; a child still running then is killed and the test fails.
+fn finish(mut c: Child, limit: Duration) -> Output {
+    let t = Instant::now();
+    while c.try_wait().unwrap().is_none() {
+        if t.elapsed() > limit {
+            c.kill().unwrap();
+            panic!("a txbed process hung for {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    c.wait_with_output().unwrap()
+}
+
+#[test]
+fn three_processes_run_check_and_report() {
+    let path = scenario("three", 300_000);
+    let port = free_port();
+    let children: Vec<Child> = (0..3).map(|r| start(&path, r, port)).collect();
+    let outs: Vec<Output> = children.into_iter().map(|c| finish(c, Duration::from_secs(90))).collect();
+    for (r, o) in outs.iter().enumerate() {
+        assert!(o.status.success(), "rank {r}: {:?}\n{}", o.status, String::from_utf8_lossy(&o.stderr));
+    }
+    let report = String::from_utf8_lossy(&outs[0].stdout);
+    assert!(report.contains("backend    sockets"), "{report}");
+    assert!(report.contains("serializable: yes, nothing lost"), "{report}");
+    let committed: u64 = report
+        .split("committed in the window")
+        .next()
+        .and_then(|s| s.rsplit(' ').nth(1))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no commit count in\n{report}"));
+    assert!(committed > 0, "{report}");
+    assert!(outs[1].stdout.is_empty() && outs[2].stdout.is_empty(), "only rank 0 reports");
+}
+
+#[test]
+fn a_killed_peer_makes_the_others_fail_cleanly() {
+    let path = scenario("kill", 3_000_000);
+    let port = free_port();
+    let mut children: Vec<Child> = (0..3).map(|r| start(&path, r, port)).collect();
+    std::thread::sleep(Duration::from_millis(1500));
+    children[2].kill().unwrap(); // SIGKILL: no goodbye on any socket
+    let victim = children.pop().unwrap();
+    let _ = finish(victim, Duration::from_secs(5));
+    for (r, c) in children.into_iter().enumerate() {
+        let o = finish(c, Duration::from_secs(90));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "rank {r}: {:?}\n{err}", o.status);
+        assert!(err.contains("error: rank"), "rank {r} says why: {err}");
+    }
+}
