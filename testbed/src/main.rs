@@ -52,6 +52,12 @@ enum Command {
         /// Address to bind this process's NIC and UDP sockets to.
         #[arg(long, default_value = "127.0.0.1")]
         bind: std::net::IpAddr,
+        /// Override the scenario's warm-up (us). Real backends count wall-clock time.
+        #[arg(long)]
+        warmup_us: Option<u64>,
+        /// Override the scenario's measured window (us), e.g. longer for a real backend.
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+        measure_us: Option<u64>,
     },
     /// Check a scenario file without running it.
     Validate { scenario: PathBuf },
@@ -113,14 +119,28 @@ fn main() -> ExitCode {
         }
     };
     match cli.command {
-        Command::Run { scenario, seed, json, history, backend, rank, size, coordinator, bind } => {
-            let (s, profile) = match scenario::Scenario::load(&scenario) {
+        Command::Run {
+            scenario,
+            seed,
+            json,
+            history,
+            backend,
+            rank,
+            size,
+            coordinator,
+            bind,
+            warmup_us,
+            measure_us,
+        } => {
+            let (mut s, profile) = match scenario::Scenario::load(&scenario) {
                 Ok(x) => x,
                 Err(e) => {
                     eprintln!("error: {e}");
                     return ExitCode::from(2);
                 }
             };
+            s.run.warmup_us = warmup_us.unwrap_or(s.run.warmup_us);
+            s.run.measure_us = measure_us.unwrap_or(s.run.measure_us);
             let seed = seed.unwrap_or(s.run.seed);
             match backend {
                 Backend::Sim => {}

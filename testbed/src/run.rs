@@ -336,6 +336,13 @@ pub fn run_sockets(
             } else {
                 print!("{}", txn_text(s, &rep));
             }
+            if rep.committed == 0 {
+                eprintln!(
+                    "note: nothing committed in the {} us window; a real backend counts wall-clock time, \
+                     so give it a longer one, e.g. --warmup-us 100000 --measure-us 1000000",
+                    s.run.measure_us
+                );
+            }
             if !r.failures.is_empty() {
                 eprintln!("error: {} coordinators failed, first: {}", r.failures.len(), r.failures[0]);
                 return ExitCode::from(2);
