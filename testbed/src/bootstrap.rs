@@ -34,6 +34,9 @@ impl fmt::Display for BootstrapError {
 
 impl std::error::Error for BootstrapError {}
 
+/// Prefix of the message rank 0 sends in place of a barrier release when the run must end.
+const ABORT: &[u8] = b"\0abort:";
+
 fn err<T>(m: impl Into<String>) -> Result<T, BootstrapError> {
     Err(BootstrapError(m.into()))
 }
@@ -236,13 +239,17 @@ impl Bootstrap {
         if self.me.rank == 0 {
             for (r, l) in self.links.iter_mut().enumerate() {
                 if let Some(s) = l {
-                    let got = recv(s)
-                        .map_err(|e| BootstrapError(format!("rank {r} died or hung before barrier {tag:?}: {e}")))?;
-                    if got != t {
-                        return err(format!(
+                    let failure = match recv(s) {
+                        Err(e) => Some(format!("rank {r} died or hung before barrier {tag:?}: {e}")),
+                        Ok(got) if got != t => Some(format!(
                             "rank {r} reached barrier {:?} instead of {tag:?}",
                             String::from_utf8_lossy(&got)
-                        ));
+                        )),
+                        Ok(_) => None,
+                    };
+                    if let Some(msg) = failure {
+                        self.abort_others(&msg);
+                        return err(msg);
                     }
                 }
             }
@@ -257,11 +264,23 @@ impl Bootstrap {
             let got = recv(s).map_err(|e| {
                 BootstrapError(format!("rank 0 died or hung at barrier {tag:?} (timeout {:?}): {e}", self.timeout))
             })?;
+            if let Some(why) = got.strip_prefix(ABORT) {
+                return err(format!("run aborted by rank 0: {}", String::from_utf8_lossy(why)));
+            }
             if got != t {
                 return err(format!("rank 0 released barrier {:?} instead of {tag:?}", String::from_utf8_lossy(&got)));
             }
         }
         Ok(())
+    }
+
+    /// Rank 0 tells every rank still connected why the run ends (best effort: a rank that is
+    /// gone cannot be told), so each survivor's error names the rank that failed.
+    fn abort_others(&mut self, why: &str) {
+        let msg: Vec<u8> = ABORT.iter().chain(why.as_bytes()).copied().collect();
+        for s in self.links.iter_mut().flatten() {
+            let _ = send(s, &msg);
+        }
     }
 
     /// Rank 0 receives every rank's `bytes` (index = rank); other ranks get `None`.

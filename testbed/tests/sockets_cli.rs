@@ -89,6 +89,6 @@ fn a_killed_peer_makes_the_others_fail_cleanly() {
         let o = finish(c, Duration::from_secs(90));
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "rank {r}: {:?}\n{err}", o.status);
-        assert!(err.contains("error: rank"), "rank {r} says why: {err}");
+        assert!(err.contains("error: rank") && err.contains("rank 2 died"), "rank {r} names the dead rank: {err}");
     }
 }
