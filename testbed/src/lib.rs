@@ -3,6 +3,7 @@
 pub mod bench_verbs;
 pub mod bootstrap;
 pub mod check;
+pub mod host;
 pub mod run;
 pub mod scenario;
 pub mod sockets;

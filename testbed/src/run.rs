@@ -324,7 +324,7 @@ pub fn run_sockets(
         Err(e) => return fail(e),
     };
     let start = Instant::now();
-    match crate::txn::run_sockets_node(&spec, me, addr, bind) {
+    match crate::host::run_sockets_node(&spec, me, addr, bind) {
         Ok(None) => ExitCode::SUCCESS,
         Ok(Some(mut r)) => {
             if let Err(e) = write_history(s, seed, &mut r, history) {

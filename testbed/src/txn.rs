@@ -19,9 +19,7 @@ use txbed_protocols::nowait::{self, Attempt};
 use txbed_protocols::stage::Hybrid;
 use txbed_protocols::store::{self, split_version_word, Layout, TableSpec, VERSION};
 use txbed_sim::{NicProfile, Sim, SimConfig};
-use txbed_transport::{
-    CpuCosts, Ctx, Endpoint, HostMemory, LocalBuf, MemoryRegion, NodeId, RpcConfig, WorkerConfig, WorkerCore,
-};
+use txbed_transport::{Ctx, HostMemory, MemoryRegion};
 use txbed_workloads::{Key, Workload};
 
 /// A concurrency-control protocol the runner can drive.
@@ -111,7 +109,7 @@ fn txn_id(node: u16, worker: u16, coro: u32, seq: u64) -> u64 {
 }
 
 /// Checks a spec before anything is built.
-fn check_spec(spec: &TxnRunSpec) -> Result<(), String> {
+pub(crate) fn check_spec(spec: &TxnRunSpec) -> Result<(), String> {
     spec.hybrid.check(spec.protocol.name(), spec.protocol.stages())?;
     // IBV_ATOMIC_HCA makes NIC atomics atomic only among QPs of one HCA: with two NICs per
     // node, two coordinators can CAS the same lock through different NICs and both win.
@@ -143,7 +141,7 @@ pub fn layout(spec: &TxnRunSpec) -> Layout {
 }
 
 /// Loads `node`'s partition of every table into its store region.
-fn load_partition(
+pub(crate) fn load_partition(
     mem: &dyn HostMemory,
     mr: MemoryRegion,
     layout: &Layout,
@@ -164,7 +162,7 @@ fn load_partition(
     Ok(())
 }
 
-fn node_state(spec: &TxnRunSpec, me: u16, catalog: &Rc<Catalog>) -> Rc<NodeState> {
+pub(crate) fn node_state(spec: &TxnRunSpec, me: u16, catalog: &Rc<Catalog>) -> Rc<NodeState> {
     Rc::new(NodeState {
         me,
         nodes: spec.nodes,
@@ -185,17 +183,17 @@ fn node_state(spec: &TxnRunSpec, me: u16, catalog: &Rc<Catalog>) -> Rc<NodeState
 
 /// The window and counters coordinators of one thread share.
 #[derive(Clone)]
-struct Shared {
-    protocol: Protocol,
-    from: u64,
-    end: u64,
-    measured: Rc<RefCell<Measured>>,
-    failures: Rc<RefCell<Vec<String>>>,
+pub(crate) struct Shared {
+    pub(crate) protocol: Protocol,
+    pub(crate) from: u64,
+    pub(crate) end: u64,
+    pub(crate) measured: Rc<RefCell<Measured>>,
+    pub(crate) failures: Rc<RefCell<Vec<String>>>,
 }
 
 /// A coordinator coroutine: draws transactions until `end`, retrying conflicts after a
 /// randomised back-off that grows with the retries.
-async fn coordinator(ctx: Ctx, st: Rc<NodeState>, sh: Shared, c: u32) {
+pub(crate) async fn coordinator(ctx: Ctx, st: Rc<NodeState>, sh: Shared, c: u32) {
     let (n, wk) = (st.me, ctx.me().worker);
     let mut seq = 0u64;
     while ctx.now() < sh.end {
@@ -274,7 +272,7 @@ pub struct NodeResult {
 /// Collects a node's history, final versions (its primaries and the replicas it keeps), and
 /// the conserved quantity over its records. `states` are its workers' protocol states (one
 /// shared in the simulator, one per worker thread on sockets).
-fn node_result(
+pub(crate) fn node_result(
     spec: &TxnRunSpec,
     node: u16,
     mem: &dyn HostMemory,
@@ -326,14 +324,17 @@ fn node_result(
     r
 }
 
-fn add_measured(r: &mut NodeResult, m: &Measured) {
+pub(crate) fn add_measured(r: &mut NodeResult, m: &Measured) {
     r.measured_committed += m.committed;
     r.measured_aborted += m.aborted;
     r.latency.extend(m.latency_ns.iter_recorded().map(|v| (v.value_iterated_to(), v.count_at_value())));
 }
 
 /// Assembles every node's results into the run's history and checks it.
-fn assemble(spec: &TxnRunSpec, results: Vec<NodeResult>) -> (History, Report, TxnStats, Measured, Vec<String>) {
+pub(crate) fn assemble(
+    spec: &TxnRunSpec,
+    results: Vec<NodeResult>,
+) -> (History, Report, TxnStats, Measured, Vec<String>) {
     let mut h = History::default();
     let names: Vec<serde_json::Value> = std::iter::once("primary".to_string())
         .chain((1..spec.replication).map(|k| format!("backup{k}")))
@@ -465,294 +466,4 @@ pub fn run_txns(spec: &TxnRunSpec) -> Result<TxnRunResult, String> {
         simulated_ns: sim.now(),
         verbs: sim.stats().verbs,
     })
-}
-
-/// Runs one node of a sockets run: this process's partition, NIC, and worker threads. Rank 0
-/// returns the run's result; the other ranks `None`.
-pub fn run_sockets_node(
-    spec: &TxnRunSpec,
-    me: crate::bootstrap::Rank,
-    coordinator_addr: std::net::SocketAddr,
-    bind: std::net::IpAddr,
-) -> Result<Option<TxnRunResult>, String> {
-    use crate::sockets::{start_nic, SharedMemory};
-    use crate::sockets_node::{NodeAddrs, SocketsWorker};
-    check_spec(spec)?;
-    if me.size != spec.nodes as u32 {
-        return Err(format!("the launcher started {} processes but the scenario has {} nodes", me.size, spec.nodes));
-    }
-    let node = me.rank as u16;
-    let layout = layout(spec);
-    let scratch_per_worker = spec.coroutines as u64 * (16 << 10);
-    let rkey = |i: u32| 0x5000_0000 | ((node as u32) << 12) | i;
-    let mem = SharedMemory::new(&[
-        (scratch_per_worker * spec.workers as u64, rkey(0), 0x6000_0000 | ((node as u32) << 12)),
-        (layout.bytes, rkey(1), 0x6000_0001 | ((node as u32) << 12)),
-    ]);
-    let regions = mem.regions();
-    load_partition(&mem, regions[1], &layout, node, &*spec.workload)?;
-    let nic = start_nic(mem.clone(), std::net::SocketAddr::new(bind, 0)).map_err(|e| format!("NIC: {e}"))?;
-    let udps: Vec<std::net::UdpSocket> = (0..spec.workers)
-        .map(|_| std::net::UdpSocket::bind(std::net::SocketAddr::new(bind, 0)))
-        .collect::<Result<_, _>>()
-        .map_err(|e| format!("UDP: {e}"))?;
-    let me_addrs =
-        NodeAddrs { nic, udp: udps.iter().map(|u| u.local_addr().expect("bound")).collect(), store: regions[1] };
-    let timeout = std::time::Duration::from_secs(30);
-    let mut boot =
-        crate::bootstrap::Bootstrap::join(me, coordinator_addr, &me_addrs.encode(), timeout).map_err(|e| e.0)?;
-    let peers: Vec<NodeAddrs> = boot.descriptors.iter().map(|d| NodeAddrs::decode(d)).collect::<Result<_, _>>()?;
-    let store_regions: Vec<MemoryRegion> = peers.iter().map(|p| p.store).collect();
-    let start = std::time::Instant::now();
-    let (from, end) = (spec.warmup_ns, spec.warmup_ns + spec.duration_ns);
-    // Workers connect, report ready, and wait for the common start (after every node is
-    // ready), so the measured window starts with everyone running.
-    let go: Arc<(std::sync::Mutex<Option<std::time::Instant>>, std::sync::Condvar)> = Arc::default();
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), String>>();
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
-    let mut threads = Vec::new();
-    for (wk, udp) in udps.into_iter().enumerate() {
-        let (spec_w, peers, mem, stop, done_tx) =
-            (SpecForThread::from(spec), peers.clone(), mem.clone(), stop.clone(), done_tx.clone());
-        let (layout, store_regions) = (layout.clone(), store_regions.clone());
-        let (go, ready_tx) = (go.clone(), ready_tx.clone());
-        let scratch = LocalBuf {
-            lkey: regions[0].lkey,
-            addr: regions[0].addr + wk as u64 * scratch_per_worker,
-            len: scratch_per_worker as u32,
-        };
-        threads.push(
-            std::thread::Builder::new()
-                .name(format!("txbed-worker-{node}-{wk}"))
-                .spawn(move || -> Result<NodeResult, String> {
-                    let spec = spec_w.spec();
-                    let catalog = Rc::new(Catalog { layout: layout.clone(), regions: store_regions });
-                    // Each worker thread has its own protocol state: nothing but memory is shared.
-                    let st = node_state(&spec, node, &catalog);
-                    let me = Endpoint { node: NodeId(node), worker: wk as u16 };
-                    let cfg = WorkerConfig {
-                        me,
-                        nodes: spec.nodes,
-                        workers: spec.workers,
-                        costs: CpuCosts::zero(),
-                        // Real threads can be descheduled for milliseconds (more so when
-                        // oversubscribed): retransmit after 50 ms, give up after ~0.5 s.
-                        rpc: RpcConfig {
-                            piggyback: spec.options.passive_ack,
-                            doorbell_batching: spec.options.doorbell,
-                            timeout_ns: 50_000_000,
-                            retries: 10,
-                            ..RpcConfig::default()
-                        },
-                        seed: spec.seed ^ ((node as u64) << 32) ^ wk as u64,
-                        scratch,
-                        scratch_per_coroutine: 16 << 10,
-                    };
-                    let core = WorkerCore::new(cfg, Rc::new(mem.clone()));
-                    let mut w = match SocketsWorker::connect(core, me, udp, peers, mem.clone(), start, 128) {
-                        Ok(w) => w,
-                        Err(e) => {
-                            let _ = ready_tx.send(Err(e.clone()));
-                            return Err(e);
-                        }
-                    };
-                    for (id, h) in node::handlers(&st) {
-                        w.core.register_handler(id, h);
-                    }
-                    let _ = ready_tx.send(Ok(()));
-                    let t0 = {
-                        let (m, cv) = &*go;
-                        let mut g = m.lock().expect("go");
-                        while g.is_none() {
-                            g = cv.wait(g).expect("go");
-                        }
-                        g.expect("set")
-                    };
-                    w.set_start(t0);
-                    let sh = Shared {
-                        protocol: spec.protocol,
-                        from,
-                        end,
-                        measured: Rc::new(RefCell::new(Measured {
-                            committed: 0,
-                            aborted: 0,
-                            latency_ns: Histogram::new(3).expect("histogram"),
-                            window_ns: spec.duration_ns,
-                        })),
-                        failures: Rc::default(),
-                    };
-                    for c in 0..spec.coroutines {
-                        let (st, sh) = (st.clone(), sh.clone());
-                        w.core.spawn(move |ctx| coordinator(ctx, st, sh, c));
-                    }
-                    let mut reported = false;
-                    while !stop.load(std::sync::atomic::Ordering::Acquire) {
-                        w.step(std::time::Duration::from_millis(1));
-                        if !reported && w.core.all_finished() {
-                            reported = true;
-                            let _ = done_tx.send(());
-                        }
-                    }
-                    // Serve the rings other nodes wrote (backup catch-up), then report.
-                    for sender in 0..spec.nodes {
-                        txbed_protocols::log::drain_ring(&st, &mem, sender, wk as u16);
-                    }
-                    w.close();
-                    let mut r = node_result(&spec, node, &mem, catalog.regions[node as usize].addr, &[st], &layout);
-                    add_measured(&mut r, &sh.measured.borrow());
-                    r.failures = sh.failures.borrow().clone();
-                    r.verbs = w.core.stats().verbs;
-                    Ok(r)
-                })
-                .map_err(|e| e.to_string())?,
-        );
-    }
-    drop(done_tx);
-    drop(ready_tx);
-    for _ in 0..spec.workers {
-        match ready_rx.recv_timeout(timeout) {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => return Err(e),
-            Err(_) => return Err(format!("node {node}: a worker did not get ready")),
-        }
-    }
-    boot.barrier("start").map_err(|e| e.0)?;
-    let t0 = std::time::Instant::now();
-    {
-        let (m, cv) = &*go;
-        *m.lock().expect("go") = Some(t0);
-        cv.notify_all();
-    }
-    // Every coroutine of this node finished; then all nodes did; then workers stop serving.
-    for _ in 0..spec.workers {
-        done_rx
-            .recv_timeout(std::time::Duration::from_nanos(end) + timeout)
-            .map_err(|_| format!("node {node}: a worker did not finish"))?;
-    }
-    boot.barrier("end").map_err(|e| e.0)?;
-    stop.store(true, std::sync::atomic::Ordering::Release);
-    // The node's result: workers' histories and replicas; the store read once.
-    let mut merged = NodeResult::default();
-    for (i, t) in threads.into_iter().enumerate() {
-        let r = t.join().map_err(|_| format!("node {node}: worker {i} panicked"))??;
-        if i == 0 {
-            merged.finals = r.finals.iter().filter(|f| f.replica == "primary").cloned().collect();
-            merged.conserved = r.conserved;
-            merged.initial = r.initial;
-        }
-        merged.finals.extend(r.finals.into_iter().filter(|f| f.replica != "primary"));
-        merged.txns.extend(r.txns);
-        for (a, b) in [
-            (&mut merged.committed, r.committed),
-            (&mut merged.aborted_conflict, r.aborted_conflict),
-            (&mut merged.aborted_user, r.aborted_user),
-            (&mut merged.measured_committed, r.measured_committed),
-            (&mut merged.measured_aborted, r.measured_aborted),
-        ] {
-            *a += b;
-        }
-        merged.external_delta += r.external_delta;
-        merged.latency.extend(r.latency);
-        merged.failures.extend(r.failures);
-        for k in 0..9 {
-            merged.stage_ns[k] += r.stage_ns[k];
-            merged.stage_round_trips[k] += r.stage_round_trips[k];
-            merged.stage_bytes[k] += r.stage_bytes[k];
-            merged.stage_calls[k] += r.stage_calls[k];
-        }
-        for k in 0..7 {
-            merged.verbs[k] += r.verbs[k];
-        }
-    }
-    // Replicas of one key kept by several workers: keep the newest.
-    dedup_replicas(&mut merged.finals);
-    let all = boot.gather(&serde_json::to_vec(&merged).map_err(|e| e.to_string())?).map_err(|e| e.0)?;
-    let Some(all) = all else { return Ok(None) };
-    let results: Vec<NodeResult> =
-        all.iter().map(|b| serde_json::from_slice(b).map_err(|e| e.to_string())).collect::<Result<_, _>>()?;
-    let mut verbs = [0u64; 7];
-    for r in &results {
-        for k in 0..7 {
-            verbs[k] += r.verbs[k];
-        }
-    }
-    let (history, report, stats, measured, failures) = assemble(spec, results);
-    Ok(Some(TxnRunResult {
-        measured,
-        history,
-        report,
-        stats,
-        failures,
-        digest: 0,
-        events: 0,
-        simulated_ns: start.elapsed().as_nanos() as u64,
-        verbs,
-    }))
-}
-
-fn dedup_replicas(finals: &mut Vec<Final>) {
-    finals.sort_by(|a, b| {
-        (&a.replica, a.key, std::cmp::Reverse(a.version)).cmp(&(&b.replica, b.key, std::cmp::Reverse(b.version)))
-    });
-    finals.dedup_by(|a, b| a.replica == b.replica && a.key == b.key);
-}
-
-/// The parts of a spec a worker thread needs (the spec itself holds no thread-bound state,
-/// but is rebuilt per thread so nothing is shared by accident).
-struct SpecForThread {
-    protocol: Protocol,
-    nodes: u16,
-    workers: u16,
-    coroutines: u32,
-    profile: NicProfile,
-    seed: u64,
-    hybrid: Hybrid,
-    replication: u16,
-    workload: Arc<dyn Workload>,
-    warmup_ns: u64,
-    duration_ns: u64,
-    cache_bytes: u64,
-    options: txbed_protocols::node::Options,
-    bug: Option<Bug>,
-}
-
-impl SpecForThread {
-    fn from(s: &TxnRunSpec) -> Self {
-        SpecForThread {
-            protocol: s.protocol,
-            nodes: s.nodes,
-            workers: s.workers,
-            coroutines: s.coroutines,
-            profile: s.profile.clone(),
-            seed: s.seed,
-            hybrid: s.hybrid,
-            replication: s.replication,
-            workload: s.workload.clone(),
-            warmup_ns: s.warmup_ns,
-            duration_ns: s.duration_ns,
-            cache_bytes: s.cache_bytes,
-            options: s.options,
-            bug: s.bug,
-        }
-    }
-    fn spec(self) -> TxnRunSpec {
-        TxnRunSpec {
-            protocol: self.protocol,
-            nodes: self.nodes,
-            workers: self.workers,
-            coroutines: self.coroutines,
-            profile: self.profile,
-            seed: self.seed,
-            hybrid: self.hybrid,
-            replication: self.replication,
-            workload: self.workload,
-            warmup_ns: self.warmup_ns,
-            duration_ns: self.duration_ns,
-            cache_bytes: self.cache_bytes,
-            options: self.options,
-            bug: self.bug,
-            allow_unsafe_atomics: true,
-        }
-    }
 }

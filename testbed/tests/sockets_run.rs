@@ -5,7 +5,8 @@ use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
 
 use txbed::bootstrap::Rank;
-use txbed::txn::{run_sockets_node, Protocol, TxnRunSpec};
+use txbed::host::run_sockets_node;
+use txbed::txn::{Protocol, TxnRunSpec};
 use txbed_protocols::node::Options;
 use txbed_protocols::stage::Hybrid;
 use txbed_sim::NicProfile;

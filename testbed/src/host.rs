@@ -1,0 +1,444 @@
+//! The real runtime: one process hosts one node. Its memory is served by a NIC thread
+//! (`sockets::start_nic`); each worker is an actix actor on its own Arbiter (thread) that runs
+//! the coroutine executor and a polling loop re-scheduled with `ctx.notify`, so control
+//! messages (start, stats, finish) reach it between steps. Rank 0 gathers and checks.
+
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::rc::Rc;
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use hdrhistogram::Histogram;
+use txbed_checker::Final;
+use txbed_protocols::locate::Catalog;
+use txbed_protocols::node::{self, Bug, NodeState};
+use txbed_protocols::stage::Hybrid;
+use txbed_protocols::store::Layout;
+use txbed_sim::NicProfile;
+use txbed_transport::{
+    CpuCosts, Endpoint, HostMemory, LocalBuf, MemoryRegion, NodeId, RpcConfig, WorkerConfig, WorkerCore, WorkerStats,
+};
+use txbed_workloads::Workload;
+
+use crate::bootstrap::{Bootstrap, Rank};
+use crate::sockets::{start_nic, SharedMemory};
+use crate::sockets_node::{NodeAddrs, SocketsWorker};
+use crate::txn::{
+    add_measured, assemble, check_spec, coordinator, layout, load_partition, node_result, node_state, Measured,
+    NodeResult, Protocol, Shared, TxnRunResult, TxnRunSpec,
+};
+
+/// How long a worker's step may wait for input before it yields to its mailbox.
+const STEP: Duration = Duration::from_micros(200);
+/// Bootstrap, readiness and liveness timeout.
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Start the coroutines; the measured clock starts at the instant given (common to the node).
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Start(Instant);
+
+/// Self-sent: one step of the executor and completion polling.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Poll;
+
+/// Transport counters, answered between steps (the main thread's liveness probe).
+#[derive(Message)]
+#[rtype(result = "WorkerStats")]
+struct Stats;
+
+/// Stop serving, drain the log rings, and return this worker's results.
+#[derive(Message)]
+#[rtype(result = "Result<NodeResult, String>")]
+struct Finish;
+
+/// One worker thread's actor: transport, protocol state and the coordinators' counters.
+struct WorkerActor {
+    w: SocketsWorker,
+    st: Rc<NodeState>,
+    sh: Shared,
+    spec: TxnRunSpec,
+    catalog: Rc<Catalog>,
+    mem: SharedMemory,
+    node: u16,
+    wk: u16,
+    running: bool,
+    reported: bool,
+    done_tx: mpsc::Sender<()>,
+}
+
+impl Actor for WorkerActor {
+    type Context = Context<Self>;
+}
+
+impl Handler<Start> for WorkerActor {
+    type Result = ();
+    fn handle(&mut self, Start(t0): Start, ctx: &mut Context<Self>) {
+        self.w.set_start(t0);
+        for c in 0..self.spec.coroutines {
+            let (st, sh) = (self.st.clone(), self.sh.clone());
+            self.w.core.spawn(move |cx| coordinator(cx, st, sh, c));
+        }
+        self.running = true;
+        ctx.notify(Poll);
+    }
+}
+
+impl Handler<Poll> for WorkerActor {
+    type Result = ();
+    fn handle(&mut self, _: Poll, ctx: &mut Context<Self>) {
+        if !self.running {
+            return;
+        }
+        self.w.step(STEP);
+        if !self.reported && self.w.core.all_finished() {
+            // Coordinators are done; keep serving RPCs until every node is.
+            self.reported = true;
+            let _ = self.done_tx.send(());
+        }
+        ctx.notify(Poll);
+    }
+}
+
+impl Handler<Stats> for WorkerActor {
+    type Result = MessageResult<Stats>;
+    fn handle(&mut self, _: Stats, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.w.core.stats())
+    }
+}
+
+impl Handler<Finish> for WorkerActor {
+    type Result = Result<NodeResult, String>;
+    fn handle(&mut self, _: Finish, ctx: &mut Context<Self>) -> Self::Result {
+        self.running = false;
+        // Serve the rings other nodes wrote (backup catch-up), then report.
+        for sender in 0..self.spec.nodes {
+            txbed_protocols::log::drain_ring(&self.st, &self.mem, sender, self.wk);
+        }
+        self.w.close();
+        let base = self.catalog.regions[self.node as usize].addr;
+        let mut r = node_result(&self.spec, self.node, &self.mem, base, &[self.st.clone()], &self.catalog.layout);
+        add_measured(&mut r, &self.sh.measured.borrow());
+        r.failures = self.sh.failures.borrow().clone();
+        r.verbs = self.w.core.stats().verbs;
+        ctx.stop();
+        Ok(r)
+    }
+}
+
+/// What a worker's Arbiter needs to build its actor (all `Send`; the actor itself is not).
+struct WorkerSeed {
+    spec: SpecForThread,
+    node: u16,
+    wk: u16,
+    udp: UdpSocket,
+    peers: Vec<NodeAddrs>,
+    mem: SharedMemory,
+    layout: Layout,
+    store_regions: Vec<MemoryRegion>,
+    scratch: LocalBuf,
+    start: Instant,
+    done_tx: mpsc::Sender<()>,
+}
+
+impl WorkerSeed {
+    fn build(self) -> Result<WorkerActor, String> {
+        let spec = self.spec.spec();
+        let (node, wk) = (self.node, self.wk);
+        let catalog = Rc::new(Catalog { layout: self.layout, regions: self.store_regions });
+        // Each worker has its own protocol state: nothing but memory is shared.
+        let st = node_state(&spec, node, &catalog);
+        let me = Endpoint { node: NodeId(node), worker: wk };
+        let cfg = WorkerConfig {
+            me,
+            nodes: spec.nodes,
+            workers: spec.workers,
+            costs: CpuCosts::zero(),
+            // Real threads can be descheduled for milliseconds (more so when oversubscribed):
+            // retransmit after 50 ms, give up after ~0.5 s.
+            rpc: RpcConfig {
+                piggyback: spec.options.passive_ack,
+                doorbell_batching: spec.options.doorbell,
+                timeout_ns: 50_000_000,
+                retries: 10,
+                ..RpcConfig::default()
+            },
+            seed: spec.seed ^ ((node as u64) << 32) ^ wk as u64,
+            scratch: self.scratch,
+            scratch_per_coroutine: 16 << 10,
+        };
+        let core = WorkerCore::new(cfg, Rc::new(self.mem.clone()));
+        let mut w = SocketsWorker::connect(core, me, self.udp, self.peers, self.mem.clone(), self.start, 128)?;
+        for (id, h) in node::handlers(&st) {
+            w.core.register_handler(id, h);
+        }
+        let sh = Shared {
+            protocol: spec.protocol,
+            from: spec.warmup_ns,
+            end: spec.warmup_ns + spec.duration_ns,
+            measured: Rc::new(std::cell::RefCell::new(Measured {
+                committed: 0,
+                aborted: 0,
+                latency_ns: Histogram::new(3).expect("histogram"),
+                window_ns: spec.duration_ns,
+            })),
+            failures: Rc::default(),
+        };
+        Ok(WorkerActor {
+            w,
+            st,
+            sh,
+            spec,
+            catalog,
+            mem: self.mem,
+            node,
+            wk,
+            running: false,
+            reported: false,
+            done_tx: self.done_tx,
+        })
+    }
+}
+
+/// Runs one node of a sockets run: this process's partition, NIC, and worker actors. Rank 0
+/// returns the run's result; the other ranks `None`.
+pub fn run_sockets_node(
+    spec: &TxnRunSpec,
+    me: Rank,
+    coordinator_addr: SocketAddr,
+    bind: IpAddr,
+) -> Result<Option<TxnRunResult>, String> {
+    check_spec(spec)?;
+    if me.size != spec.nodes as u32 {
+        return Err(format!("the launcher started {} processes but the scenario has {} nodes", me.size, spec.nodes));
+    }
+    let node = me.rank as u16;
+    let layout = layout(spec);
+    let scratch_per_worker = spec.coroutines as u64 * (16 << 10);
+    let rkey = |i: u32| 0x5000_0000 | ((node as u32) << 12) | i;
+    let mem = SharedMemory::new(&[
+        (scratch_per_worker * spec.workers as u64, rkey(0), 0x6000_0000 | ((node as u32) << 12)),
+        (layout.bytes, rkey(1), 0x6000_0001 | ((node as u32) << 12)),
+    ]);
+    let regions = mem.regions();
+    load_partition(&mem, regions[1], &layout, node, &*spec.workload)?;
+    let nic = start_nic(mem.clone(), SocketAddr::new(bind, 0)).map_err(|e| format!("NIC: {e}"))?;
+    let udps: Vec<UdpSocket> = (0..spec.workers)
+        .map(|_| UdpSocket::bind(SocketAddr::new(bind, 0)))
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("UDP: {e}"))?;
+    let udp_addrs = udps.iter().map(|u| u.local_addr()).collect::<Result<_, _>>().map_err(|e| format!("UDP: {e}"))?;
+    let me_addrs = NodeAddrs { nic, udp: udp_addrs, store: regions[1] };
+    let mut boot = Bootstrap::join(me, coordinator_addr, &me_addrs.encode(), TIMEOUT).map_err(|e| e.0)?;
+    let peers: Vec<NodeAddrs> = boot.descriptors.iter().map(|d| NodeAddrs::decode(d)).collect::<Result<_, _>>()?;
+    let store_regions: Vec<MemoryRegion> = peers.iter().map(|p| p.store).collect();
+    let start = Instant::now();
+    let end = spec.warmup_ns + spec.duration_ns;
+
+    let sys = actix_rt::System::new();
+    let (ready_tx, ready_rx) = mpsc::channel::<Result<Addr<WorkerActor>, String>>();
+    let (done_tx, done_rx) = mpsc::channel::<()>();
+    let mut arbiters = Vec::new();
+    for (wk, udp) in udps.into_iter().enumerate() {
+        let seed = WorkerSeed {
+            spec: SpecForThread::from(spec),
+            node,
+            wk: wk as u16,
+            udp,
+            peers: peers.clone(),
+            mem: mem.clone(),
+            layout: layout.clone(),
+            store_regions: store_regions.clone(),
+            scratch: LocalBuf {
+                lkey: regions[0].lkey,
+                addr: regions[0].addr + wk as u64 * scratch_per_worker,
+                len: scratch_per_worker as u32,
+            },
+            start,
+            done_tx: done_tx.clone(),
+        };
+        let ready_tx = ready_tx.clone();
+        let arbiter = actix_rt::Arbiter::new();
+        arbiter.spawn_fn(move || {
+            let _ = ready_tx.send(seed.build().map(Actor::start));
+        });
+        arbiters.push(arbiter);
+    }
+    drop((done_tx, ready_tx));
+    let stop_all = |arbiters: Vec<actix_rt::Arbiter>| {
+        for a in arbiters {
+            a.stop();
+            let _ = a.join();
+        }
+    };
+    // Workers connect and report ready; the common start follows the cluster-wide barrier,
+    // so the measured window starts with everyone running.
+    let mut workers = Vec::new();
+    for _ in 0..spec.workers {
+        match ready_rx.recv_timeout(TIMEOUT) {
+            Ok(Ok(a)) => workers.push(a),
+            Ok(Err(e)) => {
+                stop_all(arbiters);
+                return Err(e);
+            }
+            Err(_) => return Err(format!("node {node}: a worker did not get ready")),
+        }
+    }
+    boot.barrier("start").map_err(|e| e.0)?;
+    let t0 = Instant::now();
+    for a in &workers {
+        a.do_send(Start(t0));
+    }
+    // Every coroutine of this node finishes; meanwhile the workers must keep answering their
+    // mailbox (a stuck polling loop would starve it).
+    let deadline = Instant::now() + Duration::from_nanos(end) + TIMEOUT;
+    let mut finished = 0;
+    while finished < spec.workers {
+        match done_rx.recv_timeout(Duration::from_secs(1)) {
+            Ok(()) => finished += 1,
+            Err(mpsc::RecvTimeoutError::Disconnected) => return Err(format!("node {node}: a worker died")),
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                if Instant::now() > deadline {
+                    return Err(format!("node {node}: a worker did not finish"));
+                }
+                for (wk, a) in workers.iter().enumerate() {
+                    sys.block_on(async { actix_rt::time::timeout(TIMEOUT, a.send(Stats)).await })
+                        .map_err(|_| format!("node {node}: worker {wk} stopped answering its mailbox"))?
+                        .map_err(|e| format!("node {node}: worker {wk}: {e}"))?;
+                }
+            }
+        }
+    }
+    boot.barrier("end").map_err(|e| e.0)?;
+    // The node's result: workers' histories and replicas; the store read once.
+    let mut results = Vec::new();
+    for (wk, a) in workers.iter().enumerate() {
+        let r = sys.block_on(a.send(Finish)).map_err(|e| format!("node {node}: worker {wk}: {e}"))??;
+        results.push(r);
+    }
+    stop_all(arbiters);
+    let mut merged = NodeResult::default();
+    for (i, r) in results.into_iter().enumerate() {
+        if i == 0 {
+            merged.finals = r.finals.iter().filter(|f| f.replica == "primary").cloned().collect();
+            merged.conserved = r.conserved;
+            merged.initial = r.initial;
+        }
+        merged.finals.extend(r.finals.into_iter().filter(|f| f.replica != "primary"));
+        merged.txns.extend(r.txns);
+        for (a, b) in [
+            (&mut merged.committed, r.committed),
+            (&mut merged.aborted_conflict, r.aborted_conflict),
+            (&mut merged.aborted_user, r.aborted_user),
+            (&mut merged.measured_committed, r.measured_committed),
+            (&mut merged.measured_aborted, r.measured_aborted),
+        ] {
+            *a += b;
+        }
+        merged.external_delta += r.external_delta;
+        merged.latency.extend(r.latency);
+        merged.failures.extend(r.failures);
+        for k in 0..9 {
+            merged.stage_ns[k] += r.stage_ns[k];
+            merged.stage_round_trips[k] += r.stage_round_trips[k];
+            merged.stage_bytes[k] += r.stage_bytes[k];
+            merged.stage_calls[k] += r.stage_calls[k];
+        }
+        for k in 0..7 {
+            merged.verbs[k] += r.verbs[k];
+        }
+    }
+    // Replicas of one key kept by several workers: keep the newest.
+    dedup_replicas(&mut merged.finals);
+    let all = boot.gather(&serde_json::to_vec(&merged).map_err(|e| e.to_string())?).map_err(|e| e.0)?;
+    let Some(all) = all else { return Ok(None) };
+    let results: Vec<NodeResult> =
+        all.iter().map(|b| serde_json::from_slice(b).map_err(|e| e.to_string())).collect::<Result<_, _>>()?;
+    let mut verbs = [0u64; 7];
+    for r in &results {
+        for k in 0..7 {
+            verbs[k] += r.verbs[k];
+        }
+    }
+    let (history, report, stats, measured, failures) = assemble(spec, results);
+    Ok(Some(TxnRunResult {
+        measured,
+        history,
+        report,
+        stats,
+        failures,
+        digest: 0,
+        events: 0,
+        simulated_ns: start.elapsed().as_nanos() as u64,
+        verbs,
+    }))
+}
+
+fn dedup_replicas(finals: &mut Vec<Final>) {
+    finals.sort_by(|a, b| {
+        (&a.replica, a.key, std::cmp::Reverse(a.version)).cmp(&(&b.replica, b.key, std::cmp::Reverse(b.version)))
+    });
+    finals.dedup_by(|a, b| a.replica == b.replica && a.key == b.key);
+}
+
+/// The parts of a spec a worker thread needs (the spec itself holds no thread-bound state,
+/// but is rebuilt per thread so nothing is shared by accident).
+struct SpecForThread {
+    protocol: Protocol,
+    nodes: u16,
+    workers: u16,
+    coroutines: u32,
+    profile: NicProfile,
+    seed: u64,
+    hybrid: Hybrid,
+    replication: u16,
+    workload: Arc<dyn Workload>,
+    warmup_ns: u64,
+    duration_ns: u64,
+    cache_bytes: u64,
+    options: txbed_protocols::node::Options,
+    bug: Option<Bug>,
+}
+
+impl SpecForThread {
+    fn from(s: &TxnRunSpec) -> Self {
+        SpecForThread {
+            protocol: s.protocol,
+            nodes: s.nodes,
+            workers: s.workers,
+            coroutines: s.coroutines,
+            profile: s.profile.clone(),
+            seed: s.seed,
+            hybrid: s.hybrid,
+            replication: s.replication,
+            workload: s.workload.clone(),
+            warmup_ns: s.warmup_ns,
+            duration_ns: s.duration_ns,
+            cache_bytes: s.cache_bytes,
+            options: s.options,
+            bug: s.bug,
+        }
+    }
+    fn spec(self) -> TxnRunSpec {
+        TxnRunSpec {
+            protocol: self.protocol,
+            nodes: self.nodes,
+            workers: self.workers,
+            coroutines: self.coroutines,
+            profile: self.profile,
+            seed: self.seed,
+            hybrid: self.hybrid,
+            replication: self.replication,
+            workload: self.workload,
+            warmup_ns: self.warmup_ns,
+            duration_ns: self.duration_ns,
+            cache_bytes: self.cache_bytes,
+            options: self.options,
+            bug: self.bug,
+            allow_unsafe_atomics: true,
+        }
+    }
+}
