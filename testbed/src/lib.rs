@@ -9,3 +9,5 @@ pub mod scenario;
 pub mod sockets;
 pub mod sockets_node;
 pub mod txn;
+#[cfg(feature = "verbs")]
+pub mod verbs;
