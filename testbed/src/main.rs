@@ -58,7 +58,15 @@ enum Command {
         /// Override the scenario's measured window (us), e.g. longer for a real backend.
         #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
         measure_us: Option<u64>,
+        /// RDMA device for --backend verbs (default: the first one).
+        #[arg(long)]
+        device: Option<String>,
+        /// GID index on port 1 for --backend verbs (default: first RoCE v2 IPv4 GID, else 0).
+        #[arg(long)]
+        gid_index: Option<u32>,
     },
+    /// List RDMA devices, their ports and GIDs (needs a build with the "verbs" feature).
+    Devices,
     /// Check a scenario file without running it.
     Validate { scenario: PathBuf },
     /// Check a history (JSON Lines) for serializability, lost writes and invariants.
@@ -131,6 +139,8 @@ fn main() -> ExitCode {
             bind,
             warmup_us,
             measure_us,
+            device,
+            gid_index,
         } => {
             let (mut s, profile) = match scenario::Scenario::load(&scenario) {
                 Ok(x) => x,
@@ -144,10 +154,7 @@ fn main() -> ExitCode {
             let seed = seed.unwrap_or(s.run.seed);
             match backend {
                 Backend::Sim => {}
-                Backend::Verbs => {
-                    eprintln!("error: the verbs backend is not built yet; use --backend sim or --backend sockets");
-                    return ExitCode::from(2);
-                }
+                Backend::Verbs => return run_verbs(device.as_deref(), gid_index),
                 Backend::Sockets => {
                     return run::run_sockets(
                         &s,
@@ -192,6 +199,7 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::Devices => devices(),
         Command::Check { history, strict, export_elle, json, max_explained } => {
             check::run(&history, strict, export_elle.as_deref(), json, max_explained)
         }
@@ -251,4 +259,48 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+#[cfg(not(feature = "verbs"))]
+const NO_VERBS: &str =
+    "error: this txbed was built without the \"verbs\" feature; rebuild with cargo build --release -p txbed --features verbs";
+
+/// `run --backend verbs`: find the device; the transport itself does not exist yet.
+#[cfg(feature = "verbs")]
+fn run_verbs(device: Option<&str>, gid_index: Option<u32>) -> ExitCode {
+    match txbed::verbs::probe(device, gid_index) {
+        Ok(info) => {
+            println!("{info}");
+            eprintln!("error: the verbs transport (QPs, memory registration, posting) is not implemented yet");
+        }
+        Err(e) => eprintln!("error: {e}"),
+    }
+    ExitCode::from(2)
+}
+
+#[cfg(not(feature = "verbs"))]
+fn run_verbs(_device: Option<&str>, _gid_index: Option<u32>) -> ExitCode {
+    eprintln!("{NO_VERBS}");
+    ExitCode::from(2)
+}
+
+/// `txbed devices`: list RDMA devices, or say why there are none.
+#[cfg(feature = "verbs")]
+fn devices() -> ExitCode {
+    match txbed::verbs::describe_devices() {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+#[cfg(not(feature = "verbs"))]
+fn devices() -> ExitCode {
+    eprintln!("{NO_VERBS}");
+    ExitCode::from(2)
 }
