@@ -57,6 +57,7 @@ impl Shape {
     }
     fn spec(&self) -> TxnRunSpec {
         TxnRunSpec {
+            link_delay_ns: Vec::new(),
             protocol: self.protocol,
             nodes: self.nodes,
             workers: self.workers,

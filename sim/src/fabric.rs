@@ -47,6 +47,9 @@ pub struct SimConfig {
     /// Also connect each worker's RC QPs to its own node (NIC loopback), so local records
     /// can be accessed with NIC atomics like remote ones (DrTM+H Sec. 5.2).
     pub loopback: bool,
+    /// Extra one-way delay from node i to node j at `[i * nodes + j]`, picoseconds (long-haul
+    /// links between data centers); empty for none.
+    pub link_delay_ps: Vec<u64>,
 }
 
 impl SimConfig {
@@ -62,6 +65,7 @@ impl SimConfig {
             scratch_per_coroutine: 8192,
             rpc,
             loopback: false,
+            link_delay_ps: Vec::new(),
         }
     }
 }
@@ -345,6 +349,10 @@ impl Sim {
     pub fn new(cfg: SimConfig) -> Result<Sim, String> {
         if cfg.nodes == 0 || cfg.workers == 0 || cfg.qps_per_node == 0 {
             return Err("nodes, workers and qps_per_node must each be at least 1".into());
+        }
+        let pairs = cfg.nodes as usize * cfg.nodes as usize;
+        if !cfg.link_delay_ps.is_empty() && cfg.link_delay_ps.len() != pairs {
+            return Err(format!("link_delay_ps has {} entries, not nodes x nodes = {pairs}", cfg.link_delay_ps.len()));
         }
         let m = NicModel::new(&cfg.profile);
         let clock_ps = Rc::new(Cell::new(0));
@@ -654,7 +662,9 @@ impl Sim {
         let start = ready.max(s.tx_free);
         s.tx_free = start + ser;
         // Cut-through switch: the head reaches the output port after one hop and the switch.
-        let head = start + self.m.propagation_ps + self.m.switch_ps;
+        let long_haul =
+            self.cfg.link_delay_ps.get(src as usize * self.nodes.len() + dst as usize).copied().unwrap_or(0);
+        let head = start + self.m.propagation_ps + self.m.switch_ps + long_haul;
         let d = &mut self.nodes[dst as usize].nics[dnic];
         let out = head.max(d.port_free);
         d.port_free = out + ser;

@@ -175,6 +175,10 @@ impl WorkerSeed {
         for (id, h) in node::handlers(&st) {
             w.core.register_handler(id, h);
         }
+        let n = spec.nodes as usize;
+        if !spec.link_delay_ns.is_empty() {
+            w.set_link_delays(spec.link_delay_ns[node as usize * n..(node as usize + 1) * n].to_vec());
+        }
         let sh = Shared {
             protocol: spec.protocol,
             from: spec.warmup_ns,
@@ -401,6 +405,7 @@ struct SpecForThread {
     cache_bytes: u64,
     options: txbed_protocols::node::Options,
     bug: Option<Bug>,
+    link_delay_ns: Vec<u64>,
 }
 
 impl SpecForThread {
@@ -420,6 +425,7 @@ impl SpecForThread {
             cache_bytes: s.cache_bytes,
             options: s.options,
             bug: s.bug,
+            link_delay_ns: s.link_delay_ns.clone(),
         }
     }
     fn spec(self) -> TxnRunSpec {
@@ -439,6 +445,7 @@ impl SpecForThread {
             options: self.options,
             bug: self.bug,
             allow_unsafe_atomics: true,
+            link_delay_ns: self.link_delay_ns,
         }
     }
 }

@@ -162,11 +162,23 @@ pub struct Cluster {
     pub qps_per_node: u16,
     /// Overrides the NIC profile's NICs per node.
     pub nics_per_node: Option<u32>,
+    /// Extra one-way delay in us from node i (row) to node j (column): long-haul links between
+    /// data centers, on the simulator and the sockets backend alike. nodes x nodes, zero
+    /// diagonal.
+    pub link_delay_us: Option<Vec<Vec<u32>>>,
 }
 
 impl Default for Cluster {
     fn default() -> Self {
-        Cluster { nodes: 4, workers: 4, coroutines: 8, nic: "cx4".into(), qps_per_node: 1, nics_per_node: None }
+        Cluster {
+            nodes: 4,
+            workers: 4,
+            coroutines: 8,
+            nic: "cx4".into(),
+            qps_per_node: 1,
+            nics_per_node: None,
+            link_delay_us: None,
+        }
     }
 }
 
@@ -292,6 +304,18 @@ impl Scenario {
         }
         if c.qps_per_node == 0 || c.qps_per_node > 64 {
             return Err(("cluster.qps_per_node", format!("must be 1..=64, got {}", c.qps_per_node)));
+        }
+        if let Some(m) = &c.link_delay_us {
+            let n = c.nodes as usize;
+            if m.len() != n || m.iter().any(|row| row.len() != n) {
+                return Err(("cluster.link_delay_us", format!("must be a {n} x {n} matrix (one row per node)")));
+            }
+            if let Some(i) = (0..n).find(|&i| m[i][i] != 0) {
+                return Err(("cluster.link_delay_us", format!("node {i} to itself must be 0, got {}", m[i][i])));
+            }
+            if let Some(d) = m.iter().flatten().find(|&&d| d > 1_000_000) {
+                return Err(("cluster.link_delay_us", format!("at most 1000000 us (1 s) per link, got {d}")));
+            }
         }
         let mut profile = NicProfile::load(&c.nic).map_err(|e| ("cluster.nic", e.to_string()))?;
         if let Some(k) = c.nics_per_node {

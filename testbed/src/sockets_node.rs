@@ -98,6 +98,11 @@ pub struct SocketsWorker {
     mem: SharedMemory,
     start: Instant,
     me: Endpoint,
+    /// Extra one-way delay to each node (ns): inbound traffic from a delayed link is held.
+    delay_ns: Vec<u64>,
+    /// Held inbound traffic by (due time, arrival order).
+    held: std::collections::BTreeMap<(Nanos, u64), Inbound>,
+    arrivals: u64,
 }
 
 impl SocketsWorker {
@@ -155,7 +160,9 @@ impl SocketsWorker {
                 }
             })
             .map_err(|e| e.to_string())?;
-        Ok(SocketsWorker { core, inbox, tx, rc, udp, peers, mem, start, me })
+        let delay_ns = Vec::new();
+        let (held, arrivals) = (Default::default(), 0);
+        Ok(SocketsWorker { core, inbox, tx, rc, udp, peers, mem, start, me, delay_ns, held, arrivals })
     }
 
     pub fn now(&self) -> Nanos {
@@ -165,6 +172,37 @@ impl SocketsWorker {
     /// Sets the instant time is measured from (the run's common start).
     pub fn set_start(&mut self, start: Instant) {
         self.start = start;
+    }
+
+    /// Emulates long-haul links: one-way extra delay to each node, ns (a completion waits
+    /// for the request and the response, so twice its link's delay; a datagram once).
+    pub fn set_link_delays(&mut self, delay_ns: Vec<u64>) {
+        self.delay_ns = delay_ns;
+    }
+
+    /// Takes inbound traffic: now, or held until its link's delay has passed.
+    fn arrive(&mut self, x: Inbound) {
+        let hold = match &x {
+            Inbound::Completion(c) => 2 * self.delay_ns.get(c.peer.0 as usize).copied().unwrap_or(0),
+            Inbound::Datagram(src, _) => self.delay_ns.get(src.node.0 as usize).copied().unwrap_or(0),
+        };
+        if hold == 0 && self.held.is_empty() {
+            self.deliver(x);
+        } else {
+            self.arrivals += 1;
+            self.held.insert((self.now() + hold, self.arrivals), x);
+        }
+    }
+
+    fn release_due(&mut self) {
+        let now = self.now();
+        while let Some(e) = self.held.first_entry() {
+            if e.key().0 > now {
+                break;
+            }
+            let x = e.remove();
+            self.deliver(x);
+        }
     }
 
     fn deliver(&mut self, x: Inbound) {
@@ -177,8 +215,9 @@ impl SocketsWorker {
     /// One loop iteration: inbox, run, send. Returns whether the core has more to do now.
     pub fn step(&mut self, idle_wait: Duration) {
         while let Ok(x) = self.inbox.try_recv() {
-            self.deliver(x);
+            self.arrive(x);
         }
+        self.release_due();
         let now = self.now();
         self.core.run(now);
         let mut dbs = Vec::new();
@@ -187,12 +226,14 @@ impl SocketsWorker {
             self.send(db);
         }
         if !self.core.has_work() {
-            let wait = match self.core.poll_timeout() {
+            let next =
+                [self.core.poll_timeout(), self.held.first_key_value().map(|(k, _)| k.0)].into_iter().flatten().min();
+            let wait = match next {
                 Some(t) => Duration::from_nanos(t.saturating_sub(self.now())).min(idle_wait),
                 None => idle_wait,
             };
             match self.inbox.recv_timeout(wait) {
-                Ok(x) => self.deliver(x),
+                Ok(x) => self.arrive(x),
                 Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => {}
             }
         }

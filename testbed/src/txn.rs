@@ -44,6 +44,7 @@ impl Protocol {
     }
 }
 
+#[derive(Clone)]
 pub struct TxnRunSpec {
     pub protocol: Protocol,
     pub nodes: u16,
@@ -64,6 +65,8 @@ pub struct TxnRunSpec {
     /// Allow one-sided locking across several HCA-atomic NICs per node (unsafe: for tests
     /// that show the checker catching it).
     pub allow_unsafe_atomics: bool,
+    /// Extra one-way delay from node i to node j at `[i * nodes + j]`, ns; empty for none.
+    pub link_delay_ns: Vec<u64>,
 }
 
 /// What happened inside the measured window.
@@ -388,6 +391,7 @@ pub fn run_txns(spec: &TxnRunSpec) -> Result<TxnRunResult, String> {
     cfg.max_coroutines = spec.coroutines;
     cfg.scratch_per_coroutine = 16 << 10;
     cfg.loopback = true;
+    cfg.link_delay_ps = spec.link_delay_ns.iter().map(|d| d * 1000).collect();
     // Two-sided passive ACK piggybacks replies on requests; doorbell batching applies to the
     // RPC layer's datagrams too.
     cfg.rpc.piggyback = spec.options.passive_ack;

@@ -123,6 +123,16 @@ fn malformed_scenarios_are_rejected_clearly() {
             "Scenario(protocol: Some((name: Occ, mode: Onesided)), workload: Ycsb(()))",
             &["protocol.mode", "HCA-level atomicity", "nics_per_node"],
         ),
+        (
+            "link_shape.ron",
+            "Scenario(cluster: (nodes: 2, link_delay_us: Some([[0, 5]])), protocol: Some((name: Occ, replication: 2)), workload: SmallBank(()))",
+            &["cluster.link_delay_us", "2 x 2"],
+        ),
+        (
+            "link_self.ron",
+            "Scenario(cluster: (nodes: 2, link_delay_us: Some([[0, 5], [5, 7]])), protocol: Some((name: Occ, replication: 2)), workload: SmallBank(()))",
+            &["cluster.link_delay_us", "node 1 to itself"],
+        ),
     ];
     let dir = std::env::temp_dir().join(format!("txbed-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

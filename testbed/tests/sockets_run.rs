@@ -16,6 +16,7 @@ fn spec(protocol: Protocol, hybrid: Hybrid) -> TxnRunSpec {
     let mut p = NicProfile::load("cx4").unwrap();
     p.nics_per_node = 1;
     TxnRunSpec {
+        link_delay_ns: Vec::new(),
         protocol,
         nodes: 3,
         workers: 2,
@@ -35,11 +36,16 @@ fn spec(protocol: Protocol, hybrid: Hybrid) -> TxnRunSpec {
 }
 
 fn run(protocol: Protocol, hybrid: Hybrid) -> txbed::txn::TxnRunResult {
+    run_spec(spec(protocol, hybrid))
+}
+
+fn run_spec(spec: TxnRunSpec) -> txbed::txn::TxnRunResult {
     let addr: SocketAddr = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
     let nodes: Vec<_> = (0..3u32)
         .map(|rank| {
+            let spec = spec.clone();
             std::thread::spawn(move || {
-                run_sockets_node(&spec(protocol, hybrid), Rank { rank, size: 3 }, addr, "127.0.0.1".parse().unwrap())
+                run_sockets_node(&spec, Rank { rank, size: 3 }, addr, "127.0.0.1".parse().unwrap())
             })
         })
         .collect();
@@ -73,4 +79,38 @@ fn occ_and_nowait_over_sockets_are_serializable() {
         assert!(r.stats.committed > 100, "{} commits", r.stats.committed);
         assert!(r.clean(), "{:?}", r.report.anomalies.first());
     }
+}
+
+/// One-way delay `d` ns between every pair of distinct nodes of 3.
+fn all_links(d: u64) -> Vec<u64> {
+    (0..9).map(|i| if i / 3 == i % 3 { 0 } else { d }).collect()
+}
+
+fn p50_ms(r: &txbed::txn::TxnRunResult) -> f64 {
+    r.measured.latency_ns.value_at_quantile(0.5) as f64 / 1e6
+}
+
+/// Emulated long-haul links: every OCC update transaction logs to a backup on another node,
+/// so with a one-way delay d each takes at least 2d (one round trip) -- on the sockets backend
+/// and in the simulator alike, from the same setting.
+#[test]
+fn link_delay_slows_transactions_on_sockets_and_simulator() {
+    const D: u64 = 3_000_000; // 3 ms one way
+    let mut s = spec(Protocol::Occ, Hybrid(38));
+    s.link_delay_ns = all_links(D);
+    let real = run_spec(s.clone());
+    assert!(real.clean() && real.failures.is_empty(), "{:?}", real.report.anomalies.first());
+    assert!(real.measured.committed > 0);
+    eprintln!("sockets, 3 ms links: p50 {:.2} ms", p50_ms(&real));
+    assert!(p50_ms(&real) >= 2.0 * D as f64 / 1e6, "p50 {:.2} ms", p50_ms(&real));
+
+    s.duration_ns = 30_000_000; // simulated time: 30 ms is plenty for 3 ms links
+    s.warmup_ns = 5_000_000;
+    let sim = txbed::txn::run_txns(&s).unwrap();
+    assert!(sim.clean(), "{:?}", sim.report.anomalies.first());
+    s.link_delay_ns.clear();
+    let near = txbed::txn::run_txns(&s).unwrap();
+    eprintln!("simulator: p50 {:.3} ms with 3 ms links, {:.3} ms without", p50_ms(&sim), p50_ms(&near));
+    assert!(p50_ms(&sim) >= 2.0 * D as f64 / 1e6, "p50 {:.3} ms", p50_ms(&sim));
+    assert!(p50_ms(&near) < 0.5, "p50 {:.3} ms without delay", p50_ms(&near));
 }
