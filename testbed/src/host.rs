@@ -166,7 +166,7 @@ impl WorkerSeed {
                 retries: 10,
                 ..RpcConfig::default()
             },
-            seed: spec.seed ^ ((node as u64) << 32) ^ wk as u64,
+            seed: cfg_seed(&spec, node, wk),
             scratch: self.scratch,
             scratch_per_coroutine: 16 << 10,
         };
@@ -175,6 +175,7 @@ impl WorkerSeed {
         for (id, h) in node::handlers(&st) {
             w.core.register_handler(id, h);
         }
+        w.set_datagram_loss(spec.profile.reliability.ud_drop_probability, cfg_seed(&spec, node, wk) ^ 0x10_55);
         let n = spec.nodes as usize;
         if !spec.link_delay_ns.is_empty() {
             w.set_link_delays(spec.link_delay_ns[node as usize * n..(node as usize + 1) * n].to_vec());
@@ -205,6 +206,11 @@ impl WorkerSeed {
             done_tx: self.done_tx,
         })
     }
+}
+
+/// A worker's own seed (its RNG draws are independent of other workers').
+fn cfg_seed(spec: &TxnRunSpec, node: u16, wk: u16) -> u64 {
+    spec.seed ^ ((node as u64) << 32) ^ wk as u64
 }
 
 /// Runs one node of a sockets run: this process's partition, NIC, and worker actors. Rank 0

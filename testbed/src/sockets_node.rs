@@ -103,6 +103,9 @@ pub struct SocketsWorker {
     /// Held inbound traffic by (due time, arrival order).
     held: std::collections::BTreeMap<(Nanos, u64), Inbound>,
     arrivals: u64,
+    /// Injected UD loss (the NIC profile's `ud_drop_probability`): outbound datagrams dropped
+    /// with this probability, so the RPC layer's retransmission is exercised for real.
+    loss: Option<(f64, rand::rngs::StdRng)>,
 }
 
 impl SocketsWorker {
@@ -162,7 +165,7 @@ impl SocketsWorker {
             .map_err(|e| e.to_string())?;
         let delay_ns = Vec::new();
         let (held, arrivals) = (Default::default(), 0);
-        Ok(SocketsWorker { core, inbox, tx, rc, udp, peers, mem, start, me, delay_ns, held, arrivals })
+        Ok(SocketsWorker { core, inbox, tx, rc, udp, peers, mem, start, me, delay_ns, held, arrivals, loss: None })
     }
 
     pub fn now(&self) -> Nanos {
@@ -178,6 +181,12 @@ impl SocketsWorker {
     /// for the request and the response, so twice its link's delay; a datagram once).
     pub fn set_link_delays(&mut self, delay_ns: Vec<u64>) {
         self.delay_ns = delay_ns;
+    }
+
+    /// Drops each outbound datagram with probability `p` (seeded), as a lossy UD network would.
+    pub fn set_datagram_loss(&mut self, p: f64, seed: u64) {
+        use rand::SeedableRng;
+        self.loss = (p > 0.0).then(|| (p, rand::rngs::StdRng::seed_from_u64(seed)));
     }
 
     /// Takes inbound traffic: now, or held until its link's delay has passed.
@@ -256,8 +265,11 @@ impl SocketsWorker {
             // The UD QP: each SEND is one datagram.
             for wr in &db.wrs {
                 if let Op::Send { src: Payload::Inline(bytes), dest: Some(d) } = &wr.op {
+                    let lost = self.loss.as_mut().is_some_and(|(p, rng)| rand::Rng::gen_bool(rng, *p));
                     if let Some(addr) = self.peers.get(d.node.0 as usize).and_then(|p| p.udp.get(d.worker as usize)) {
-                        let _ = self.udp.send_to(bytes, addr);
+                        if !lost {
+                            let _ = self.udp.send_to(bytes, addr);
+                        }
                     }
                 }
                 if wr.signaled {

@@ -114,3 +114,25 @@ fn link_delay_slows_transactions_on_sockets_and_simulator() {
     assert!(p50_ms(&sim) >= 2.0 * D as f64 / 1e6, "p50 {:.3} ms", p50_ms(&sim));
     assert!(p50_ms(&near) < 0.5, "p50 {:.3} ms without delay", p50_ms(&near));
 }
+
+/// Real UD can lose datagrams: with the profile's `ud_drop_probability` the sockets backend
+/// drops that share of outbound RPC datagrams, and the RPC layer's retransmission and
+/// duplicate suppression must keep the run correct. Losing every datagram must fail loudly.
+#[test]
+fn rpc_survives_datagram_loss_and_total_loss_fails_loudly() {
+    let mut s = spec(Protocol::NoWait, Hybrid::RPC);
+    s.profile.reliability.ud_drop_probability = 0.05;
+    let lossy = run_spec(s.clone());
+    assert!(lossy.failures.is_empty(), "{:?}", lossy.failures.first());
+    assert!(lossy.stats.committed > 100, "{} commits", lossy.stats.committed);
+    assert!(lossy.clean(), "{:?}", lossy.report.anomalies.first());
+
+    s.profile.reliability.ud_drop_probability = 1.0;
+    s.duration_ns = 20_000_000;
+    let dead = run_spec(s);
+    assert!(!dead.failures.is_empty(), "no datagram arrives, yet no coordinator failed");
+    assert!(dead.failures[0].contains("got no reply"), "{}", dead.failures[0]);
+    assert_eq!(dead.failures.len(), 3 * 2 * 4, "every coordinator gives up");
+    let r = &dead.report;
+    assert!(r.serializable && r.nothing_lost == Some(true) && r.invariants_ok, "{:?}", r.anomalies.first());
+}
