@@ -55,9 +55,35 @@ struct Stats;
 #[rtype(result = "Result<NodeResult, String>")]
 struct Finish;
 
+/// What the actor needs from a real backend's per-worker transport: the sans-IO core it
+/// drives, one step of I/O, the common start, and shutdown.
+pub trait WorkerTransport: 'static {
+    fn core(&mut self) -> &mut WorkerCore;
+    /// Delivers inbound completions and datagrams, runs the core once, posts its doorbells;
+    /// waits at most `idle_wait` for input when the core has nothing to do.
+    fn step(&mut self, idle_wait: Duration);
+    fn set_start(&mut self, t0: Instant);
+    fn close(&mut self);
+}
+
+impl WorkerTransport for SocketsWorker {
+    fn core(&mut self) -> &mut WorkerCore {
+        &mut self.core
+    }
+    fn step(&mut self, idle_wait: Duration) {
+        SocketsWorker::step(self, idle_wait)
+    }
+    fn set_start(&mut self, t0: Instant) {
+        SocketsWorker::set_start(self, t0)
+    }
+    fn close(&mut self) {
+        SocketsWorker::close(self)
+    }
+}
+
 /// One worker thread's actor: transport, protocol state and the coordinators' counters.
 struct WorkerActor {
-    w: SocketsWorker,
+    w: Box<dyn WorkerTransport>,
     st: Rc<NodeState>,
     sh: Shared,
     spec: TxnRunSpec,
@@ -80,7 +106,7 @@ impl Handler<Start> for WorkerActor {
         self.w.set_start(t0);
         for c in 0..self.spec.coroutines {
             let (st, sh) = (self.st.clone(), self.sh.clone());
-            self.w.core.spawn(move |cx| coordinator(cx, st, sh, c));
+            self.w.core().spawn(move |cx| coordinator(cx, st, sh, c));
         }
         self.running = true;
         ctx.notify(Poll);
@@ -94,7 +120,7 @@ impl Handler<Poll> for WorkerActor {
             return;
         }
         self.w.step(STEP);
-        if !self.reported && self.w.core.all_finished() {
+        if !self.reported && self.w.core().all_finished() {
             // Coordinators are done; keep serving RPCs until every node is.
             self.reported = true;
             let _ = self.done_tx.send(());
@@ -106,7 +132,7 @@ impl Handler<Poll> for WorkerActor {
 impl Handler<Stats> for WorkerActor {
     type Result = MessageResult<Stats>;
     fn handle(&mut self, _: Stats, _: &mut Context<Self>) -> Self::Result {
-        MessageResult(self.w.core.stats())
+        MessageResult(self.w.core().stats())
     }
 }
 
@@ -123,7 +149,7 @@ impl Handler<Finish> for WorkerActor {
         let mut r = node_result(&self.spec, self.node, &self.mem, base, &[self.st.clone()], &self.catalog.layout);
         add_measured(&mut r, &self.sh.measured.borrow());
         r.failures = self.sh.failures.borrow().clone();
-        r.verbs = self.w.core.stats().verbs;
+        r.verbs = self.w.core().stats().verbs;
         ctx.stop();
         Ok(r)
     }
@@ -193,7 +219,7 @@ impl WorkerSeed {
             failures: Rc::default(),
         };
         Ok(WorkerActor {
-            w,
+            w: Box::new(w),
             st,
             sh,
             spec,
