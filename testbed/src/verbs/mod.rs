@@ -6,6 +6,7 @@
 //! The only unsafe code is in [`sys`] (asking the loader whether libibverbs loads).
 
 mod sys;
+pub mod transport;
 
 use std::fmt;
 use std::io;

@@ -44,3 +44,41 @@ pub fn load_libibverbs() -> Result<(), String> {
     }
     Ok(())
 }
+
+// ---- Memory registration and scatter/gather entries (the verbs transport, `transport.rs`) ----
+//
+// Invariants the transport keeps for the two functions below:
+// - every range handed to `register_words` is a live `[AtomicU64]` slice owned by a structure that
+//   also owns the returned `MemoryRegion` and declares it *before* the slice, so the region is
+//   deregistered (Rust drops fields in declaration order) before the memory is freed; the memory
+//   is never moved (it is a boxed slice) while registered;
+// - the NIC writing those words behind Rust's back is sound because every CPU access to them goes
+//   through `AtomicU64` (interior mutability), never through `&[u8]`/`&mut [u8]`;
+// - `set_sge` is only called with an (lkey, addr, len) that `transport::translate` or the
+//   receive/staging ring produced from such a registered range, on a queue pair owned by the same
+//   `VerbsWorker` that keeps a clone of the memory, so the range outlives the work request.
+
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+use sideway::ibverbs::memory_region::{MemoryRegion, RegisterMemoryRegionError};
+use sideway::ibverbs::protection_domain::ProtectionDomain;
+use sideway::ibverbs::queue_pair::SetScatterGatherEntry;
+use sideway::ibverbs::AccessFlags;
+
+/// Registers `words` (at least one word) with `access`; see the invariants above.
+pub(crate) fn register_words(
+    pd: &Arc<ProtectionDomain>,
+    words: &[AtomicU64],
+    access: AccessFlags,
+) -> Result<Arc<MemoryRegion>, RegisterMemoryRegionError> {
+    // SAFETY: `words` is a live allocation of `words.len() * 8` bytes; the caller keeps it alive
+    // and in place for as long as the returned region (see the invariants above).
+    unsafe { pd.reg_mr(words.as_ptr() as usize, std::mem::size_of_val(words), access) }
+}
+
+/// Attaches one scatter/gather entry to a work request; see the invariants above.
+pub(crate) fn set_sge<H: SetScatterGatherEntry>(h: H, lkey: u32, addr: u64, len: u32) {
+    // SAFETY: (lkey, addr, len) lies inside a registered range that outlives the request.
+    unsafe { h.setup_sge(lkey, addr, len) }
+}
