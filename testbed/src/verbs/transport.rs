@@ -1233,3 +1233,10 @@ mod tests {
         assert_eq!(t[0].lkey, 0); // not registered here
     }
 }
+
+/// What the node hands a worker thread must be able to move there.
+const _: fn() = || {
+    fn send<T: Send>() {}
+    send::<(WorkerQps, VerbsMemory, WorkerLink)>();
+    send::<NodeDescriptor>();
+};
