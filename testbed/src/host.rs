@@ -81,6 +81,22 @@ impl WorkerTransport for SocketsWorker {
     }
 }
 
+#[cfg(feature = "verbs")]
+impl WorkerTransport for crate::verbs::transport::VerbsWorker {
+    fn core(&mut self) -> &mut WorkerCore {
+        &mut self.core
+    }
+    fn step(&mut self, idle_wait: Duration) {
+        crate::verbs::transport::VerbsWorker::step(self, idle_wait)
+    }
+    fn set_start(&mut self, t0: Instant) {
+        crate::verbs::transport::VerbsWorker::set_start(self, t0)
+    }
+    fn close(&mut self) {
+        crate::verbs::transport::VerbsWorker::close(self)
+    }
+}
+
 /// One worker thread's actor: transport, protocol state and the coordinators' counters.
 struct WorkerActor {
     w: Box<dyn WorkerTransport>,
@@ -88,7 +104,7 @@ struct WorkerActor {
     sh: Shared,
     spec: TxnRunSpec,
     catalog: Rc<Catalog>,
-    mem: SharedMemory,
+    mem: Rc<dyn HostMemory>,
     node: u16,
     wk: u16,
     running: bool,
@@ -142,11 +158,11 @@ impl Handler<Finish> for WorkerActor {
         self.running = false;
         // Serve the rings other nodes wrote (backup catch-up), then report.
         for sender in 0..self.spec.nodes {
-            txbed_protocols::log::drain_ring(&self.st, &self.mem, sender, self.wk);
+            txbed_protocols::log::drain_ring(&self.st, &*self.mem, sender, self.wk);
         }
         self.w.close();
         let base = self.catalog.regions[self.node as usize].addr;
-        let mut r = node_result(&self.spec, self.node, &self.mem, base, &[self.st.clone()], &self.catalog.layout);
+        let mut r = node_result(&self.spec, self.node, &*self.mem, base, &[self.st.clone()], &self.catalog.layout);
         add_measured(&mut r, &self.sh.measured.borrow());
         r.failures = self.sh.failures.borrow().clone();
         r.verbs = self.w.core().stats().verbs;
@@ -155,14 +171,30 @@ impl Handler<Finish> for WorkerActor {
     }
 }
 
+/// A worker's connection to the fabric, before its thread connects it.
+enum Link {
+    Sockets {
+        udp: UdpSocket,
+        peers: Vec<NodeAddrs>,
+        mem: SharedMemory,
+    },
+    #[cfg(feature = "verbs")]
+    Verbs {
+        qps: (
+            crate::verbs::transport::WorkerQps,
+            crate::verbs::transport::VerbsMemory,
+            crate::verbs::transport::WorkerLink,
+        ),
+        peers: Vec<crate::verbs::transport::NodeDescriptor>,
+    },
+}
+
 /// What a worker's Arbiter needs to build its actor (all `Send`; the actor itself is not).
 struct WorkerSeed {
     spec: SpecForThread,
     node: u16,
     wk: u16,
-    udp: UdpSocket,
-    peers: Vec<NodeAddrs>,
-    mem: SharedMemory,
+    link: Link,
     layout: Layout,
     store_regions: Vec<MemoryRegion>,
     scratch: LocalBuf,
@@ -196,15 +228,29 @@ impl WorkerSeed {
             scratch: self.scratch,
             scratch_per_coroutine: 16 << 10,
         };
-        let core = WorkerCore::new(cfg, Rc::new(self.mem.clone()));
-        let mut w = SocketsWorker::connect(core, me, self.udp, self.peers, self.mem.clone(), self.start, 128)?;
+        let loss = (spec.profile.reliability.ud_drop_probability, cfg_seed(&spec, node, wk) ^ 0x10_55);
+        let (mut w, mem): (Box<dyn WorkerTransport>, Rc<dyn HostMemory>) = match self.link {
+            Link::Sockets { udp, peers, mem } => {
+                let core = WorkerCore::new(cfg, Rc::new(mem.clone()));
+                let mut w = SocketsWorker::connect(core, me, udp, peers, mem.clone(), self.start, 128)?;
+                w.set_datagram_loss(loss.0, loss.1);
+                let n = spec.nodes as usize;
+                if !spec.link_delay_ns.is_empty() {
+                    w.set_link_delays(spec.link_delay_ns[node as usize * n..(node as usize + 1) * n].to_vec());
+                }
+                (Box::new(w), Rc::new(mem))
+            }
+            #[cfg(feature = "verbs")]
+            Link::Verbs { qps, peers } => {
+                let mem = qps.1.clone();
+                let core = WorkerCore::new(cfg, Rc::new(mem.clone()));
+                let mut w = crate::verbs::transport::VerbsWorker::connect(core, me, qps, peers, self.start, 128)?;
+                w.set_datagram_loss(loss.0, loss.1);
+                (Box::new(w), Rc::new(mem))
+            }
+        };
         for (id, h) in node::handlers(&st) {
-            w.core.register_handler(id, h);
-        }
-        w.set_datagram_loss(spec.profile.reliability.ud_drop_probability, cfg_seed(&spec, node, wk) ^ 0x10_55);
-        let n = spec.nodes as usize;
-        if !spec.link_delay_ns.is_empty() {
-            w.set_link_delays(spec.link_delay_ns[node as usize * n..(node as usize + 1) * n].to_vec());
+            w.core().register_handler(id, h);
         }
         let sh = Shared {
             protocol: spec.protocol,
@@ -219,12 +265,12 @@ impl WorkerSeed {
             failures: Rc::default(),
         };
         Ok(WorkerActor {
-            w: Box::new(w),
+            w,
             st,
             sh,
             spec,
             catalog,
-            mem: self.mem,
+            mem,
             node,
             wk,
             running: false,
@@ -239,13 +285,53 @@ fn cfg_seed(spec: &TxnRunSpec, node: u16, wk: u16) -> u64 {
     spec.seed ^ ((node as u64) << 32) ^ wk as u64
 }
 
-/// Runs one node of a sockets run: this process's partition, NIC, and worker actors. Rank 0
-/// returns the run's result; the other ranks `None`.
+/// Which real fabric a node runs on.
+pub enum RealBackend {
+    /// RC over TCP to each node's NIC thread, UD over UDP, bound to this address.
+    Sockets { bind: IpAddr },
+    /// libibverbs: the named (else first) device and GID index (else first RoCE v2 IPv4).
+    #[cfg(feature = "verbs")]
+    Verbs { device: Option<String>, gid_index: Option<u32> },
+}
+
+/// Runs one node of a sockets run (see [`run_real_node`]).
 pub fn run_sockets_node(
     spec: &TxnRunSpec,
     me: Rank,
     coordinator_addr: SocketAddr,
     bind: IpAddr,
+) -> Result<Option<TxnRunResult>, String> {
+    run_real_node(spec, me, coordinator_addr, RealBackend::Sockets { bind })
+}
+
+/// A store region as bytes, for the rendezvous.
+#[cfg(feature = "verbs")]
+fn encode_region(r: MemoryRegion) -> Vec<u8> {
+    [r.addr.to_le_bytes(), r.len.to_le_bytes()]
+        .concat()
+        .into_iter()
+        .chain(r.rkey.to_le_bytes())
+        .chain(r.lkey.to_le_bytes())
+        .collect()
+}
+
+#[cfg(feature = "verbs")]
+fn decode_region(b: &[u8]) -> Result<(MemoryRegion, &[u8]), String> {
+    if b.len() < 24 {
+        return Err("a peer's descriptor is truncated".into());
+    }
+    let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+    let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
+    Ok((MemoryRegion { addr: u64_at(0), len: u64_at(8), rkey: u32_at(16), lkey: u32_at(20) }, &b[24..]))
+}
+
+/// Runs one node of a real run: this process's partition, its fabric, and worker actors.
+/// Rank 0 returns the run's result; the other ranks `None`.
+pub fn run_real_node(
+    spec: &TxnRunSpec,
+    me: Rank,
+    coordinator_addr: SocketAddr,
+    backend: RealBackend,
 ) -> Result<Option<TxnRunResult>, String> {
     check_spec(spec)?;
     if me.size != spec.nodes as u32 {
@@ -255,22 +341,65 @@ pub fn run_sockets_node(
     let layout = layout(spec);
     let scratch_per_worker = spec.coroutines as u64 * (16 << 10);
     let rkey = |i: u32| 0x5000_0000 | ((node as u32) << 12) | i;
-    let mem = SharedMemory::new(&[
+    let keys = [
         (scratch_per_worker * spec.workers as u64, rkey(0), 0x6000_0000 | ((node as u32) << 12)),
         (layout.bytes, rkey(1), 0x6000_0001 | ((node as u32) << 12)),
-    ]);
-    let regions = mem.regions();
-    load_partition(&mem, regions[1], &layout, node, &*spec.workload)?;
-    let nic = start_nic(mem.clone(), SocketAddr::new(bind, 0)).map_err(|e| format!("NIC: {e}"))?;
-    let udps: Vec<UdpSocket> = (0..spec.workers)
-        .map(|_| UdpSocket::bind(SocketAddr::new(bind, 0)))
-        .collect::<Result<_, _>>()
-        .map_err(|e| format!("UDP: {e}"))?;
-    let udp_addrs = udps.iter().map(|u| u.local_addr()).collect::<Result<_, _>>().map_err(|e| format!("UDP: {e}"))?;
-    let me_addrs = NodeAddrs { nic, udp: udp_addrs, store: regions[1] };
-    let mut boot = Bootstrap::join(me, coordinator_addr, &me_addrs.encode(), TIMEOUT).map_err(|e| e.0)?;
-    let peers: Vec<NodeAddrs> = boot.descriptors.iter().map(|d| NodeAddrs::decode(d)).collect::<Result<_, _>>()?;
-    let store_regions: Vec<MemoryRegion> = peers.iter().map(|p| p.store).collect();
+    ];
+    // Per backend: the node's memory, its descriptor exchanged at the rendezvous, and each
+    // worker's link; `_device` keeps the verbs device open for the run.
+    let (regions, mut boot, store_regions, links, _device): (
+        _,
+        _,
+        Vec<MemoryRegion>,
+        Vec<Link>,
+        Option<Box<dyn std::any::Any>>,
+    ) = match backend {
+        RealBackend::Sockets { bind } => {
+            let mem = SharedMemory::new(&keys);
+            let regions = mem.regions();
+            load_partition(&mem, regions[1], &layout, node, &*spec.workload)?;
+            let nic = start_nic(mem.clone(), SocketAddr::new(bind, 0)).map_err(|e| format!("NIC: {e}"))?;
+            let udps: Vec<UdpSocket> = (0..spec.workers)
+                .map(|_| UdpSocket::bind(SocketAddr::new(bind, 0)))
+                .collect::<Result<_, _>>()
+                .map_err(|e| format!("UDP: {e}"))?;
+            let udp_addrs =
+                udps.iter().map(|u| u.local_addr()).collect::<Result<_, _>>().map_err(|e| format!("UDP: {e}"))?;
+            let me_addrs = NodeAddrs { nic, udp: udp_addrs, store: regions[1] };
+            let boot = Bootstrap::join(me, coordinator_addr, &me_addrs.encode(), TIMEOUT).map_err(|e| e.0)?;
+            let peers: Vec<NodeAddrs> =
+                boot.descriptors.iter().map(|d| NodeAddrs::decode(d)).collect::<Result<_, _>>()?;
+            let stores = peers.iter().map(|p| p.store).collect();
+            let links =
+                udps.into_iter().map(|udp| Link::Sockets { udp, peers: peers.clone(), mem: mem.clone() }).collect();
+            (regions, boot, stores, links, None)
+        }
+        #[cfg(feature = "verbs")]
+        RealBackend::Verbs { device, gid_index } => {
+            use crate::verbs::transport::{NodeDescriptor, VerbsMemory, VerbsNode};
+            let mem = VerbsMemory::new(&keys);
+            let regions = mem.regions();
+            load_partition(&mem, regions[1], &layout, node, &*spec.workload)?;
+            let mut dev = VerbsNode::open(device.as_deref(), gid_index, mem, spec.nodes, spec.workers, 128)
+                .map_err(|e| e.to_string())?;
+            let mut blob = encode_region(regions[1]);
+            blob.extend(dev.descriptor().encode());
+            let boot = Bootstrap::join(me, coordinator_addr, &blob, TIMEOUT).map_err(|e| e.0)?;
+            let mut stores = Vec::new();
+            let mut peers = Vec::new();
+            for d in &boot.descriptors {
+                let (store, rest) = decode_region(d)?;
+                stores.push(store);
+                peers.push(NodeDescriptor::decode(rest)?);
+            }
+            let mut links = Vec::new();
+            for w in 0..spec.workers {
+                let qps = dev.take_worker(w).ok_or_else(|| format!("worker {w}'s queue pairs are missing"))?;
+                links.push(Link::Verbs { qps, peers: peers.clone() });
+            }
+            (regions, boot, stores, links, Some(Box::new(dev)))
+        }
+    };
     let start = Instant::now();
     let end = spec.warmup_ns + spec.duration_ns;
 
@@ -278,14 +407,12 @@ pub fn run_sockets_node(
     let (ready_tx, ready_rx) = mpsc::channel::<Result<Addr<WorkerActor>, String>>();
     let (done_tx, done_rx) = mpsc::channel::<()>();
     let mut arbiters = Vec::new();
-    for (wk, udp) in udps.into_iter().enumerate() {
+    for (wk, link) in links.into_iter().enumerate() {
         let seed = WorkerSeed {
             spec: SpecForThread::from(spec),
             node,
             wk: wk as u16,
-            udp,
-            peers: peers.clone(),
-            mem: mem.clone(),
+            link,
             layout: layout.clone(),
             store_regions: store_regions.clone(),
             scratch: LocalBuf {

@@ -154,16 +154,30 @@ fn main() -> ExitCode {
             let seed = seed.unwrap_or(s.run.seed);
             match backend {
                 Backend::Sim => {}
-                Backend::Verbs => return run_verbs(device.as_deref(), gid_index),
+                Backend::Verbs => {
+                    #[cfg(feature = "verbs")]
+                    {
+                        // Probe first: a missing device or library gets its specific message.
+                        if let Err(e) = txbed::verbs::probe(device.as_deref(), gid_index) {
+                            eprintln!("error: {e}");
+                            return ExitCode::from(2);
+                        }
+                        let backend = txbed::host::RealBackend::Verbs { device, gid_index };
+                        let coord = coordinator.as_deref();
+                        return run::run_real(&s, &profile, seed, rank, size, coord, backend, json, history.as_deref());
+                    }
+                    #[cfg(not(feature = "verbs"))]
+                    return run_verbs(device.as_deref(), gid_index);
+                }
                 Backend::Sockets => {
-                    return run::run_sockets(
+                    return run::run_real(
                         &s,
                         &profile,
                         seed,
                         rank,
                         size,
                         coordinator.as_deref(),
-                        bind,
+                        txbed::host::RealBackend::Sockets { bind },
                         json,
                         history.as_deref(),
                     );
@@ -265,19 +279,7 @@ fn main() -> ExitCode {
 const NO_VERBS: &str =
     "error: this txbed was built without the \"verbs\" feature; rebuild with cargo build --release -p txbed --features verbs";
 
-/// `run --backend verbs`: find the device; the transport itself does not exist yet.
-#[cfg(feature = "verbs")]
-fn run_verbs(device: Option<&str>, gid_index: Option<u32>) -> ExitCode {
-    match txbed::verbs::probe(device, gid_index) {
-        Ok(info) => {
-            println!("{info}");
-            eprintln!("error: the verbs transport (QPs, memory registration, posting) is not implemented yet");
-        }
-        Err(e) => eprintln!("error: {e}"),
-    }
-    ExitCode::from(2)
-}
-
+/// `run --backend verbs` in a build without the feature.
 #[cfg(not(feature = "verbs"))]
 fn run_verbs(_device: Option<&str>, _gid_index: Option<u32>) -> ExitCode {
     eprintln!("{NO_VERBS}");

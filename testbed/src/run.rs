@@ -121,7 +121,8 @@ pub fn text(s: &Scenario, r: &Report) -> String {
 #[derive(Debug, Serialize)]
 pub struct TxnReport {
     pub scenario: String,
-    /// `sim` or `sockets`: on sockets, `sim.simulated_ns` is wall time and `digest` is zero.
+    /// `sim`, `sockets` or `verbs`: on a real backend, `sim.simulated_ns` is wall time and
+    /// `digest` is zero.
     pub backend: &'static str,
     pub protocol: String,
     pub hybrid: String,
@@ -287,17 +288,17 @@ fn txn_report(
     }
 }
 
-/// One process of a sockets run; rank 0 prints the report. Exit code: 0 clean, 1 the checker
+/// One process of a real run (sockets or verbs); rank 0 prints the report. Exit code: 0 clean, 1 the checker
 /// found anomalies, 2 an error (bad input, a dead or unreachable peer).
 #[allow(clippy::too_many_arguments)]
-pub fn run_sockets(
+pub fn run_real(
     s: &Scenario,
     profile: &NicProfile,
     seed: u64,
     rank: Option<u32>,
     size: Option<u32>,
     coordinator: Option<&str>,
-    bind: std::net::IpAddr,
+    backend: crate::host::RealBackend,
     json: bool,
     history: Option<&std::path::Path>,
 ) -> std::process::ExitCode {
@@ -318,20 +319,25 @@ pub fn run_sockets(
         Err(e) => return fail(e.0),
     };
     if matches!(s.workload, Workload::Verbs(_)) {
-        return fail("the sockets backend runs transactional scenarios; Verbs workloads run on the simulator".into());
+        return fail("real backends run transactional scenarios; Verbs workloads run on the simulator".into());
     }
     let spec = match txn_spec(s, profile, seed) {
         Ok(x) => x,
         Err(e) => return fail(e),
     };
     let start = Instant::now();
-    match crate::host::run_sockets_node(&spec, me, addr, bind) {
+    let name = match backend {
+        crate::host::RealBackend::Sockets { .. } => "sockets",
+        #[cfg(feature = "verbs")]
+        crate::host::RealBackend::Verbs { .. } => "verbs",
+    };
+    match crate::host::run_real_node(&spec, me, addr, backend) {
         Ok(None) => ExitCode::SUCCESS,
         Ok(Some(mut r)) => {
             if let Err(e) = write_history(s, seed, &mut r, history) {
                 return fail(e);
             }
-            let rep = txn_report(s, &spec, seed, &r, start.elapsed().as_secs_f64(), "sockets");
+            let rep = txn_report(s, &spec, seed, &r, start.elapsed().as_secs_f64(), name);
             if json {
                 println!("{}", serde_json::to_string_pretty(&rep).expect("report serialises"));
             } else {
@@ -345,7 +351,13 @@ pub fn run_sockets(
                 );
             }
             if !r.failures.is_empty() {
-                eprintln!("error: {} coordinators failed, first: {}", r.failures.len(), r.failures[0]);
+                let mut distinct: Vec<&String> = r.failures.iter().collect();
+                distinct.sort();
+                distinct.dedup();
+                eprintln!("error: {} coordinators failed; {} distinct reasons:", r.failures.len(), distinct.len());
+                for f in distinct.iter().take(5) {
+                    eprintln!("  {f}");
+                }
                 return ExitCode::from(2);
             }
             let clean = rep.check.serializable && rep.check.nothing_lost != Some(false) && rep.check.invariants_ok;

@@ -167,6 +167,7 @@ copy_with_libs "$(readlink -f "$rdma_bin")" "$(readlink -f "$ip_bin")"
 cp -L "$rdma_bin" "$root/usr/local/sbin/rdma"
 cp -L "$ip_bin" "$root/usr/local/sbin/ip"
 cp -r scenarios "$root/txbed/scenarios"
+cp -r tests/rxe/scenarios "$root/txbed/scenarios/rxe"
 
 : >"$root/mods/order"
 for m in "${order[@]}"; do
