@@ -10,28 +10,35 @@
 //!   would build a `SharedMemory`, with the same `(len, rkey, lkey)` list.) Work requests are
 //!   translated from those addresses/keys to real addresses and the NIC's lkeys/rkeys.
 //! - [`VerbsNode`]: opens the device chosen as `probe` chooses it (device name, GID index), allocates
-//!   a PD, registers the memory, creates per worker one CQ and the queue pairs, and produces the
+//!   a PD, registers the memory, creates per worker the CQs and the queue pairs, and produces the
 //!   [`NodeDescriptor`] exchanged at bootstrap (bytes, [`NodeDescriptor::encode`]/`decode`).
 //! - [`VerbsWorker`]: the `SocketsWorker` surface (`connect`, `step`, `now`, `set_start`,
 //!   `set_datagram_loss`, `close`, `pub core`). RC QPs go RESET→INIT→RTR→RTS with the peer's QPN,
 //!   GID/LID and PSN and the port's active MTU. Each doorbell is posted as ONE posting list
 //!   (one chained `ibv_post_send`; the `ibv_wr_start`..`ibv_wr_complete` path for extended QPs exists but is unused)
 //!   with per-request signaling, inline data up to [`INLINE_MAX`] bytes, larger inline payloads
-//!   staged in a registered ring. The CQ is polled and work completions become `Completion`s
+//!   staged in a registered ring. The RC CQ is polled and work completions become `Completion`s
 //!   ([`map_status`]); unsignaled requests are retired by the next signaled completion of their QP.
+//! - **One UD QP per worker** for datagrams (the core's UD QP, RPC traffic). sideway 0.4.3 cannot
+//!   express UD (no address handles, no UD address on a send, no `qkey` in its QP attributes, no
+//!   `src_qp` in its work completions), so the UD QP, its own CQ and its address handles are made
+//!   with raw libibverbs calls through `rdma-mummy-sys` on the PD's raw handle (`sys::UdQp`, the
+//!   only unsafe code, in sys.rs). The QP (qkey [`UD_QKEY`]) goes RESET→INIT (pkey index 0, port
+//!   1, qkey)→RTR→RTS (sq_psn from its QPN); one address handle per node is built from the
+//!   node's descriptor (GID/LID, GRH with the link's GID index, hop limit 64). The descriptor
+//!   carries each worker's UD QPN. [`UD_RECVS`] receive buffers of [`GRH`] + [`SLOT`] bytes are
+//!   posted and reposted after each receive; the GRH is stripped and the source endpoint is found
+//!   from the completion's `src_qp` (descriptor QPN → (node, worker)); a datagram from an unknown
+//!   QPN is dropped. Sends are one chained `ibv_post_send` per doorbell, inline up to
+//!   [`INLINE_MAX`] bytes, else from registered memory or a staging slot; signaled when the core
+//!   asks, when staged, and at least every 32nd send (to drain the send queue). The UD CQ is
+//!   polled in `poll()` alongside the RC CQ. As on UD: a datagram over the port's active MTU
+//!   (IBTA C10-93.1.1), one that finds no free staging slot or a full send queue, and one whose
+//!   send fails, is lost (success to the sender; the RPC layer retransmits), so the core's UD QP
+//!   never enters the error state. A datagram a worker sends itself is delivered in software.
+//!   `set_datagram_loss` still injects loss before the NIC.
 //!
-//! Not as the brief asked, because sideway 0.4.3 cannot express it safely:
-//! - **No UD QP.** sideway has no address handles (no `ibv_create_ah`), no way to give a send work
-//!   request its UD address (`ibv_wr_set_ud_addr` / `wr.ud.{ah,remote_qpn,remote_qkey}`), no
-//!   `setup_qkey` on `QueuePairAttribute` (RESET→INIT of a UD QP requires `IBV_QP_QKEY`), and its
-//!   work completions expose neither `src_qp` nor `qp_num` nor `wc_flags` (GRH present). Datagrams
-//!   (the core's UD QP, RPC traffic) are therefore carried as RC SENDs on a mesh of *datagram QPs*:
-//!   one RC QP per (peer node, peer worker), each with posted receive buffers. The receive's
-//!   `wr_id` names the datagram QP, which names the source endpoint; there is no GRH to strip.
-//!   Loss cannot happen on RC (the RPC layer's retransmission stays unused unless
-//!   `set_datagram_loss` injects loss); a datagram that finds no free staging slot is dropped, as a
-//!   UD NIC would drop it; a datagram whose carrier QP fails (peer dead) also counts as lost
-//!   (success to the sender), so the core's UD QP never enters the error state.
+//! Limitations:
 //! - RC SEND and WRITE_WITH_IMM on the core's RC QPs complete with `LocalQpOperationError`, as on the
 //!   sockets backend (the peer posts no receives on those QPs).
 //! - No link-delay emulation (`set_link_delays`), no completion channel: an idle worker polls.
@@ -40,10 +47,11 @@
 //! run SmallBank with every stage over RPC and with every stage one-sided (READ, CAS, WRITE),
 //! and the checker finds both serializable with nothing lost. Not tested on hardware NICs.
 //! Choices a hardware NIC may reject and that are unverified there: `max_rd_atomic` and
-//! `max_dest_rd_atomic` 16, `max_inline_data` 128, a CQ of `nodes*depth +
-//! nodes*workers*(depth+16)` entries clamped to 32767 (a larger cluster may overrun it), hop
-//! limit 64 and traffic class 0 in the GRH, PSNs derived from QP numbers. Basic QPs only: the
-//! extended-QP posting path (`ibv_wr_*`) failed with IBV_WC_LOC_QP_OP_ERR on rxe and is unused.
+//! `max_dest_rd_atomic` 16, `max_inline_data` 128 (RC and UD), an RC CQ of `(nodes+1)*depth`
+//! entries clamped to 64..=32767, a UD send queue of `4*depth` clamped to 64..=4096 with a CQ of
+//! that plus [`UD_RECVS`], qkey [`UD_QKEY`], hop limit 64 and traffic class 0 in the GRH, PSNs
+//! derived from QP numbers. Basic QPs only: the extended-QP posting path (`ibv_wr_*`) failed with
+//! IBV_WC_LOC_QP_OP_ERR on rxe and is unused.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -70,8 +78,16 @@ pub const REGION_BASE: u64 = 1 << 40;
 pub const INLINE_MAX: u32 = 128;
 /// Size of a datagram receive buffer and of a staging slot (the RPC layer's default MTU).
 pub const SLOT: u32 = 4096;
-/// Receive buffers posted per datagram QP.
-pub const RECVS_PER_QP: u32 = 16;
+/// Receive buffers posted on each worker's UD QP.
+pub const UD_RECVS: u32 = 256;
+/// The qkey of every UD QP (sends carry it, receivers check it).
+pub const UD_QKEY: u32 = 0x1117_0000;
+/// The GRH a UD receive buffer starts with (RoCE and any GRH-routed datagram).
+pub const GRH: u32 = 40;
+/// Size of a UD receive buffer: GRH and payload.
+pub const RECV_SLOT: u32 = GRH + SLOT;
+/// The UD QP's unsignaled sends between two signaled ones (to keep its send queue drained).
+const UD_UNSIGNALED_MAX: u32 = 32;
 /// Staging slots per worker.
 pub const STAGING_SLOTS: u32 = 256;
 
@@ -246,17 +262,17 @@ pub struct NodeDescriptor {
     /// `rc_qpn[w][n]`: worker `w`'s one-sided RC QP toward node `n` (paired with node `n`'s
     /// worker `w`).
     pub rc_qpn: Vec<Vec<u32>>,
-    /// `dg_qpn[w][n * workers + v]`: worker `w`'s datagram QP toward node `n` worker `v`.
-    pub dg_qpn: Vec<Vec<u32>>,
+    /// `ud_qpn[w]`: worker `w`'s UD QP (for RPC datagrams).
+    pub ud_qpn: Vec<u32>,
     pub regions: Vec<RegionDesc>,
 }
 
 const MAGIC: &[u8; 4] = b"TXBV";
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
 
 impl NodeDescriptor {
     /// Little-endian: "TXBV" | version u8 | lid u16 | gid [16] | workers u16 | nodes u16 |
-    /// regions u16 | rc QPNs (workers*nodes u32) | datagram QPNs (workers*nodes*workers u32) |
+    /// regions u16 | rc QPNs (workers*nodes u32) | UD QPNs (workers u32) |
     /// regions (addr u64, len u64, key u32, remote u64, rkey u32).
     pub fn encode(&self) -> Vec<u8> {
         let mut b = Vec::new();
@@ -267,7 +283,7 @@ impl NodeDescriptor {
         b.extend_from_slice(&self.workers.to_le_bytes());
         b.extend_from_slice(&self.nodes.to_le_bytes());
         b.extend_from_slice(&(self.regions.len() as u16).to_le_bytes());
-        for q in self.rc_qpn.iter().chain(&self.dg_qpn).flatten() {
+        for q in self.rc_qpn.iter().flatten().chain(&self.ud_qpn) {
             b.extend_from_slice(&q.to_le_bytes());
         }
         for r in &self.regions {
@@ -316,7 +332,7 @@ impl NodeDescriptor {
             return Err("verbs node descriptor with no workers or no nodes".into());
         }
         let (w, n) = (workers as usize, nodes as usize);
-        let want = w * n * 4 + w * n * w * 4 + nregions * 32;
+        let want = w * n * 4 + w * 4 + nregions * 32;
         if r.0.len() != want {
             return Err(format!("verbs node descriptor has {} bytes of tables, expected {want}", r.0.len()));
         }
@@ -336,11 +352,11 @@ impl NodeDescriptor {
                 .collect()
         };
         let rc_qpn = qpns(n)?;
-        let dg_qpn = qpns(n * w)?;
+        let ud_qpn = qpns(1)?.into_iter().flatten().collect();
         let regions = (0..nregions)
             .map(|_| Ok(RegionDesc { addr: r.u64()?, len: r.u64()?, key: r.u32()?, remote: r.u64()?, rkey: r.u32()? }))
             .collect::<Result<_, String>>()?;
-        Ok(NodeDescriptor { lid, gid, workers, nodes, rc_qpn, dg_qpn, regions })
+        Ok(NodeDescriptor { lid, gid, workers, nodes, rc_qpn, ud_qpn, regions })
     }
 }
 
@@ -417,7 +433,7 @@ fn payload(t: &[LocalRegion], p: &Payload, max: u32) -> Result<Data, WcStatus> {
 
 /// Translates one work request against the local table and the peer's regions. `rc`: whether the
 /// target QP is one of the core's RC QPs (SEND and WRITE_WITH_IMM are refused there) or the
-/// datagram mesh (only SEND). An `Err` is the status the request completes with locally.
+/// UD QP (only SEND). An `Err` is the status the request completes with locally.
 pub fn translate(op: &Op, rc: bool, loc: &[LocalRegion], rem: &[RegionDesc]) -> Result<Posting, WcStatus> {
     let atomic = |l: &LocalBuf, r: &RemoteBuf| -> Result<(Data, u32, u64), WcStatus> {
         let data = local(loc, &LocalBuf { len: 8, ..*l })?;
@@ -506,7 +522,8 @@ pub mod wrid {
 pub struct WorkerQps {
     // Declared first: queue pairs are destroyed before the CQ and the buffers they use.
     rc: Vec<GenericQueuePair>,
-    dg: Vec<GenericQueuePair>,
+    /// The worker's UD QP with its own CQ and address handles (raw libibverbs, see sys.rs).
+    ud: sys::UdQp,
     /// The far end of this worker's RC QP to its own node: a QP connected to itself does not
     /// work on every driver (rdma_rxe fails it), so local one-sided verbs go A -> B on the NIC.
     lo: GenericQueuePair,
@@ -552,8 +569,8 @@ fn os<E: std::error::Error + 'static>(during: &'static str, dev: &str, e: E) -> 
 impl VerbsNode {
     /// Opens `device` (or the first) with `gid_index` (or probe's default), registers `mem` and
     /// creates, for each of `workers` workers, a CQ, one RC QP per node of the `nodes`-node
-    /// cluster (itself included) and one datagram QP per (node, worker), each with a send queue
-    /// of `depth`.
+    /// cluster (itself included), each with a send queue of `depth`, and one UD QP with its own
+    /// CQ.
     pub fn open(
         device: Option<&str>,
         gid_index: Option<u32>,
@@ -583,9 +600,9 @@ impl VerbsNode {
         }
         let (n, w) = (nodes as usize, workers as usize);
         let mut qps = Vec::new();
-        let (mut rc_qpn, mut dg_qpn) = (Vec::new(), Vec::new());
+        let (mut rc_qpn, mut ud_qpn) = (Vec::new(), Vec::new());
         for _ in 0..w {
-            let cqe = (n as u32 * depth + (n * w) as u32 * (depth + RECVS_PER_QP)).clamp(64, 32767);
+            let cqe = ((n as u32 + 1) * depth).clamp(64, 32767);
             let cq = GenericCompletionQueue::from(
                 ctx.create_cq_builder()
                     .setup_cqe(cqe)
@@ -615,18 +632,20 @@ impl VerbsNode {
                 b.build().map(GenericQueuePair::from).map_err(|e| os("creating a queue pair", dev, e))
             };
             let rc = (0..n).map(|_| mk(0)).collect::<Result<Vec<_>, _>>()?;
-            let dg = (0..n * w).map(|_| mk(RECVS_PER_QP)).collect::<Result<Vec<_>, _>>()?;
             let lo = mk(0)?;
+            let ud_sq = ud_send_depth(depth);
+            let ud = sys::UdQp::create(&pd, ud_sq + UD_RECVS, ud_sq, UD_RECVS, INLINE_MAX)
+                .map_err(|e| os("creating the UD queue pair", dev, e))?;
             rc_qpn.push(rc.iter().map(|q| q.qp_number()).collect());
-            dg_qpn.push(dg.iter().map(|q| q.qp_number()).collect());
-            let recv = Words::new((n * w) as u64 * RECVS_PER_QP as u64 * SLOT as u64);
+            ud_qpn.push(ud.qpn());
+            let recv = Words::new(UD_RECVS as u64 * RECV_SLOT as u64);
             recv.register(&pd, "registering receive buffers", dev)?;
             let staging = Words::new(STAGING_SLOTS as u64 * SLOT as u64);
             staging.register(&pd, "registering staging buffers", dev)?;
-            qps.push(Some(WorkerQps { rc, dg, lo, cq, recv, staging }));
+            qps.push(Some(WorkerQps { rc, ud, lo, cq, recv, staging }));
         }
         let desc =
-            NodeDescriptor { lid: info.lid, gid: info.gid.gid.octets(), workers, nodes, rc_qpn, dg_qpn, regions };
+            NodeDescriptor { lid: info.lid, gid: info.gid.gid.octets(), workers, nodes, rc_qpn, ud_qpn, regions };
         let mtu = mtu_of(info.active_mtu);
         Ok(VerbsNode { workers: qps, mem, info, mtu, desc, _pd: pd, _ctx: ctx })
     }
@@ -648,8 +667,13 @@ impl VerbsNode {
     /// Hands worker `w`'s queue pairs to the thread that will run it (once).
     pub fn take_worker(&mut self, w: u16) -> Option<(WorkerQps, VerbsMemory, WorkerLink)> {
         let q = self.workers.get_mut(w as usize)?.take()?;
-        let link =
-            WorkerLink { worker: w, mtu: self.mtu, gid_index: self.info.gid.index, device: self.info.name.clone() };
+        let link = WorkerLink {
+            worker: w,
+            mtu: self.mtu,
+            ud_max: if self.info.active_mtu == 0 { 256 } else { self.info.active_mtu.min(SLOT) },
+            gid_index: self.info.gid.index,
+            device: self.info.name.clone(),
+        };
         Some((q, self.mem.clone(), link))
     }
 }
@@ -659,8 +683,15 @@ impl VerbsNode {
 pub struct WorkerLink {
     pub worker: u16,
     mtu: Mtu,
+    /// Largest UD message: the port's active MTU (at most [`SLOT`]).
+    ud_max: u32,
     gid_index: u32,
     device: String,
+}
+
+/// Send queue depth of the UD QP for a core UD QP of `depth`.
+fn ud_send_depth(depth: u32) -> u32 {
+    (depth.saturating_mul(4)).clamp(64, 4096)
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -687,16 +718,25 @@ struct Hw {
 /// One worker thread's transport.
 pub struct VerbsWorker {
     pub core: WorkerCore,
-    /// Hardware QPs: the core's RC QPs (one per node) then the datagram mesh.
+    /// Hardware QPs: the core's RC QPs (one per node).
     hw: Vec<Hw>,
     _lo: GenericQueuePair,
-    /// Datagrams this worker sent itself: delivered without the NIC (the datagram mesh has
-    /// no QP pair for a worker and itself).
+    /// The hardware UD QP serving the core's UD QP, its posted sends and their sequence.
+    udqp: sys::UdQp,
+    ud_fifo: VecDeque<Posted>,
+    ud_seq: u64,
+    /// Unsignaled UD sends since the last signaled one.
+    ud_unsignaled: u32,
+    /// `ud_ah[n]`: the UD QP's address handle for node `n`.
+    ud_ah: Vec<usize>,
+    /// UD QP number → the endpoint that owns it (from the descriptors).
+    src_of: std::collections::HashMap<u32, Endpoint>,
+    ud_max: u32,
+    /// Datagrams this worker sent itself: delivered without the NIC.
     to_self: Vec<Vec<u8>>,
     /// Core QP id → index into `hw` for RC QPs.
     rc_of: Vec<Option<usize>>,
     ud: QpId,
-    dg_base: usize,
     cq: GenericCompletionQueue,
     recv: Words,
     staging: Words,
@@ -704,12 +744,12 @@ pub struct VerbsWorker {
     local: Vec<LocalRegion>,
     peers: Vec<NodeDescriptor>,
     me: Endpoint,
-    workers: u16,
     start: Instant,
     /// Completions decided before reaching the NIC, delivered on the next step.
     local_done: Vec<Completion>,
     loss: Option<(f64, rand::rngs::StdRng)>,
     reported_error: bool,
+    reported_oversize: bool,
     _mem: VerbsMemory,
 }
 
@@ -758,8 +798,8 @@ fn connect_rc(
 impl VerbsWorker {
     /// Connects worker `me.worker`'s queue pairs (from [`VerbsNode::take_worker`]) to every
     /// node's descriptor (`peers[n]` is node `n`'s, this node's included), registers them with
-    /// the core (one RC QP per node, then one UD QP carried by the datagram mesh) and posts the
-    /// receive buffers.
+    /// the core (one RC QP per node, then the UD QP), builds one address handle per node and
+    /// posts the UD receive buffers.
     pub fn connect(
         mut core: WorkerCore,
         me: Endpoint,
@@ -769,14 +809,18 @@ impl VerbsWorker {
         depth: u32,
     ) -> Result<VerbsWorker, String> {
         let (q, mem, link) = qps;
-        let WorkerQps { rc, dg, mut lo, cq, recv, staging } = q;
+        let WorkerQps { rc, ud: mut udqp, mut lo, cq, recv, staging } = q;
         let (w, n) = (me.worker as usize, peers.len());
-        let workers = (dg.len() / n.max(1)) as u16;
-        if rc.len() != n || dg.len() != n * workers as usize {
+        if rc.len() != n || n == 0 {
             return Err(format!("{me}: {} peer descriptors for queue pairs made for {} nodes", n, rc.len()));
         }
+        let workers = peers[me.node.0 as usize].workers;
         for (i, p) in peers.iter().enumerate() {
-            if p.workers != workers || p.nodes as usize != n || p.rc_qpn.len() <= w {
+            if p.workers != workers
+                || p.nodes as usize != n
+                || p.rc_qpn.len() <= w
+                || p.ud_qpn.len() != workers as usize
+            {
                 return Err(format!(
                     "{me}: node {i} has {} workers in a {}-node cluster, this node {workers} in {n}",
                     p.workers, p.nodes
@@ -802,23 +846,34 @@ impl VerbsWorker {
             rc_of[id.0 as usize] = Some(hw.len());
             hw.push(Hw { qp, core: id, peer: NodeId(i as u16), seq: 0, fifo: VecDeque::new() });
         }
-        let dg_base = hw.len();
-        let wn = workers as usize;
-        for (k, mut qp) in dg.into_iter().enumerate() {
-            let (pn, pw) = (k / wn, k % wn);
-            let dest = peers[pn].dg_qpn[pw][me.node.0 as usize * wn + w];
-            connect_rc(&mut qp, &peers[pn], dest, &link).map_err(|e| e.to_string())?;
-            hw.push(Hw { qp, core: ud, peer: NodeId(pn as u16), seq: 0, fifo: VecDeque::new() });
+        let qpn = udqp.qpn();
+        udqp.activate(PORT, UD_QKEY, qpn).map_err(|e| format!("{me}: {e}"))?;
+        let mut ud_ah = Vec::new();
+        let mut src_of = std::collections::HashMap::new();
+        for (i, p) in peers.iter().enumerate() {
+            let ah = udqp
+                .add_ah(p.gid, p.lid, PORT, link.gid_index as u8, 64)
+                .map_err(|e| format!("{me}: address handle for node {i}: {e}"))?;
+            ud_ah.push(ah);
+            for (v, q) in p.ud_qpn.iter().enumerate() {
+                src_of.insert(*q, Endpoint { node: NodeId(i as u16), worker: v as u16 });
+            }
         }
         let local = mem.local_table();
         let mut me_ = VerbsWorker {
             core,
             hw,
             _lo: lo,
+            udqp,
+            ud_fifo: VecDeque::new(),
+            ud_seq: 0,
+            ud_unsignaled: 0,
+            ud_ah,
+            src_of,
+            ud_max: link.ud_max,
             to_self: Vec::new(),
             rc_of,
             ud,
-            dg_base,
             cq,
             recv,
             staging,
@@ -826,28 +881,25 @@ impl VerbsWorker {
             local,
             peers,
             me,
-            workers,
             start,
             local_done: Vec::new(),
             loss: None,
             reported_error: false,
+            reported_oversize: false,
             _mem: mem,
         };
-        for k in 0..(me_.hw.len() - dg_base) as u32 {
-            for s in 0..RECVS_PER_QP {
-                me_.post_recv(k, s)?;
-            }
+        for s in 0..UD_RECVS {
+            me_.post_recv(s)?;
         }
         Ok(me_)
     }
 
-    fn post_recv(&mut self, dg: u32, slot: u32) -> Result<(), String> {
+    fn post_recv(&mut self, slot: u32) -> Result<(), String> {
         let lkey = self.recv.mr.get().map_or(0, |m| m.lkey());
-        let addr = self.recv.base() + (dg as u64 * RECVS_PER_QP as u64 + slot as u64) * SLOT as u64;
-        let qp = &mut self.hw[self.dg_base + dg as usize].qp;
-        let mut g = qp.start_post_recv();
-        sys::set_sge(g.construct_wr(wrid::recv(dg, slot)), lkey, addr, SLOT);
-        g.post().map_err(|e| format!("posting a receive buffer: {e}"))
+        let addr = self.recv.base() + slot as u64 * RECV_SLOT as u64;
+        self.udqp
+            .post_recv(wrid::recv(0, slot), addr, RECV_SLOT, lkey)
+            .map_err(|e| format!("posting a receive buffer: {e}"))
     }
 
     pub fn now(&self) -> Nanos {
@@ -908,19 +960,42 @@ impl VerbsWorker {
                 wcs.push((wc.wr_id(), wc.status(), wc.byte_len()));
             }
         }
-        for (id, status, len) in wcs {
+        let mut uds = Vec::new();
+        self.udqp.poll(&mut uds);
+        for wc in uds {
             n += 1;
-            match wrid::split(id) {
-                Err((dg, slot)) => {
-                    if status == Wcs::Success as u32 {
-                        let (pn, pw) = (dg as usize / self.workers as usize, dg as usize % self.workers as usize);
-                        let mut b = vec![0u8; (len as usize).min(SLOT as usize)];
-                        self.recv.read((dg as u64 * RECVS_PER_QP as u64 + slot as u64) * SLOT as u64, &mut b);
-                        let _ = self.post_recv(dg, slot);
-                        self.core.on_datagram(Endpoint { node: NodeId(pn as u16), worker: pw as u16 }, b);
+            match wrid::split(wc.wr_id) {
+                Err((_, slot)) => {
+                    if wc.status == Wcs::Success as u32 {
+                        let len = (wc.byte_len.saturating_sub(GRH)).min(SLOT) as usize;
+                        let mut b = vec![0u8; len];
+                        self.recv.read(slot as u64 * RECV_SLOT as u64 + GRH as u64, &mut b);
+                        let _ = self.post_recv(slot);
+                        // A datagram from a QP no descriptor names is dropped.
+                        if let Some(src) = self.src_of.get(&wc.src_qp).copied() {
+                            self.core.on_datagram(src, b);
+                        }
                     }
                     // A failed receive (flushed: the QP broke) is not reposted.
                 }
+                Ok((_, seq)) => {
+                    if wc.status != Wcs::Success as u32 && !self.reported_error {
+                        self.reported_error = true;
+                        eprintln!(
+                            "verbs: {}: first failed UD send: ibv_wc_status {} ({:?}); counted as a lost datagram",
+                            self.me,
+                            wc.status,
+                            map_status(wc.status)
+                        );
+                    }
+                    self.retire_ud(seq);
+                }
+            }
+        }
+        for (id, status, _len) in wcs {
+            n += 1;
+            match wrid::split(id) {
+                Err(_) => {}
                 Ok((qp, seq)) => {
                     if status != Wcs::Success as u32 && !self.reported_error {
                         // The NIC's own status is the best clue; later requests only show "flushed".
@@ -939,11 +1014,34 @@ impl VerbsWorker {
         n
     }
 
+    /// Retires every UD send up to `seq`. A UD send that failed is a lost datagram: the sender
+    /// sees success and the RPC layer retransmits.
+    fn retire_ud(&mut self, seq: u64) {
+        while let Some(p) = self.ud_fifo.front() {
+            if p.seq > seq {
+                break;
+            }
+            let p = self.ud_fifo.pop_front().expect("front");
+            if let Some(s) = p.staging {
+                self.free_slots.push(s);
+            }
+            if p.signaled {
+                self.core.on_completion(Completion {
+                    wr_id: p.wr_id,
+                    qp: self.ud,
+                    opcode: p.opcode,
+                    status: WcStatus::Success,
+                    signaled: true,
+                    peer: self.me.node,
+                });
+            }
+        }
+    }
+
     /// Retires every request of `hw[qp]` up to `seq`: earlier ones completed silently.
     fn retire(&mut self, qp: usize, seq: u64, status: WcStatus) {
         let Some(h) = self.hw.get_mut(qp) else { return };
         let (core, peer) = (h.core, h.peer);
-        let peer = if core == self.ud { self.me.node } else { peer };
         let mut out = Vec::new();
         while let Some(p) = h.fifo.front() {
             if p.seq > seq {
@@ -954,9 +1052,6 @@ impl VerbsWorker {
                 self.free_slots.push(s);
             }
             let st = if p.seq == seq { status } else { WcStatus::Success };
-            // A datagram that failed on its (RC) carrier is a lost datagram, as on UD: the
-            // sender sees success and the RPC layer retransmits.
-            let st = if core == self.ud { WcStatus::Success } else { st };
             if p.signaled || !st.is_ok() {
                 out.push(Completion {
                     wr_id: p.wr_id,
@@ -984,90 +1079,177 @@ impl VerbsWorker {
         });
     }
 
-    /// Posts one doorbell: one posting list per hardware QP it touches (one for an RC QP; the
-    /// datagram mesh may split a UD doorbell by destination).
+    /// Posts one doorbell: a UD doorbell goes to [`Self::post_ud`]; an RC doorbell is one
+    /// posting list on its hardware QP.
     fn post(&mut self, db: Doorbell) {
-        let is_ud = db.qp == self.ud;
-        let rc = if is_ud { None } else { self.rc_of.get(db.qp.0 as usize).copied().flatten() };
-        if !is_ud && rc.is_none() {
+        if db.qp == self.ud {
+            return self.post_ud(db);
+        }
+        let Some(target) = self.rc_of.get(db.qp.0 as usize).copied().flatten() else {
             for wr in &db.wrs {
                 self.fail_now(wr, db.qp, WcStatus::LocalQpOperationError, self.me.node);
             }
             return;
-        }
-        // Group the requests by hardware QP, keeping order.
-        let mut lists: Vec<(usize, Vec<(WorkRequest, Posting)>)> = Vec::new();
+        };
+        let peer = self.hw[target].peer;
+        let mut list = Vec::new();
         for wr in db.wrs {
-            if let Op::Send { src, dest: Some(d) } = &wr.op {
-                if is_ud && *d == self.me {
-                    let bytes = match src {
-                        Payload::Inline(b) => Some(b.clone()),
-                        Payload::Local(l) => {
-                            let mut v = vec![0u8; l.len as usize];
-                            self._mem.read(l.addr, &mut v).ok().map(|_| v)
-                        }
-                    };
-                    match bytes {
-                        Some(b) => {
-                            self.to_self.push(b);
-                            if wr.signaled {
-                                self.fail_now(&wr, db.qp, WcStatus::Success, self.me.node);
-                            }
-                        }
-                        None => self.fail_now(&wr, db.qp, WcStatus::LocalProtectionError, self.me.node),
-                    }
-                    continue;
-                }
-            }
-            let target = match (&wr.op, rc) {
-                (_, Some(h)) => h,
-                (Op::Send { dest: Some(d), .. }, None)
-                    if (d.node.0 as usize) < self.peers.len() && d.worker < self.workers =>
-                {
-                    self.dg_base + d.node.0 as usize * self.workers as usize + d.worker as usize
-                }
-                _ => {
-                    self.fail_now(&wr, db.qp, WcStatus::LocalQpOperationError, self.me.node);
-                    continue;
-                }
-            };
-            let peer = self.hw[target].peer;
             let rem: &[RegionDesc] = &self.peers[peer.0 as usize].regions;
-            match translate(&wr.op, !is_ud, &self.local, rem) {
-                Ok(p) => {
-                    if is_ud {
-                        let lost = self.loss.as_mut().is_some_and(|(p, rng)| rand::Rng::gen_bool(rng, *p));
-                        if lost {
-                            if wr.signaled {
-                                self.local_done.push(Completion {
-                                    wr_id: wr.wr_id,
-                                    qp: db.qp,
-                                    opcode: Opcode::Send,
-                                    status: WcStatus::Success,
-                                    signaled: true,
-                                    peer: self.me.node,
-                                });
-                            }
-                            continue;
-                        }
-                    }
-                    match lists.last_mut() {
-                        Some((t, l)) if *t == target => l.push((wr, p)),
-                        _ => lists.push((target, vec![(wr, p)])),
-                    }
-                }
-                Err(st) => {
-                    let peer = if is_ud { self.me.node } else { peer };
-                    self.fail_now(&wr, db.qp, st, peer);
-                }
+            match translate(&wr.op, true, &self.local, rem) {
+                Ok(p) => list.push((wr, p)),
+                Err(st) => self.fail_now(&wr, db.qp, st, peer),
             }
         }
-        for (target, list) in lists {
-            self.post_list(target, db.qp, is_ud, list);
+        if !list.is_empty() {
+            self.post_list(target, db.qp, list);
         }
     }
 
-    fn post_list(&mut self, target: usize, core: QpId, is_ud: bool, list: Vec<(WorkRequest, Posting)>) {
+    /// Posts a doorbell of the core's UD QP as one chained `ibv_post_send` on the UD QP.
+    fn post_ud(&mut self, db: Doorbell) {
+        let me = self.me.node;
+        struct P {
+            wr: WorkRequest,
+            ah: usize,
+            qpn: u32,
+            data: Data,
+            slot: Option<u32>,
+            hw_signaled: bool,
+        }
+        let mut list: Vec<P> = Vec::new();
+        let staging_lkey = self.staging.mr.get().map_or(0, |m| m.lkey());
+        let staging_base = self.staging.base();
+        for wr in db.wrs {
+            let d = match &wr.op {
+                Op::Send { dest: Some(d), .. } => *d,
+                _ => {
+                    self.fail_now(&wr, db.qp, WcStatus::LocalQpOperationError, me);
+                    continue;
+                }
+            };
+            if d == self.me {
+                let Op::Send { src, .. } = &wr.op else { unreachable!() };
+                let bytes = match src {
+                    Payload::Inline(b) => Some(b.clone()),
+                    Payload::Local(l) => {
+                        let mut v = vec![0u8; l.len as usize];
+                        self._mem.read(l.addr, &mut v).ok().map(|_| v)
+                    }
+                };
+                match bytes {
+                    Some(b) => {
+                        self.to_self.push(b);
+                        if wr.signaled {
+                            self.fail_now(&wr, db.qp, WcStatus::Success, me);
+                        }
+                    }
+                    None => self.fail_now(&wr, db.qp, WcStatus::LocalProtectionError, me),
+                }
+                continue;
+            }
+            let (pn, pw) = (d.node.0 as usize, d.worker as usize);
+            if pn >= self.peers.len() || pw >= self.peers[pn].ud_qpn.len() {
+                self.fail_now(&wr, db.qp, WcStatus::LocalQpOperationError, me);
+                continue;
+            }
+            let data = match translate(&wr.op, false, &self.local, &[]) {
+                Ok(p) => p.data,
+                Err(st) => {
+                    self.fail_now(&wr, db.qp, st, me);
+                    continue;
+                }
+            };
+            let len = match &data {
+                Data::Inline(b) | Data::Staged(b) => b.len() as u32,
+                Data::Sge { len, .. } => *len,
+            };
+            let lost = self.loss.as_mut().is_some_and(|(p, rng)| rand::Rng::gen_bool(rng, *p));
+            // Over the path MTU a UD NIC emits nothing and reports no error (IBTA C10-93.1.1):
+            // the datagram is lost.
+            if len > self.ud_max && !self.reported_oversize {
+                self.reported_oversize = true;
+                eprintln!(
+                    "verbs: {}: datagram of {len} bytes is over the UD MTU {} and is dropped (reported once)",
+                    self.me, self.ud_max
+                );
+            }
+            if lost || len > self.ud_max {
+                if wr.signaled {
+                    self.fail_now(&wr, db.qp, WcStatus::Success, me);
+                }
+                continue;
+            }
+            let (data, slot) = match data {
+                Data::Staged(b) => match self.free_slots.pop() {
+                    Some(s) => {
+                        self.staging.write(s as u64 * SLOT as u64, &b);
+                        let addr = staging_base + s as u64 * SLOT as u64;
+                        (Data::Sge { addr, len: b.len() as u32, lkey: staging_lkey }, Some(s))
+                    }
+                    None => {
+                        // No staging slot: dropped, as a UD NIC would drop it.
+                        if wr.signaled {
+                            self.fail_now(&wr, db.qp, WcStatus::Success, me);
+                        }
+                        continue;
+                    }
+                },
+                d => (d, None),
+            };
+            self.ud_unsignaled += 1;
+            let hw_signaled = wr.signaled || slot.is_some() || self.ud_unsignaled >= UD_UNSIGNALED_MAX;
+            if hw_signaled {
+                self.ud_unsignaled = 0;
+            }
+            let (ah, qpn) = (self.ud_ah[pn], self.peers[pn].ud_qpn[pw]);
+            list.push(P { wr, ah, qpn, data, slot, hw_signaled });
+        }
+        if list.is_empty() {
+            return;
+        }
+        let first = self.ud_seq + 1;
+        let sends: Vec<sys::UdSend<'_>> = list
+            .iter()
+            .enumerate()
+            .map(|(i, p)| sys::UdSend {
+                wr_id: wrid::send(0, first + i as u64),
+                ah: p.ah,
+                qpn: p.qpn,
+                qkey: UD_QKEY,
+                signaled: p.hw_signaled,
+                data: match &p.data {
+                    Data::Inline(b) | Data::Staged(b) => sys::UdData::Inline(b),
+                    Data::Sge { addr, len, lkey } => sys::UdData::Sge { addr: *addr, len: *len, lkey: *lkey },
+                },
+            })
+            .collect();
+        let ok = self.udqp.post_send(&sends).is_ok();
+        drop(sends);
+        if ok {
+            self.ud_seq += list.len() as u64;
+        }
+        for (i, p) in list.into_iter().enumerate() {
+            if ok {
+                self.ud_fifo.push_back(Posted {
+                    seq: first + i as u64,
+                    wr_id: p.wr.wr_id,
+                    opcode: p.wr.op.opcode(),
+                    signaled: p.wr.signaled,
+                    staging: p.slot,
+                });
+            } else {
+                // The NIC refused the list (QP in error, queue full): the datagrams are lost.
+                if let Some(s) = p.slot {
+                    self.free_slots.push(s);
+                }
+                if p.wr.signaled {
+                    self.fail_now(&p.wr, db.qp, WcStatus::Success, me);
+                }
+            }
+        }
+    }
+
+    fn post_list(&mut self, target: usize, core: QpId, list: Vec<(WorkRequest, Posting)>) {
         let staging_lkey = self.staging.mr.get().map_or(0, |m| m.lkey());
         let staging_base = self.staging.base();
         let mut posted = Vec::with_capacity(list.len());
@@ -1090,9 +1272,9 @@ impl VerbsWorker {
             };
             h.seq += 1;
             let seq = h.seq;
-            // Staged requests and datagrams are always signaled on the NIC (to free the slot and
-            // keep the mesh's send queues drained); the core hears only of what it signaled.
-            let hw_signaled = wr.signaled || slot.is_some() || is_ud;
+            // Staged requests are always signaled on the NIC (to free the slot); the core hears
+            // only of what it signaled.
+            let hw_signaled = wr.signaled || slot.is_some();
             let flags = if hw_signaled { WorkRequestFlags::Signaled } else { WorkRequestFlags::none() };
             let wh = g.construct_wr(wrid::send(target as u32, seq), flags);
             let lb = match p.verb {
@@ -1119,7 +1301,7 @@ impl VerbsWorker {
         } else {
             g.post().is_ok()
         };
-        let peer = if is_ud { self.me.node } else { h.peer };
+        let peer = h.peer;
         if ok {
             h.fifo.extend(posted);
         } else {
@@ -1128,30 +1310,25 @@ impl VerbsWorker {
                 if let Some(s) = p.staging {
                     self.free_slots.push(s);
                 }
-                if is_ud && !p.signaled {
-                    continue; // a lost datagram
-                }
                 self.local_done.push(Completion {
                     wr_id: p.wr_id,
                     qp: core,
                     opcode: p.opcode,
-                    status: if is_ud { WcStatus::Success } else { WcStatus::Flushed },
+                    status: WcStatus::Flushed,
                     signaled: p.signaled,
                     peer,
                 });
             }
         }
         for wr in dropped {
-            // No staging slot: a datagram is dropped as a UD NIC would; a WRITE cannot be.
-            let st = if is_ud { WcStatus::Success } else { WcStatus::LocalLengthError };
-            if wr.signaled || !st.is_ok() {
-                self.fail_now(&wr, core, st, peer);
-            }
+            // No staging slot: a WRITE cannot be dropped.
+            self.fail_now(&wr, core, WcStatus::LocalLengthError, peer);
         }
     }
 
     /// Moves every queue pair to the error state (outstanding requests flush).
     pub fn close(&mut self) {
+        self.udqp.set_error();
         for h in &mut self.hw {
             let mut a = QueuePairAttribute::new();
             a.setup_state(QueuePairState::Error);
@@ -1171,7 +1348,7 @@ mod tests {
             workers: 2,
             nodes: 3,
             rc_qpn: vec![vec![17, 18, 19], vec![20, 21, 22]],
-            dg_qpn: vec![(100..106).collect(), (200..206).collect()],
+            ud_qpn: vec![100, 200],
             regions: vec![
                 RegionDesc { addr: REGION_BASE, len: 4096, key: 11, remote: 0x7f00_0000_1000, rkey: 0xabc },
                 RegionDesc { addr: 2 * REGION_BASE, len: 64, key: 12, remote: 0x7f00_0000_9000, rkey: 0xdef },
@@ -1253,7 +1430,7 @@ mod tests {
         assert_eq!(translate(&oob, true, &loc, &rem), Err(WcStatus::RemoteAccessError));
         let bad_l = Op::Read { local: LocalBuf { lkey: 6, ..l }, remote: r };
         assert_eq!(translate(&bad_l, true, &loc, &rem), Err(WcStatus::LocalProtectionError));
-        // SEND only on the datagram mesh, one-sided verbs only on RC.
+        // SEND only on the UD QP, one-sided verbs only on RC.
         let dest = Some(Endpoint { node: NodeId(1), worker: 0 });
         let s = Op::Send { src: Payload::Inline(vec![1, 2, 3]), dest };
         assert_eq!(translate(&s, false, &loc, &rem).unwrap().verb, Verb::Send);
