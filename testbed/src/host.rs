@@ -195,6 +195,8 @@ struct WorkerSeed {
     node: u16,
     wk: u16,
     link: Link,
+    /// Largest datagram the fabric carries (a UD message cannot exceed the port's MTU).
+    datagram_mtu: Option<u32>,
     layout: Layout,
     store_regions: Vec<MemoryRegion>,
     scratch: LocalBuf,
@@ -222,6 +224,7 @@ impl WorkerSeed {
                 doorbell_batching: spec.options.doorbell,
                 timeout_ns: 50_000_000,
                 retries: 10,
+                mtu: self.datagram_mtu.unwrap_or(RpcConfig::default().mtu),
                 ..RpcConfig::default()
             },
             seed: cfg_seed(&spec, node, wk),
@@ -347,11 +350,13 @@ pub fn run_real_node(
     ];
     // Per backend: the node's memory, its descriptor exchanged at the rendezvous, and each
     // worker's link; `_device` keeps the verbs device open for the run.
-    let (regions, mut boot, store_regions, links, _device): (
+    #[allow(clippy::type_complexity)]
+    let (regions, mut boot, store_regions, links, datagram_mtu, _device): (
         _,
         _,
         Vec<MemoryRegion>,
         Vec<Link>,
+        Option<u32>,
         Option<Box<dyn std::any::Any>>,
     ) = match backend {
         RealBackend::Sockets { bind } => {
@@ -372,7 +377,7 @@ pub fn run_real_node(
             let stores = peers.iter().map(|p| p.store).collect();
             let links =
                 udps.into_iter().map(|udp| Link::Sockets { udp, peers: peers.clone(), mem: mem.clone() }).collect();
-            (regions, boot, stores, links, None)
+            (regions, boot, stores, links, None, None)
         }
         #[cfg(feature = "verbs")]
         RealBackend::Verbs { device, gid_index } => {
@@ -397,7 +402,10 @@ pub fn run_real_node(
                 let qps = dev.take_worker(w).ok_or_else(|| format!("worker {w}'s queue pairs are missing"))?;
                 links.push(Link::Verbs { qps, peers: peers.clone() });
             }
-            (regions, boot, stores, links, Some(Box::new(dev)))
+            {
+                let mtu = dev.device().active_mtu;
+                (regions, boot, stores, links, (mtu > 0).then_some(mtu), Some(Box::new(dev)))
+            }
         }
     };
     let start = Instant::now();
@@ -413,6 +421,7 @@ pub fn run_real_node(
             node,
             wk: wk as u16,
             link,
+            datagram_mtu,
             layout: layout.clone(),
             store_regions: store_regions.clone(),
             scratch: LocalBuf {
