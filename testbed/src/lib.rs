@@ -11,3 +11,4 @@ pub mod sockets_node;
 pub mod txn;
 #[cfg(feature = "verbs")]
 pub mod verbs;
+pub mod words;

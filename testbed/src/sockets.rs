@@ -1,10 +1,10 @@
 //! The sockets backend's NIC: registered memory shared by the worker threads and a NIC thread
-//! that serves one-sided verbs from other processes over TCP. This is the part of the sockets
-//! backend that exists so far (the worker-side transport and the actix runtime come next).
+//! that serves one-sided verbs from other processes over TCP (the worker side is
+//! `sockets_node.rs`, the hosting `host.rs`).
 //!
-//! - Memory is a set of regions of `AtomicU64` words. CPU access (`HostMemory`) and NIC access
-//!   both go through word-sized atomics: an 8-byte CAS/FAA is atomic (the CPU's own atomics, as
-//!   the issue asks), while a multi-word READ racing a WRITE can be torn, as on a real NIC.
+//! - Memory is a set of regions of `words::Words`: CPU access (`HostMemory`) and NIC access
+//!   both go through word-sized atomics, so an 8-byte CAS/FAA is atomic (the CPU's own
+//!   atomics), while a multi-word READ racing a WRITE can be torn, as on a real NIC.
 //! - Each RC queue pair is one TCP connection; the NIC thread serves each connection's requests
 //!   one after another and answers in order, so per-QP FIFO holds.
 //! - Every request is checked against the region's rkey and bounds; a bad one gets a remote
@@ -15,11 +15,12 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use crate::words::Words;
 use txbed_transport::{HostMemory, MemError, MemoryRegion, WcStatus};
 
 struct Region {
     mr: MemoryRegion,
-    words: Box<[AtomicU64]>,
+    words: Words,
 }
 
 /// A process's registered memory, shared by its workers and its NIC thread.
@@ -37,12 +38,9 @@ impl SharedMemory {
         let r = regions
             .iter()
             .enumerate()
-            .map(|(i, &(len, rkey, lkey))| {
-                let words = len.div_ceil(8) as usize;
-                Region {
-                    mr: MemoryRegion { addr: REGION_BASE * (i as u64 + 1), len, rkey, lkey },
-                    words: (0..words).map(|_| AtomicU64::new(0)).collect(),
-                }
+            .map(|(i, &(len, rkey, lkey))| Region {
+                mr: MemoryRegion { addr: REGION_BASE * (i as u64 + 1), len, rkey, lkey },
+                words: Words::new(len),
             })
             .collect();
         SharedMemory { regions: Arc::new(r) }
@@ -57,49 +55,12 @@ impl SharedMemory {
         Some(r)
     }
 
-    fn read_words(r: &Region, addr: u64, out: &mut [u8]) {
-        let mut off = addr - r.mr.addr;
-        let mut done = 0;
-        while done < out.len() {
-            let w = r.words[(off / 8) as usize].load(Ordering::Acquire).to_le_bytes();
-            let from = (off % 8) as usize;
-            let n = (8 - from).min(out.len() - done);
-            out[done..done + n].copy_from_slice(&w[from..from + n]);
-            done += n;
-            off += n as u64;
-        }
-    }
-
-    fn write_words(r: &Region, addr: u64, data: &[u8]) {
-        let mut off = addr - r.mr.addr;
-        let mut done = 0;
-        while done < data.len() {
-            let i = (off / 8) as usize;
-            let from = (off % 8) as usize;
-            let n = (8 - from).min(data.len() - done);
-            if n == 8 {
-                r.words[i]
-                    .store(u64::from_le_bytes(data[done..done + 8].try_into().expect("8 bytes")), Ordering::Release);
-            } else {
-                // A partial word: merge with a CAS loop so concurrent writers of the other
-                // bytes are not lost.
-                let _ = r.words[i].fetch_update(Ordering::AcqRel, Ordering::Acquire, |old| {
-                    let mut b = old.to_le_bytes();
-                    b[from..from + n].copy_from_slice(&data[done..done + n]);
-                    Some(u64::from_le_bytes(b))
-                });
-            }
-            done += n;
-            off += n as u64;
-        }
-    }
-
     fn word(&self, addr: u64, rkey: Option<u32>) -> Result<&AtomicU64, ()> {
         if addr % 8 != 0 {
             return Err(());
         }
         let r = self.find(addr, 8, rkey).ok_or(())?;
-        Ok(&r.words[((addr - r.mr.addr) / 8) as usize])
+        Ok(r.words.word(addr - r.mr.addr))
     }
 }
 
@@ -109,13 +70,13 @@ impl HostMemory for SharedMemory {
     }
     fn read(&self, addr: u64, out: &mut [u8]) -> Result<(), MemError> {
         let r = self.find(addr, out.len() as u64, None).ok_or(MemError::OutOfBounds { addr, len: out.len() as u64 })?;
-        Self::read_words(r, addr, out);
+        r.words.read(addr - r.mr.addr, out);
         Ok(())
     }
     fn write(&self, addr: u64, data: &[u8]) -> Result<(), MemError> {
         let r =
             self.find(addr, data.len() as u64, None).ok_or(MemError::OutOfBounds { addr, len: data.len() as u64 })?;
-        Self::write_words(r, addr, data);
+        r.words.write(addr - r.mr.addr, data);
         Ok(())
     }
     fn cas_u64(&self, addr: u64, compare: u64, swap: u64) -> Result<u64, MemError> {
@@ -183,7 +144,7 @@ pub fn serve(mem: &SharedMemory, req: &[u8]) -> Vec<u8> {
         1 => match mem.find(addr, len, Some(rkey)) {
             Some(r) => {
                 let mut out = vec![0u8; len as usize];
-                SharedMemory::read_words(r, addr, &mut out);
+                r.words.read(addr - r.mr.addr, &mut out);
                 reply.extend_from_slice(&out);
             }
             None => return bad(),
@@ -191,7 +152,7 @@ pub fn serve(mem: &SharedMemory, req: &[u8]) -> Vec<u8> {
         2 => {
             let data = &req[REQUEST_HEADER..];
             match mem.find(addr, data.len() as u64, Some(rkey)) {
-                Some(r) => SharedMemory::write_words(r, addr, data),
+                Some(r) => r.words.write(addr - r.mr.addr, data),
                 None => return bad(),
             }
         }

@@ -97,58 +97,31 @@ const ACCESS: AccessFlags =
 // ------------------------------------------------------------------------------------------------
 // Memory
 
+/// Words a NIC may register: the real backends' word array plus its registration.
 struct Words {
     /// Declared before `words`: deregistered before the memory is freed (see sys.rs).
     mr: OnceLock<Arc<Mr>>,
-    words: Box<[AtomicU64]>,
+    words: crate::words::Words,
 }
 
 impl Words {
     fn new(bytes: u64) -> Words {
-        let n = bytes.div_ceil(8).max(1) as usize;
-        Words { mr: OnceLock::new(), words: (0..n).map(|_| AtomicU64::new(0)).collect() }
+        Words { mr: OnceLock::new(), words: crate::words::Words::new(bytes) }
     }
     fn base(&self) -> u64 {
-        self.words.as_ptr() as u64
+        self.words.base()
     }
     fn read(&self, off: u64, out: &mut [u8]) {
-        let mut off = off;
-        let mut done = 0;
-        while done < out.len() {
-            let w = self.words[(off / 8) as usize].load(Ordering::Acquire).to_le_bytes();
-            let from = (off % 8) as usize;
-            let n = (8 - from).min(out.len() - done);
-            out[done..done + n].copy_from_slice(&w[from..from + n]);
-            done += n;
-            off += n as u64;
-        }
+        self.words.read(off, out)
     }
     fn write(&self, off: u64, data: &[u8]) {
-        let mut off = off;
-        let mut done = 0;
-        while done < data.len() {
-            let i = (off / 8) as usize;
-            let from = (off % 8) as usize;
-            let n = (8 - from).min(data.len() - done);
-            if n == 8 {
-                let v = u64::from_le_bytes(data[done..done + 8].try_into().expect("8 bytes"));
-                self.words[i].store(v, Ordering::Release);
-            } else {
-                let _ = self.words[i].fetch_update(Ordering::AcqRel, Ordering::Acquire, |old| {
-                    let mut b = old.to_le_bytes();
-                    b[from..from + n].copy_from_slice(&data[done..done + n]);
-                    Some(u64::from_le_bytes(b))
-                });
-            }
-            done += n;
-            off += n as u64;
-        }
+        self.words.write(off, data)
     }
     fn register(&self, pd: &Arc<ProtectionDomain>, during: &'static str, dev: &str) -> Result<Arc<Mr>, VerbsError> {
         if let Some(m) = self.mr.get() {
             return Ok(m.clone());
         }
-        let m = sys::register_words(pd, &self.words, ACCESS).map_err(|e| {
+        let m = sys::register_words(pd, self.words.as_slice(), ACCESS).map_err(|e| {
             let errno = std::error::Error::source(&e).and_then(|s| s.downcast_ref::<std::io::Error>()?.raw_os_error());
             super::classify_call_error(during, dev, errno)
         })?;
@@ -193,7 +166,7 @@ impl VerbsMemory {
             return Err(MemError::Misaligned { addr });
         }
         let r = self.find(addr, 8).ok_or(MemError::OutOfBounds { addr, len: 8 })?;
-        Ok(&r.words.words[((addr - r.mr.addr) / 8) as usize])
+        Ok(r.words.words.word(addr - r.mr.addr))
     }
 
     /// The local translation table (after registration: real addresses and lkeys).
