@@ -46,6 +46,11 @@ impl SharedMemory {
         SharedMemory { regions: Arc::new(r) }
     }
 
+    /// Region `i`'s words (what a NIC registers).
+    pub(crate) fn region_words(&self, i: usize) -> &Words {
+        &self.regions[i].words
+    }
+
     fn find(&self, addr: u64, len: u64, rkey: Option<u32>) -> Option<&Region> {
         let i = (addr / REGION_BASE).checked_sub(1)? as usize;
         let r = self.regions.get(i)?;

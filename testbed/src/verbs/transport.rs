@@ -54,7 +54,6 @@
 //! IBV_WC_LOC_QP_OP_ERR on rxe and is unused.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -71,9 +70,8 @@ use sideway::ibverbs::AccessFlags;
 use txbed_transport::*;
 
 use super::{sys, DeviceInfo, VerbsError, PORT};
-
-/// Region `i` of a node starts at this address times `i + 1` (as in `sockets.rs`).
-pub const REGION_BASE: u64 = 1 << 40;
+use crate::sockets::SharedMemory;
+pub use crate::sockets::REGION_BASE;
 /// Largest payload sent inline (`IBV_SEND_INLINE`); larger inline payloads are staged.
 pub const INLINE_MAX: u32 = 128;
 /// Size of a datagram receive buffer and of a staging slot (the RPC layer's default MTU).
@@ -97,7 +95,26 @@ const ACCESS: AccessFlags =
 // ------------------------------------------------------------------------------------------------
 // Memory
 
-/// Words a NIC may register: the real backends' word array plus its registration.
+/// Registers `words` once per `cell`: later calls return the same memory region.
+fn register_once(
+    cell: &OnceLock<Arc<Mr>>,
+    words: &crate::words::Words,
+    pd: &Arc<ProtectionDomain>,
+    during: &'static str,
+    dev: &str,
+) -> Result<Arc<Mr>, VerbsError> {
+    if let Some(m) = cell.get() {
+        return Ok(m.clone());
+    }
+    let m = sys::register_words(pd, words.as_slice(), ACCESS).map_err(|e| {
+        let errno = std::error::Error::source(&e).and_then(|s| s.downcast_ref::<std::io::Error>()?.raw_os_error());
+        super::classify_call_error(during, dev, errno)
+    })?;
+    let _ = cell.set(m.clone());
+    Ok(m)
+}
+
+/// Buffers a NIC may register (receive and staging rings): words plus their registration.
 struct Words {
     /// Declared before `words`: deregistered before the memory is freed (see sys.rs).
     mr: OnceLock<Arc<Mr>>,
@@ -118,67 +135,48 @@ impl Words {
         self.words.write(off, data)
     }
     fn register(&self, pd: &Arc<ProtectionDomain>, during: &'static str, dev: &str) -> Result<Arc<Mr>, VerbsError> {
-        if let Some(m) = self.mr.get() {
-            return Ok(m.clone());
-        }
-        let m = sys::register_words(pd, self.words.as_slice(), ACCESS).map_err(|e| {
-            let errno = std::error::Error::source(&e).and_then(|s| s.downcast_ref::<std::io::Error>()?.raw_os_error());
-            super::classify_call_error(during, dev, errno)
-        })?;
-        let _ = self.mr.set(m.clone());
-        Ok(m)
+        register_once(&self.mr, &self.words, pd, during, dev)
     }
 }
 
-struct Region {
-    mr: MemoryRegion,
-    words: Words,
-}
-
-/// The node's registered memory: the sockets backend's layout, NIC-registrable words.
+/// The node's registered memory: the sockets backend's memory (same layout, keys and CPU
+/// access) plus each region's registration with the NIC.
 #[derive(Clone, Default)]
 pub struct VerbsMemory {
-    regions: Arc<Vec<Region>>,
+    /// Declared before `shared`: registrations are dropped before the memory (see sys.rs).
+    mrs: Arc<Vec<OnceLock<Arc<Mr>>>>,
+    shared: SharedMemory,
 }
 
 impl VerbsMemory {
     /// Memory with regions of the given `(len, rkey, lkey)` (as `SharedMemory::new`).
     pub fn new(regions: &[(u64, u32, u32)]) -> Self {
-        let r = regions
-            .iter()
-            .enumerate()
-            .map(|(i, &(len, rkey, lkey))| Region {
-                mr: MemoryRegion { addr: REGION_BASE * (i as u64 + 1), len, rkey, lkey },
-                words: Words::new(len),
-            })
-            .collect();
-        VerbsMemory { regions: Arc::new(r) }
-    }
-
-    fn find(&self, addr: u64, len: u64) -> Option<&Region> {
-        let i = (addr / REGION_BASE).checked_sub(1)? as usize;
-        let r = self.regions.get(i)?;
-        r.mr.contains(addr, len).then_some(r)
-    }
-
-    fn word(&self, addr: u64) -> Result<&AtomicU64, MemError> {
-        if !addr.is_multiple_of(8) {
-            return Err(MemError::Misaligned { addr });
+        VerbsMemory {
+            mrs: Arc::new(regions.iter().map(|_| OnceLock::new()).collect()),
+            shared: SharedMemory::new(regions),
         }
-        let r = self.find(addr, 8).ok_or(MemError::OutOfBounds { addr, len: 8 })?;
-        Ok(r.words.words.word(addr - r.mr.addr))
+    }
+
+    /// Registers region `i` (once) and describes it as peers address it.
+    fn register(&self, i: usize, pd: &Arc<ProtectionDomain>, dev: &str) -> Result<RegionDesc, VerbsError> {
+        let r = self.shared.regions()[i];
+        let words = self.shared.region_words(i);
+        let m = register_once(&self.mrs[i], words, pd, "registering memory", dev)?;
+        Ok(RegionDesc { addr: r.addr, len: r.len, key: r.rkey, remote: words.base(), rkey: m.rkey() })
     }
 
     /// The local translation table (after registration: real addresses and lkeys).
     fn local_table(&self) -> Vec<LocalRegion> {
-        self.regions
+        self.shared
+            .regions()
             .iter()
-            .map(|r| LocalRegion {
-                addr: r.mr.addr,
-                len: r.mr.len,
-                key: r.mr.lkey,
-                real: r.words.base(),
-                lkey: r.words.mr.get().map_or(0, |m| m.lkey()),
+            .enumerate()
+            .map(|(i, r)| LocalRegion {
+                addr: r.addr,
+                len: r.len,
+                key: r.lkey,
+                real: self.shared.region_words(i).base(),
+                lkey: self.mrs[i].get().map_or(0, |m| m.lkey()),
             })
             .collect()
     }
@@ -186,25 +184,19 @@ impl VerbsMemory {
 
 impl HostMemory for VerbsMemory {
     fn regions(&self) -> Vec<MemoryRegion> {
-        self.regions.iter().map(|r| r.mr).collect()
+        self.shared.regions()
     }
     fn read(&self, addr: u64, out: &mut [u8]) -> Result<(), MemError> {
-        let r = self.find(addr, out.len() as u64).ok_or(MemError::OutOfBounds { addr, len: out.len() as u64 })?;
-        r.words.read(addr - r.mr.addr, out);
-        Ok(())
+        self.shared.read(addr, out)
     }
     fn write(&self, addr: u64, data: &[u8]) -> Result<(), MemError> {
-        let r = self.find(addr, data.len() as u64).ok_or(MemError::OutOfBounds { addr, len: data.len() as u64 })?;
-        r.words.write(addr - r.mr.addr, data);
-        Ok(())
+        self.shared.write(addr, data)
     }
     fn cas_u64(&self, addr: u64, compare: u64, swap: u64) -> Result<u64, MemError> {
-        Ok(match self.word(addr)?.compare_exchange(compare, swap, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(v) | Err(v) => v,
-        })
+        self.shared.cas_u64(addr, compare, swap)
     }
     fn faa_u64(&self, addr: u64, add: u64) -> Result<u64, MemError> {
-        Ok(self.word(addr)?.fetch_add(add, Ordering::AcqRel))
+        self.shared.faa_u64(addr, add)
     }
 }
 
@@ -561,15 +553,8 @@ impl VerbsNode {
         let dev = info.name.as_str();
         let pd = ctx.alloc_pd().map_err(|e| os("allocating a protection domain", dev, e))?;
         let mut regions = Vec::new();
-        for r in mem.regions.iter() {
-            let m = r.words.register(&pd, "registering memory", dev)?;
-            regions.push(RegionDesc {
-                addr: r.mr.addr,
-                len: r.mr.len,
-                key: r.mr.rkey,
-                remote: r.words.base(),
-                rkey: m.rkey(),
-            });
+        for i in 0..mem.mrs.len() {
+            regions.push(mem.register(i, &pd, dev)?);
         }
         let (n, w) = (nodes as usize, workers as usize);
         let mut qps = Vec::new();
