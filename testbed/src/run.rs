@@ -21,6 +21,19 @@ pub struct Latency {
     pub mean: f64,
 }
 
+impl Latency {
+    /// Percentiles and mean in microseconds of a histogram recorded in nanoseconds.
+    fn from_ns(h: &hdrhistogram::Histogram<u64>) -> Latency {
+        let us = |ns: u64| ns as f64 / 1000.0;
+        Latency {
+            p50: us(h.value_at_quantile(0.5)),
+            p90: us(h.value_at_quantile(0.9)),
+            p99: us(h.value_at_quantile(0.99)),
+            mean: h.mean() / 1000.0,
+        }
+    }
+}
+
 #[derive(Debug, Serialize)]
 pub struct SimInfo {
     pub events: u64,
@@ -60,7 +73,6 @@ pub fn run(s: &Scenario, profile: &NicProfile, seed: u64) -> Report {
     let out = closed_loop(profile, &spec, seed, w);
     let wall = start.elapsed().as_secs_f64();
     let h = &out.latency_ns;
-    let us = |ns: u64| ns as f64 / 1000.0;
     let mut verbs = BTreeMap::new();
     for op in Opcode::ALL {
         let n = out.outcome.verbs[op as usize];
@@ -73,12 +85,7 @@ pub fn run(s: &Scenario, profile: &NicProfile, seed: u64) -> Report {
         seed,
         digest: format!("{:016x}", out.outcome.digest),
         throughput_mops_per_machine: out.outcome.per_machine_per_s / 1e6,
-        latency_us: Latency {
-            p50: us(h.value_at_quantile(0.5)),
-            p90: us(h.value_at_quantile(0.9)),
-            p99: us(h.value_at_quantile(0.99)),
-            mean: h.mean() / 1000.0,
-        },
+        latency_us: Latency::from_ns(h),
         verbs,
         qp_cache_miss_ratio: out.outcome.qp_miss_ratio,
         sim: SimInfo {
@@ -232,7 +239,6 @@ fn txn_report(
     backend: &'static str,
 ) -> TxnReport {
     let h = &r.measured.latency_ns;
-    let us = |ns: u64| ns as f64 / 1000.0;
     let mut stages = BTreeMap::new();
     for stage in Stage::ALL {
         let i = stage_index(stage);
@@ -268,12 +274,7 @@ fn txn_report(
         aborted,
         abort_rate: aborted as f64 / (committed + aborted).max(1) as f64,
         user_aborts: r.stats.aborted_user,
-        latency_us: Latency {
-            p50: us(h.value_at_quantile(0.5)),
-            p90: us(h.value_at_quantile(0.9)),
-            p99: us(h.value_at_quantile(0.99)),
-            mean: h.mean() / 1000.0,
-        },
+        latency_us: Latency::from_ns(h),
         stages,
         verbs,
         sim: SimInfo { events: r.events, events_per_s: r.events as f64 / wall.max(1e-9), simulated_ns: r.simulated_ns },

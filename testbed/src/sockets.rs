@@ -46,7 +46,8 @@ impl SharedMemory {
         SharedMemory { regions: Arc::new(r) }
     }
 
-    /// Region `i`'s words (what a NIC registers).
+    /// Region `i`'s words (what the verbs backend registers with its NIC).
+    #[cfg(feature = "verbs")]
     pub(crate) fn region_words(&self, i: usize) -> &Words {
         &self.regions[i].words
     }
