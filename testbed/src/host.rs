@@ -23,7 +23,7 @@ use txbed_transport::{
 use txbed_workloads::Workload;
 
 use crate::bootstrap::{Bootstrap, Rank};
-use crate::sockets::{start_nic, SharedMemory};
+use crate::sockets::{start_nic, NicRoutes, SharedMemory};
 use crate::sockets_node::{NodeAddrs, SocketsWorker};
 use crate::txn::{
     add_measured, assemble, check_spec, coordinator, layout, load_partition, node_result, node_state, Measured,
@@ -177,6 +177,7 @@ enum Link {
         udp: UdpSocket,
         peers: Vec<NodeAddrs>,
         mem: SharedMemory,
+        routes: NicRoutes,
     },
     #[cfg(feature = "verbs")]
     Verbs {
@@ -233,9 +234,9 @@ impl WorkerSeed {
         };
         let loss = (spec.profile.reliability.ud_drop_probability, cfg_seed(&spec, node, wk) ^ 0x10_55);
         let (mut w, mem): (Box<dyn WorkerTransport>, Rc<dyn HostMemory>) = match self.link {
-            Link::Sockets { udp, peers, mem } => {
+            Link::Sockets { udp, peers, mem, routes } => {
                 let core = WorkerCore::new(cfg, Rc::new(mem.clone()));
-                let mut w = SocketsWorker::connect(core, me, udp, peers, mem.clone(), self.start, 128)?;
+                let mut w = SocketsWorker::connect(core, me, udp, peers, mem.clone(), &routes, self.start, 128)?;
                 w.set_datagram_loss(loss.0, loss.1);
                 let n = spec.nodes as usize;
                 if !spec.link_delay_ns.is_empty() {
@@ -363,7 +364,9 @@ pub fn run_real_node(
             let mem = SharedMemory::new(&keys);
             let regions = mem.regions();
             load_partition(&mem, regions[1], &layout, node, &*spec.workload)?;
-            let nic = start_nic(mem.clone(), SocketAddr::new(bind, 0)).map_err(|e| format!("NIC: {e}"))?;
+            let routes = NicRoutes::default();
+            let nic =
+                start_nic(mem.clone(), routes.clone(), SocketAddr::new(bind, 0)).map_err(|e| format!("NIC: {e}"))?;
             let udps: Vec<UdpSocket> = (0..spec.workers)
                 .map(|_| UdpSocket::bind(SocketAddr::new(bind, 0)))
                 .collect::<Result<_, _>>()
@@ -375,8 +378,10 @@ pub fn run_real_node(
             let peers: Vec<NodeAddrs> =
                 boot.descriptors.iter().map(|d| NodeAddrs::decode(d)).collect::<Result<_, _>>()?;
             let stores = peers.iter().map(|p| p.store).collect();
-            let links =
-                udps.into_iter().map(|udp| Link::Sockets { udp, peers: peers.clone(), mem: mem.clone() }).collect();
+            let links = udps
+                .into_iter()
+                .map(|udp| Link::Sockets { udp, peers: peers.clone(), mem: mem.clone(), routes: routes.clone() })
+                .collect();
             (regions, boot, stores, links, None, None)
         }
         #[cfg(feature = "verbs")]

@@ -6,6 +6,7 @@ pub mod check;
 pub mod host;
 pub mod run;
 pub mod scenario;
+pub mod selftest;
 pub mod sockets;
 pub mod sockets_node;
 pub mod txn;

@@ -67,6 +67,20 @@ enum Command {
     },
     /// List RDMA devices, their ports and GIDs (needs a build with the "verbs" feature).
     Devices,
+    /// Two nodes in this process exchange WRITE, WRITE_WITH_IMM and RC SEND over a real
+    /// backend and check ordering and delivery. Exit code 0: all checks pass; 1: one failed;
+    /// 2: the backend cannot be used.
+    Selftest {
+        /// sockets (loopback) or verbs (an RDMA device; needs the "verbs" feature).
+        #[arg(long, value_enum, default_value_t = Backend::Sockets)]
+        backend: Backend,
+        /// RDMA device for --backend verbs (default: the first one).
+        #[arg(long)]
+        device: Option<String>,
+        /// GID index on port 1 for --backend verbs (default: first RoCE v2 IPv4 GID, else 0).
+        #[arg(long)]
+        gid_index: Option<u32>,
+    },
     /// Check a scenario file without running it.
     Validate { scenario: PathBuf },
     /// Check a history (JSON Lines) for serializability, lost writes and invariants.
@@ -214,6 +228,7 @@ fn main() -> ExitCode {
             }
         }
         Command::Devices => devices(),
+        Command::Selftest { backend, device, gid_index } => selftest(backend, device, gid_index),
         Command::Check { history, strict, export_elle, json, max_explained } => {
             check::run(&history, strict, export_elle.as_deref(), json, max_explained)
         }
@@ -271,6 +286,41 @@ fn main() -> ExitCode {
                     ExitCode::from(2)
                 }
             }
+        }
+    }
+}
+
+/// `txbed selftest`.
+fn selftest(backend: Backend, device: Option<String>, gid_index: Option<u32>) -> ExitCode {
+    use txbed::selftest::SelftestBackend;
+    let b = match backend {
+        Backend::Sim => {
+            eprintln!("error: selftest checks a real backend: --backend sockets or --backend verbs");
+            return ExitCode::from(2);
+        }
+        Backend::Sockets => SelftestBackend::Sockets,
+        #[cfg(feature = "verbs")]
+        Backend::Verbs => {
+            if let Err(e) = txbed::verbs::probe(device.as_deref(), gid_index) {
+                eprintln!("error: {e}");
+                return ExitCode::from(2);
+            }
+            SelftestBackend::Verbs { device, gid_index }
+        }
+        #[cfg(not(feature = "verbs"))]
+        Backend::Verbs => return run_verbs(device.as_deref(), gid_index),
+    };
+    match txbed::selftest::run(b) {
+        Ok(lines) => {
+            for l in lines {
+                println!("ok   {l}");
+            }
+            println!("selftest passed");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("selftest failed: {e}");
+            ExitCode::from(1)
         }
     }
 }

@@ -9,14 +9,49 @@
 //!   one after another and answers in order, so per-QP FIFO holds.
 //! - Every request is checked against the region's rkey and bounds; a bad one gets a remote
 //!   access error and nothing is read or written.
+//! - A connection opens with the requester's endpoint. WRITE_WITH_IMM places its data, then
+//!   hands the immediate to the local worker with the requester's worker index (an RC QP pairs
+//!   equal worker indices, as in the simulator), then answers; an RC SEND hands its payload to
+//!   that worker the same way (its receive path), so both arrive after everything before them
+//!   on the QP.
 
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use std::sync::mpsc::Sender;
+use std::sync::Mutex;
+
 use crate::words::Words;
-use txbed_transport::{HostMemory, MemError, MemoryRegion, WcStatus};
+use txbed_transport::{Completion, Endpoint, HostMemory, MemError, MemoryRegion, NodeId, WcStatus};
+
+/// What reaches a worker thread from outside: completions of its own requests, datagrams
+/// (UD, or RC SEND through the NIC) and immediates of WRITE_WITH_IMM.
+pub enum Inbound {
+    Completion(Completion),
+    Datagram(Endpoint, Vec<u8>),
+    Imm(NodeId, u32),
+}
+
+/// The NIC's way to each local worker's inbox (a worker registers when it connects).
+#[derive(Clone, Default)]
+pub struct NicRoutes(Arc<Mutex<Vec<Option<Sender<Inbound>>>>>);
+
+impl NicRoutes {
+    pub fn register(&self, worker: u16, tx: Sender<Inbound>) {
+        let mut r = self.0.lock().expect("routes");
+        if r.len() <= worker as usize {
+            r.resize(worker as usize + 1, None);
+        }
+        r[worker as usize] = Some(tx);
+    }
+    /// Delivers to `worker`; false when it has no inbox (then the request fails remotely).
+    fn deliver(&self, worker: u16, x: Inbound) -> bool {
+        let r = self.0.lock().expect("routes");
+        r.get(worker as usize).and_then(|t| t.as_ref()).is_some_and(|t| t.send(x).is_ok())
+    }
+}
 
 struct Region {
     mr: MemoryRegion,
@@ -97,14 +132,29 @@ impl HostMemory for SharedMemory {
     }
 }
 
-/// One-sided requests on the wire: opcode u8 | pad 3 | rkey u32 | addr u64 | len u32 |
-/// pad 4 | a u64 | b u64 | payload (WRITE). Replies: status u8 | pad 7 | data.
+/// Requests on the wire: opcode u8 | pad 3 | rkey u32 | addr u64 | len u32 | pad 4 | a u64 |
+/// b u64 | payload (WRITE, WRITE_WITH_IMM with the immediate in `a`, SEND). Replies: status u8
+/// | pad 7 | data. A connection's first frame is the requester's [`hello`].
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Verb {
     Read = 1,
     Write = 2,
     Cas = 3,
     Faa = 4,
+    WriteImm = 5,
+    Send = 6,
+}
+
+/// The first frame of a connection: the requesting endpoint.
+pub fn hello(from: Endpoint) -> Vec<u8> {
+    let mut f = from.node.0.to_le_bytes().to_vec();
+    f.extend_from_slice(&from.worker.to_le_bytes());
+    f
+}
+
+fn parse_hello(b: &[u8]) -> Option<Endpoint> {
+    let b: [u8; 4] = b.try_into().ok()?;
+    Some(Endpoint { node: NodeId(u16::from_le_bytes([b[0], b[1]])), worker: u16::from_le_bytes([b[2], b[3]]) })
 }
 
 pub const REQUEST_HEADER: usize = 40;
@@ -130,8 +180,9 @@ fn status_code(s: WcStatus) -> u8 {
     }
 }
 
-/// Applies one request to `mem`; returns the reply (status and data).
-pub fn serve(mem: &SharedMemory, req: &[u8]) -> Vec<u8> {
+/// Applies one request from `from` to `mem` (immediates and SENDs go through `routes`); returns
+/// the reply (status and data).
+pub fn serve(mem: &SharedMemory, routes: &NicRoutes, from: Endpoint, req: &[u8]) -> Vec<u8> {
     let bad = || {
         let mut r = vec![status_code(WcStatus::RemoteAccessError)];
         r.extend_from_slice(&[0; 7]);
@@ -155,11 +206,20 @@ pub fn serve(mem: &SharedMemory, req: &[u8]) -> Vec<u8> {
             }
             None => return bad(),
         },
-        2 => {
+        2 | 5 => {
             let data = &req[REQUEST_HEADER..];
             match mem.find(addr, data.len() as u64, Some(rkey)) {
                 Some(r) => r.words.write(addr - r.mr.addr, data),
                 None => return bad(),
+            }
+            // The data is in place before the immediate is seen.
+            if req[0] == 5 && !routes.deliver(from.worker, Inbound::Imm(from.node, a as u32)) {
+                return bad();
+            }
+        }
+        6 => {
+            if !routes.deliver(from.worker, Inbound::Datagram(from, req[REQUEST_HEADER..].to_vec())) {
+                return bad();
             }
         }
         3 | 4 => match mem.word(addr, Some(rkey)) {
@@ -192,27 +252,28 @@ fn read_frame(r: &mut impl Read) -> std::io::Result<Vec<u8>> {
     Ok(b)
 }
 
-fn write_frame(w: &mut impl Write, bytes: &[u8]) -> std::io::Result<()> {
+pub(crate) fn write_frame(w: &mut impl Write, bytes: &[u8]) -> std::io::Result<()> {
     w.write_all(&(bytes.len() as u32).to_le_bytes())?;
     w.write_all(bytes)
 }
 
 /// The NIC: accepts connections (one per remote QP) and serves each in its own thread, in
 /// order. Returns the address it listens on.
-pub fn start_nic(mem: SharedMemory, bind: SocketAddr) -> std::io::Result<SocketAddr> {
+pub fn start_nic(mem: SharedMemory, routes: NicRoutes, bind: SocketAddr) -> std::io::Result<SocketAddr> {
     let listener = TcpListener::bind(bind)?;
     let addr = listener.local_addr()?;
     std::thread::Builder::new().name("txbed-nic".into()).spawn(move || {
         for conn in listener.incoming() {
             let Ok(conn) = conn else { continue };
-            let mem = mem.clone();
+            let (mem, routes) = (mem.clone(), routes.clone());
             let _ = std::thread::Builder::new().name("txbed-nic-qp".into()).spawn(move || {
                 let _ = conn.set_nodelay(true);
                 let Ok(rd) = conn.try_clone() else { return };
                 let mut rd = BufReader::new(rd);
                 let mut wr = BufWriter::new(conn);
+                let Some(from) = read_frame(&mut rd).ok().and_then(|h| parse_hello(&h)) else { return };
                 while let Ok(req) = read_frame(&mut rd) {
-                    let reply = serve(&mem, &req);
+                    let reply = serve(&mem, &routes, from, &req);
                     if write_frame(&mut wr, &reply).is_err() || wr.flush().is_err() {
                         break;
                     }
@@ -230,10 +291,12 @@ pub struct QpClient {
 }
 
 impl QpClient {
-    pub fn connect(nic: SocketAddr) -> std::io::Result<QpClient> {
+    pub fn connect(nic: SocketAddr, from: Endpoint) -> std::io::Result<QpClient> {
         let s = TcpStream::connect(nic)?;
         s.set_nodelay(true)?;
-        Ok(QpClient { rd: BufReader::new(s.try_clone()?), wr: BufWriter::new(s) })
+        let mut wr = BufWriter::new(s.try_clone()?);
+        write_frame(&mut wr, &hello(from))?;
+        Ok(QpClient { rd: BufReader::new(s), wr })
     }
     /// Posts requests back to back (one flush: the doorbell), then collects their replies in
     /// order: `(success, data)` each.

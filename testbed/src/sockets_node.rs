@@ -9,6 +9,8 @@
 //!   replies in order, writes READ and atomic results into local memory, then delivers the
 //!   completion (signaled requests, and every error) to the worker's inbox. A broken
 //!   connection completes the request in flight with `RetryExceeded` and the rest `Flushed`.
+//! - WRITE_WITH_IMM and RC SEND go over the same connection; the target NIC hands the
+//!   immediate or the payload to its worker of the same index (`sockets::NicRoutes`).
 //! - The UD QP is a UDP socket per worker; a receiver thread delivers datagrams. Real loss is
 //!   handled by the RPC layer's retransmission, as simulated loss is.
 //! - The worker loop feeds the inbox into the core, runs it with wall-clock time, sends what it
@@ -24,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use txbed_transport::*;
 
-use crate::sockets::{encode_request, SharedMemory, Verb};
+use crate::sockets::{encode_request, hello, write_frame, Inbound, NicRoutes, SharedMemory, Verb};
 
 /// Where a node can be reached: its NIC and every worker's UDP socket.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -55,11 +57,6 @@ impl NodeAddrs {
         let udp = it.map(|u| u.parse().map_err(|_| bad())).collect::<Result<_, _>>()?;
         Ok(NodeAddrs { nic, udp, store })
     }
-}
-
-enum Inbound {
-    Completion(Completion),
-    Datagram(Endpoint, Vec<u8>),
 }
 
 /// What a reader thread needs to finish a request.
@@ -110,17 +107,21 @@ pub struct SocketsWorker {
 
 impl SocketsWorker {
     /// Connects this worker's QPs: one RC QP to every node's NIC (itself included), and its
-    /// UD socket (already bound; its receiver thread starts here).
+    /// UD socket (already bound; its receiver thread starts here). Registers with the local
+    /// NIC's `routes` for immediates and RC SENDs.
+    #[allow(clippy::too_many_arguments)]
     pub fn connect(
         mut core: WorkerCore,
         me: Endpoint,
         udp: UdpSocket,
         peers: Vec<NodeAddrs>,
         mem: SharedMemory,
+        routes: &NicRoutes,
         start: Instant,
         depth: u32,
     ) -> Result<SocketsWorker, String> {
         let (tx, inbox) = channel();
+        routes.register(me.worker, tx.clone());
         let ud = core.add_qp(QpType::Ud, me.node, depth);
         let mut rc: Vec<Option<RcQp>> = Vec::new();
         rc.resize_with(ud.0 as usize + 1, || None);
@@ -129,6 +130,7 @@ impl SocketsWorker {
             let s = TcpStream::connect(p.nic)
                 .map_err(|e| format!("{me}: cannot reach node {n}'s NIC at {}: {e}", p.nic))?;
             s.set_nodelay(true).map_err(|e| e.to_string())?;
+            write_frame(&mut &s, &hello(me)).map_err(|e| format!("{me}: node {n}'s NIC: {e}"))?;
             let pending: Arc<Mutex<VecDeque<Pending>>> = Arc::default();
             let broken = Arc::new(AtomicBool::new(false));
             let (rd, pend, brk, txc, m) =
@@ -194,6 +196,7 @@ impl SocketsWorker {
         let hold = match &x {
             Inbound::Completion(c) => 2 * self.delay_ns.get(c.peer.0 as usize).copied().unwrap_or(0),
             Inbound::Datagram(src, _) => self.delay_ns.get(src.node.0 as usize).copied().unwrap_or(0),
+            Inbound::Imm(src, _) => self.delay_ns.get(src.0 as usize).copied().unwrap_or(0),
         };
         if hold == 0 && self.held.is_empty() {
             self.deliver(x);
@@ -218,6 +221,7 @@ impl SocketsWorker {
         match x {
             Inbound::Completion(c) => self.core.on_completion(c),
             Inbound::Datagram(src, b) => self.core.on_datagram(src, b),
+            Inbound::Imm(src, imm) => self.core.on_imm(src, imm),
         }
     }
 
@@ -285,32 +289,43 @@ impl SocketsWorker {
         let mut frames = Vec::new();
         let mut local_errors = Vec::new();
         {
+            let bytes_of = |p: &Payload| match p {
+                Payload::Inline(b) => Some(b.clone()),
+                Payload::Local(l) => {
+                    let mut v = vec![0u8; l.len as usize];
+                    mem.read(l.addr, &mut v).ok().map(|_| v)
+                }
+            };
             let mut pend = q.pending.lock().expect("pending");
             for wr in &db.wrs {
                 let (verb, remote, a, b, payload, sink) = match &wr.op {
                     Op::Read { local, remote } => {
                         (Verb::Read, *remote, 0, 0, Vec::new(), Some((local.addr, local.len)))
                     }
-                    Op::Write { src, remote } => {
-                        let data = match src {
-                            Payload::Inline(b) => b.clone(),
-                            Payload::Local(l) => {
-                                let mut v = vec![0u8; l.len as usize];
-                                if mem.read(l.addr, &mut v).is_err() {
-                                    local_errors.push((wr.clone(), WcStatus::LocalProtectionError));
-                                    continue;
-                                }
-                                v
-                            }
+                    Op::Write { src, remote } | Op::WriteImm { src, remote, .. } => {
+                        let Some(data) = bytes_of(src) else {
+                            local_errors.push((wr.clone(), WcStatus::LocalProtectionError));
+                            continue;
                         };
-                        (Verb::Write, *remote, 0, 0, data, None)
+                        match &wr.op {
+                            Op::WriteImm { imm, .. } => (Verb::WriteImm, *remote, *imm as u64, 0, data, None),
+                            _ => (Verb::Write, *remote, 0, 0, data, None),
+                        }
+                    }
+                    Op::Send { src, dest: None } => {
+                        let Some(data) = bytes_of(src) else {
+                            local_errors.push((wr.clone(), WcStatus::LocalProtectionError));
+                            continue;
+                        };
+                        // A SEND names no remote address; the receiving NIC routes it.
+                        (Verb::Send, RemoteBuf { rkey: 0, addr: 0, len: 0 }, 0, 0, data, None)
                     }
                     Op::Cas { local, remote, compare, swap } => {
                         (Verb::Cas, *remote, *compare, *swap, Vec::new(), Some((local.addr, 8)))
                     }
                     Op::Faa { local, remote, add } => (Verb::Faa, *remote, *add, 0, Vec::new(), Some((local.addr, 8))),
-                    // WRITE_WITH_IMM and RC SEND are not carried by this backend yet.
-                    _ => {
+                    // A UD SEND (with a destination) on an RC QP.
+                    Op::Send { dest: Some(_), .. } => {
                         local_errors.push((wr.clone(), WcStatus::LocalQpOperationError));
                         continue;
                     }

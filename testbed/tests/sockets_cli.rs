@@ -92,3 +92,26 @@ fn a_killed_peer_makes_the_others_fail_cleanly() {
         assert!(err.contains("error: rank") && err.contains("rank 2 died"), "rank {r} names the dead rank: {err}");
     }
 }
+
+/// `txbed selftest` over loopback sockets: WRITE_WITH_IMM arrives after its data and the WRITE
+/// before it, an RC SEND is served as an RPC, between two nodes and from a node to itself.
+#[test]
+fn selftest_exchanges_immediates_and_rc_sends_over_sockets() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_txbed"))
+        .args(["selftest", "--backend", "sockets"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("selftest passed"), "{text}");
+    for (from, to) in [(0, 0), (0, 1), (1, 0), (1, 1)] {
+        let imm = format!("node {to}: WRITE_WITH_IMM from node {from} arrived after its data");
+        let send = format!("node {to}: RC SEND from node {from} served as an RPC");
+        assert!(text.contains(&imm) && text.contains(&send), "missing {from}->{to} in:\n{text}");
+    }
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_txbed"))
+        .args(["selftest", "--backend", "sim"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "the simulator is not a real backend");
+}

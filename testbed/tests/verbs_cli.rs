@@ -28,7 +28,11 @@ fn run(args: &[&str]) -> (Option<i32>, String, String) {
 fn without_the_feature_verbs_says_how_to_rebuild() {
     let want = "error: this txbed was built without the \"verbs\" feature; \
                 rebuild with cargo build --release -p txbed --features verbs";
-    for args in [&["run", "scenarios/quickstart.ron", "--backend", "verbs"][..], &["devices"][..]] {
+    for args in [
+        &["run", "scenarios/quickstart.ron", "--backend", "verbs"][..],
+        &["devices"][..],
+        &["selftest", "--backend", "verbs"][..],
+    ] {
         let (code, stdout, stderr) = run(args);
         assert_eq!(code, Some(2), "{args:?}: {stderr}");
         assert_eq!(stderr.trim_end(), want, "{args:?}");
@@ -92,4 +96,16 @@ fn devices_and_flags_never_panic() {
     } else {
         assert!(NO_RDMA.iter().any(|m| stderr.contains(m)), "{stderr}");
     }
+}
+
+#[cfg(feature = "verbs")]
+#[test]
+fn selftest_without_rdma_explains_itself_and_exits_2() {
+    if has_device() {
+        return; // tests/rxe/run.sh runs the verbs selftest on a device.
+    }
+    let (code, stdout, stderr) = run(&["selftest", "--backend", "verbs"]);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(code, Some(2), "stdout: {stdout}\nstderr: {stderr}");
+    assert!(NO_RDMA.iter().any(|m| stderr.contains(m)), "not a no-RDMA message: {stderr}");
 }

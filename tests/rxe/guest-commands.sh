@@ -2,8 +2,14 @@
 # Guest hook for tests/rxe/run.sh: SmallBank with two txbed processes over rxe0, once with
 # every stage over RPC and once with every stage one-sided. Each run's history is checked at
 # rank 0; the hook fails unless both print "serializable: yes" with commits in the window.
+# First `txbed selftest`: WRITE, WRITE_WITH_IMM and RC SEND between two nodes on rxe0.
 set -u
 status=0
+echo "guest: selftest over $RXE_DEVICE (gid $RXE_GID_INDEX)"
+if ! $TXBED selftest --backend verbs --device "$RXE_DEVICE" --gid-index "$RXE_GID_INDEX"; then
+    echo "guest: selftest failed"
+    status=1
+fi
 port=7821
 for s in smallbank-rpc smallbank-onesided; do
     port=$((port + 1))

@@ -152,6 +152,14 @@ pub(crate) enum FrameKind {
 const STATUS_OK: u8 = 0;
 const STATUS_UNKNOWN_HANDLER: u8 = 1;
 
+/// A one-way RPC message to `handler` as raw bytes, for carrying an RPC over something other
+/// than the RPC layer's own datagrams (an RC SEND: the receiving worker serves it the same way).
+pub fn oneway_message(handler: u16, payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(FRAME_HEADER + payload.len());
+    Frame::encode(&mut out, FrameKind::OneWay, STATUS_OK, handler, 0, payload);
+    out
+}
+
 pub(crate) struct Frame<'a> {
     pub kind: FrameKind,
     pub status: u8,

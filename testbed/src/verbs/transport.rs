@@ -1,14 +1,11 @@
 //! The verbs transport: `WorkerCore`s driven by a real RDMA NIC through `sideway` 0.4.3.
 //!
 //! Implemented:
-//! - [`VerbsMemory`]: the node's registered memory. It keeps the sockets backend's address layout
-//!   (region `i` at `REGION_BASE * (i + 1)`, configured keys) so protocol code and catalogs see
-//!   the same addresses on every backend; behind it each region is a boxed `[AtomicU64]` that is
-//!   registered with LOCAL_WRITE | REMOTE_READ | REMOTE_WRITE | REMOTE_ATOMIC. (The sockets
-//!   backend's `SharedMemory` keeps its words private to `sockets.rs`, which this module may not
-//!   change, so the verbs backend owns its own memory; a host builds a `VerbsMemory` where it
-//!   would build a `SharedMemory`, with the same `(len, rkey, lkey)` list.) Work requests are
-//!   translated from those addresses/keys to real addresses and the NIC's lkeys/rkeys.
+//! - [`VerbsMemory`]: the node's registered memory: the sockets backend's `SharedMemory` (same
+//!   address layout, region `i` at `REGION_BASE * (i + 1)`, configured keys, one CPU access
+//!   path) plus each region's NIC registration (LOCAL_WRITE | REMOTE_READ | REMOTE_WRITE |
+//!   REMOTE_ATOMIC). Work requests are translated from those addresses/keys to real addresses
+//!   and the NIC's lkeys/rkeys.
 //! - [`VerbsNode`]: opens the device chosen as `probe` chooses it (device name, GID index), allocates
 //!   a PD, registers the memory, creates per worker the CQs and the queue pairs, and produces the
 //!   [`NodeDescriptor`] exchanged at bootstrap (bytes, [`NodeDescriptor::encode`]/`decode`).
@@ -38,9 +35,13 @@
 //!   never enters the error state. A datagram a worker sends itself is delivered in software.
 //!   `set_datagram_loss` still injects loss before the NIC.
 //!
+//! - WRITE_WITH_IMM and RC SEND on the RC QPs: every RC QP that can receive (the ones to other
+//!   nodes, and the loopback QP `lo` for the worker's own node) keeps [`RC_RECVS`] receive
+//!   buffers of [`SLOT`] bytes posted. A receive completion with an immediate becomes
+//!   `on_imm(peer)`, a plain receive `on_datagram(peer, this worker's index)`: RC QPs pair equal
+//!   worker indices, as in the simulator. An RC SEND above [`SLOT`] bytes is refused locally.
+//!
 //! Limitations:
-//! - RC SEND and WRITE_WITH_IMM on the core's RC QPs complete with `LocalQpOperationError`, as on the
-//!   sockets backend (the peer posts no receives on those QPs).
 //! - No link-delay emulation (`set_link_delays`), no completion channel: an idle worker polls.
 //!
 //! Tested on Soft-RoCE (rdma_rxe in a QEMU guest, tests/rxe/run.sh, run by CI): two processes
@@ -58,7 +59,9 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use sideway::ibverbs::address::{AddressHandleAttribute, Gid};
-use sideway::ibverbs::completion::{GenericCompletionQueue, WorkCompletionStatus as Wcs};
+use sideway::ibverbs::completion::{
+    GenericCompletionQueue, WorkCompletionOperationType as WcOp, WorkCompletionStatus as Wcs,
+};
 use sideway::ibverbs::device_context::{DeviceContext, Mtu};
 use sideway::ibverbs::memory_region::MemoryRegion as Mr;
 use sideway::ibverbs::protection_domain::ProtectionDomain;
@@ -84,6 +87,8 @@ pub const UD_QKEY: u32 = 0x1117_0000;
 pub const GRH: u32 = 40;
 /// Size of a UD receive buffer: GRH and payload.
 pub const RECV_SLOT: u32 = GRH + SLOT;
+/// Receive buffers kept posted on each receiving RC QP (for RC SEND and WRITE_WITH_IMM).
+pub const RC_RECVS: u32 = 16;
 /// The UD QP's unsignaled sends between two signaled ones (to keep its send queue drained).
 const UD_UNSIGNALED_MAX: u32 = 32;
 /// Staging slots per worker.
@@ -397,8 +402,8 @@ fn payload(t: &[LocalRegion], p: &Payload, max: u32) -> Result<Data, WcStatus> {
 }
 
 /// Translates one work request against the local table and the peer's regions. `rc`: whether the
-/// target QP is one of the core's RC QPs (SEND and WRITE_WITH_IMM are refused there) or the
-/// UD QP (only SEND). An `Err` is the status the request completes with locally.
+/// target QP is one of the core's RC QPs (every verb but a UD SEND) or the UD QP (only a SEND
+/// with a destination). An `Err` is the status the request completes with locally.
 pub fn translate(op: &Op, rc: bool, loc: &[LocalRegion], rem: &[RegionDesc]) -> Result<Posting, WcStatus> {
     let atomic = |l: &LocalBuf, r: &RemoteBuf| -> Result<(Data, u32, u64), WcStatus> {
         let data = local(loc, &LocalBuf { len: 8, ..*l })?;
@@ -416,6 +421,14 @@ pub fn translate(op: &Op, rc: bool, loc: &[LocalRegion], rem: &[RegionDesc]) -> 
             let (rkey, addr) = remote(rem, &RemoteBuf { len: src.len(), ..*r })?;
             Ok(Posting { verb: Verb::Write { rkey, addr }, data })
         }
+        (Op::WriteImm { src, remote: r, imm }, true) => {
+            let data = payload(loc, src, SLOT)?;
+            let (rkey, addr) = remote(rem, &RemoteBuf { len: src.len(), ..*r })?;
+            Ok(Posting { verb: Verb::WriteImm { rkey, addr, imm: *imm }, data })
+        }
+        // The peer's receive buffers are SLOT bytes.
+        (Op::Send { src, dest: None }, true) if src.len() > SLOT => Err(WcStatus::LocalLengthError),
+        (Op::Send { src, dest: None }, true) => Ok(Posting { verb: Verb::Send, data: payload(loc, src, SLOT)? }),
         (Op::Cas { local: l, remote: r, compare, swap }, true) => {
             let (data, rkey, addr) = atomic(l, r)?;
             Ok(Posting { verb: Verb::Cas { rkey, addr, compare: *compare, swap: *swap }, data })
@@ -494,6 +507,8 @@ pub struct WorkerQps {
     lo: GenericQueuePair,
     cq: GenericCompletionQueue,
     recv: Words,
+    /// RC receive buffers: [`RC_RECVS`] slots of [`SLOT`] bytes per RC QP, then `lo`'s.
+    rc_recv: Words,
     staging: Words,
 }
 
@@ -560,7 +575,7 @@ impl VerbsNode {
         let mut qps = Vec::new();
         let (mut rc_qpn, mut ud_qpn) = (Vec::new(), Vec::new());
         for _ in 0..w {
-            let cqe = ((n as u32 + 1) * depth).clamp(64, 32767);
+            let cqe = ((n as u32 + 1) * (depth + RC_RECVS)).clamp(64, 32767);
             let cq = GenericCompletionQueue::from(
                 ctx.create_cq_builder()
                     .setup_cqe(cqe)
@@ -589,8 +604,8 @@ impl VerbsNode {
                 // rdma_rxe (Linux 6.1, rdma-core 44) in tests/rxe; not triaged further.
                 b.build().map(GenericQueuePair::from).map_err(|e| os("creating a queue pair", dev, e))
             };
-            let rc = (0..n).map(|_| mk(0)).collect::<Result<Vec<_>, _>>()?;
-            let lo = mk(0)?;
+            let rc = (0..n).map(|_| mk(RC_RECVS)).collect::<Result<Vec<_>, _>>()?;
+            let lo = mk(RC_RECVS)?;
             let ud_sq = ud_send_depth(depth);
             let ud = sys::UdQp::create(&pd, ud_sq + UD_RECVS, ud_sq, UD_RECVS, INLINE_MAX)
                 .map_err(|e| os("creating the UD queue pair", dev, e))?;
@@ -598,9 +613,11 @@ impl VerbsNode {
             ud_qpn.push(ud.qpn());
             let recv = Words::new(UD_RECVS as u64 * RECV_SLOT as u64);
             recv.register(&pd, "registering receive buffers", dev)?;
+            let rc_recv = Words::new((n as u64 + 1) * RC_RECVS as u64 * SLOT as u64);
+            rc_recv.register(&pd, "registering RC receive buffers", dev)?;
             let staging = Words::new(STAGING_SLOTS as u64 * SLOT as u64);
             staging.register(&pd, "registering staging buffers", dev)?;
-            qps.push(Some(WorkerQps { rc, ud, lo, cq, recv, staging }));
+            qps.push(Some(WorkerQps { rc, ud, lo, cq, recv, rc_recv, staging }));
         }
         let desc =
             NodeDescriptor { lid: info.lid, gid: info.gid.gid.octets(), workers, nodes, rc_qpn, ud_qpn, regions };
@@ -678,7 +695,9 @@ pub struct VerbsWorker {
     pub core: WorkerCore,
     /// Hardware QPs: the core's RC QPs (one per node).
     hw: Vec<Hw>,
-    _lo: GenericQueuePair,
+    /// Receives for this worker's own node (what `hw[me]` sends arrives here).
+    lo: GenericQueuePair,
+    rc_recv: Words,
     /// The hardware UD QP serving the core's UD QP, its posted sends and their sequence.
     udqp: sys::UdQp,
     ud_fifo: VecDeque<Posted>,
@@ -767,7 +786,7 @@ impl VerbsWorker {
         depth: u32,
     ) -> Result<VerbsWorker, String> {
         let (q, mem, link) = qps;
-        let WorkerQps { rc, ud: mut udqp, mut lo, cq, recv, staging } = q;
+        let WorkerQps { rc, ud: mut udqp, mut lo, cq, recv, rc_recv, staging } = q;
         let (w, n) = (me.worker as usize, peers.len());
         if rc.len() != n || n == 0 {
             return Err(format!("{me}: {} peer descriptors for queue pairs made for {} nodes", n, rc.len()));
@@ -821,7 +840,8 @@ impl VerbsWorker {
         let mut me_ = VerbsWorker {
             core,
             hw,
-            _lo: lo,
+            lo,
+            rc_recv,
             udqp,
             ud_fifo: VecDeque::new(),
             ud_seq: 0,
@@ -849,7 +869,43 @@ impl VerbsWorker {
         for s in 0..UD_RECVS {
             me_.post_recv(s)?;
         }
+        for q in 0..=n as u32 {
+            if q as usize != me.node.0 as usize {
+                for k in 0..RC_RECVS {
+                    me_.post_rc_recv(q, k)?;
+                }
+            }
+        }
         Ok(me_)
+    }
+
+    /// Posts RC receive buffer `k` of hardware QP `q` (`q == nodes`: the loopback QP).
+    fn post_rc_recv(&mut self, q: u32, k: u32) -> Result<(), String> {
+        let lkey = self.rc_recv.mr.get().map_or(0, |m| m.lkey());
+        let addr = self.rc_recv.base() + (q * RC_RECVS + k) as u64 * SLOT as u64;
+        let qp = if q as usize == self.hw.len() { &mut self.lo } else { &mut self.hw[q as usize].qp };
+        let mut g = qp.start_post_recv();
+        sys::set_sge(g.construct_wr(wrid::recv(q + 1, k)), lkey, addr, SLOT);
+        g.post().map_err(|e| format!("posting an RC receive buffer: {e}"))
+    }
+
+    /// An RC receive completed on hardware QP `q`, buffer `k`: an immediate or a SEND's payload
+    /// from the peer's worker of this worker's index.
+    fn on_rc_recv(&mut self, q: u32, k: u32, opcode: u32, imm: u32, len: u32) {
+        let peer = if q as usize == self.hw.len() { self.me.node } else { self.hw[q as usize].peer };
+        if opcode == WcOp::ReceiveWithImmediate as u32 {
+            self.core.on_imm(peer, imm);
+        } else {
+            let mut b = vec![0u8; len.min(SLOT) as usize];
+            self.rc_recv.read((q * RC_RECVS + k) as u64 * SLOT as u64, &mut b);
+            self.core.on_datagram(Endpoint { node: peer, worker: self.me.worker }, b);
+        }
+        if let Err(e) = self.post_rc_recv(q, k) {
+            if !self.reported_error {
+                self.reported_error = true;
+                eprintln!("verbs: {}: {e}", self.me);
+            }
+        }
     }
 
     fn post_recv(&mut self, slot: u32) -> Result<(), String> {
@@ -915,7 +971,7 @@ impl VerbsWorker {
         let mut wcs = Vec::new();
         if let Ok(p) = self.cq.start_poll() {
             for wc in p {
-                wcs.push((wc.wr_id(), wc.status(), wc.byte_len()));
+                wcs.push((wc.wr_id(), wc.status(), wc.byte_len(), wc.opcode(), wc.imm_data()));
             }
         }
         let mut uds = Vec::new();
@@ -950,9 +1006,11 @@ impl VerbsWorker {
                 }
             }
         }
-        for (id, status, _len) in wcs {
+        for (id, status, len, opcode, imm) in wcs {
             n += 1;
             match wrid::split(id) {
+                // A failed receive (flushed: the QP broke) is not reposted.
+                Err((q, k)) if q >= 1 && status == Wcs::Success as u32 => self.on_rc_recv(q - 1, k, opcode, imm, len),
                 Err(_) => {}
                 Ok((qp, seq)) => {
                     if status != Wcs::Success as u32 && !self.reported_error {
@@ -1388,14 +1446,26 @@ mod tests {
         assert_eq!(translate(&oob, true, &loc, &rem), Err(WcStatus::RemoteAccessError));
         let bad_l = Op::Read { local: LocalBuf { lkey: 6, ..l }, remote: r };
         assert_eq!(translate(&bad_l, true, &loc, &rem), Err(WcStatus::LocalProtectionError));
-        // SEND only on the UD QP, one-sided verbs only on RC.
+        // A SEND with a destination only on the UD QP, one-sided verbs only on RC.
         let dest = Some(Endpoint { node: NodeId(1), worker: 0 });
         let s = Op::Send { src: Payload::Inline(vec![1, 2, 3]), dest };
         assert_eq!(translate(&s, false, &loc, &rem).unwrap().verb, Verb::Send);
         assert_eq!(translate(&s, true, &loc, &rem), Err(WcStatus::LocalQpOperationError));
         assert_eq!(translate(&w(8), false, &loc, &rem), Err(WcStatus::LocalQpOperationError));
-        let imm = Op::WriteImm { src: Payload::Inline(vec![]), remote: r, imm: 1 };
-        assert_eq!(translate(&imm, true, &loc, &rem), Err(WcStatus::LocalQpOperationError));
+        // RC SEND up to a receive buffer, WRITE_WITH_IMM like a WRITE.
+        let rc_send = |n: usize| Op::Send { src: Payload::Inline(vec![7; n]), dest: None };
+        assert_eq!(translate(&rc_send(3), true, &loc, &rem).unwrap().verb, Verb::Send);
+        assert_eq!(translate(&rc_send(SLOT as usize + 1), true, &loc, &rem), Err(WcStatus::LocalLengthError));
+        assert_eq!(translate(&rc_send(3), false, &loc, &rem), Err(WcStatus::LocalQpOperationError));
+        let imm = Op::WriteImm { src: Payload::Inline(vec![1; 8]), remote: r, imm: 9 };
+        let p = translate(&imm, true, &loc, &rem).unwrap();
+        assert_eq!(p.verb, Verb::WriteImm { rkey: 0xabc, addr: 0x7f00_0000_1000 + 128, imm: 9 });
+        let imm_oob = Op::WriteImm {
+            src: Payload::Inline(vec![1; 8]),
+            remote: RemoteBuf { addr: REGION_BASE + 4092, ..r },
+            imm: 9,
+        };
+        assert_eq!(translate(&imm_oob, true, &loc, &rem), Err(WcStatus::RemoteAccessError));
     }
 
     #[test]
