@@ -73,6 +73,7 @@ impl Shape {
             options: self.options,
             bug: self.bug,
             allow_unsafe_atomics: false,
+            trace: false,
         }
     }
     /// How to replay this run.

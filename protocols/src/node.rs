@@ -22,6 +22,17 @@ pub const H_RECLAIM: u16 = 14;
 pub const H_FETCH: u16 = 15;
 pub const H_VALIDATE: u16 = 16;
 
+/// Handler names, for traces.
+pub const HANDLER_NAMES: [(u16, &str); 7] = [
+    (H_LOCK, "LOCK"),
+    (H_RELEASE, "RELEASE"),
+    (H_COMMIT, "COMMIT"),
+    (H_LOG, "LOG"),
+    (H_RECLAIM, "RECLAIM"),
+    (H_FETCH, "FETCH"),
+    (H_VALIDATE, "VALIDATE"),
+];
+
 pub const OK: u8 = 0;
 pub const BUSY: u8 = 1;
 pub const MISSING: u8 = 2;

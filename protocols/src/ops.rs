@@ -114,6 +114,20 @@ async fn locate_all(ctx: &Ctx, n: &NodeState, recs: &mut [Rec], which: impl Fn(&
     Ok(())
 }
 
+/// Accounts one execution of stage `s` begun at `t0` and, when the worker traces, records it
+/// as a slice on the coroutine's track.
+fn account(ctx: &Ctx, n: &NodeState, s: Stage, t0: u64, round_trips: u64, bytes: u64) {
+    let now = ctx.now();
+    n.account(s, now - t0, round_trips, bytes);
+    ctx.trace_slice_args(
+        s.name(),
+        txbed_transport::trace::STAGE,
+        t0,
+        now,
+        &[("round_trips", round_trips), ("bytes", bytes)],
+    );
+}
+
 fn tuple_bytes(n: &NodeState, table: u16) -> u32 {
     n.catalog.layout.table(table).map(|p| p.tuple_bytes as u32).unwrap_or(0)
 }
@@ -180,7 +194,7 @@ pub async fn lock_and_read(
             }
         }
     }
-    n.account(Stage::Lock, ctx.now() - t0, 1, bytes);
+    account(ctx, n, Stage::Lock, t0, 1, bytes);
     Ok(recs.iter().filter(|r| which(r)).all(|r| r.locked))
 }
 
@@ -243,7 +257,7 @@ pub async fn fetch(ctx: &Ctx, n: &NodeState, recs: &mut [Rec]) -> Result<(), Str
             }
         }
     }
-    n.account(Stage::Read, ctx.now() - t0, 1, bytes);
+    account(ctx, n, Stage::Read, t0, 1, bytes);
     Ok(())
 }
 
@@ -297,7 +311,7 @@ pub async fn validate(
             }
         }
     }
-    n.account(Stage::Validate, ctx.now() - t0, (!now.is_empty()) as u64, 16 * now.len() as u64);
+    account(ctx, n, Stage::Validate, t0, (!now.is_empty()) as u64, 16 * now.len() as u64);
     Ok(now.into_iter().all(|(i, lock, ver)| {
         let r = &recs[i];
         (lock == 0 || lock == id) && split_version_word(ver) == r.version()
@@ -338,7 +352,7 @@ pub async fn log(ctx: &Ctx, n: &NodeState, recs: &[Rec], new_values: &[Vec<u8>],
     }
     let t0 = ctx.now();
     crate::log::append(ctx, n, &backups, &record).await?;
-    n.account(Stage::Log, ctx.now() - t0, 1, (record.len() * backups.len()) as u64);
+    account(ctx, n, Stage::Log, t0, 1, (record.len() * backups.len()) as u64);
     Ok(())
 }
 
@@ -405,7 +419,7 @@ pub async fn write_back(
     }
     let _ = ctx.wait().await;
     ctx.clear_replies();
-    n.account(Stage::Commit, ctx.now() - t0, 1, bytes);
+    account(ctx, n, Stage::Commit, t0, 1, bytes);
     Ok(())
 }
 
@@ -436,5 +450,5 @@ pub async fn release(ctx: &Ctx, n: &NodeState, recs: &[Rec], which: impl Fn(&Rec
     release_posts(ctx, n, recs, which, id);
     let _ = ctx.wait().await;
     ctx.clear_replies();
-    n.account(Stage::Release, ctx.now() - t0, (count > 0) as u64, 8 * count);
+    account(ctx, n, Stage::Release, t0, (count > 0) as u64, 8 * count);
 }

@@ -551,6 +551,7 @@ pub fn run_real_node(
         events: 0,
         simulated_ns: start.elapsed().as_nanos() as u64,
         verbs,
+        trace: Vec::new(),
     }))
 }
 
@@ -619,6 +620,7 @@ impl SpecForThread {
             bug: self.bug,
             allow_unsafe_atomics: true,
             link_delay_ns: self.link_delay_ns,
+            trace: false,
         }
     }
 }

@@ -9,6 +9,7 @@ pub mod scenario;
 pub mod selftest;
 pub mod sockets;
 pub mod sockets_node;
+pub mod trace;
 pub mod txn;
 #[cfg(feature = "verbs")]
 pub mod verbs;

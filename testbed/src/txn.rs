@@ -19,7 +19,7 @@ use txbed_protocols::nowait::{self, Attempt};
 use txbed_protocols::stage::Hybrid;
 use txbed_protocols::store::{self, split_version_word, Layout, TableSpec, VERSION};
 use txbed_sim::{NicProfile, Sim, SimConfig};
-use txbed_transport::{Ctx, HostMemory, MemoryRegion};
+use txbed_transport::{Ctx, HostMemory, MemoryRegion, TraceEvent};
 use txbed_workloads::{Key, Workload};
 
 /// A concurrency-control protocol the runner can drive.
@@ -67,6 +67,9 @@ pub struct TxnRunSpec {
     pub allow_unsafe_atomics: bool,
     /// Extra one-way delay from node i to node j at `[i * nodes + j]`, ns; empty for none.
     pub link_delay_ns: Vec<u64>,
+    /// Record trace events on every simulated worker (`TxnRunResult::trace`); changes nothing
+    /// else in the run.
+    pub trace: bool,
 }
 
 /// What happened inside the measured window.
@@ -90,6 +93,8 @@ pub struct TxnRunResult {
     pub simulated_ns: u64,
     /// Verbs posted, by `Opcode as usize`.
     pub verbs: [u64; 7],
+    /// Trace events of every worker, by node and worker (empty unless `TxnRunSpec::trace`).
+    pub trace: Vec<TraceEvent>,
 }
 
 impl TxnRunResult {
@@ -207,10 +212,22 @@ pub(crate) async fn coordinator(ctx: Ctx, st: Rc<NodeState>, sh: Shared, c: u32)
         loop {
             seq += 1;
             let id = txn_id(n, wk, c, seq);
+            let began = ctx.now();
             let outcome = match sh.protocol {
                 Protocol::NoWait => nowait::attempt(&ctx, &st, &t, id).await,
                 Protocol::Occ => txbed_protocols::occ::attempt(&ctx, &st, &t, id).await,
             };
+            if ctx.tracing() {
+                let how = match outcome {
+                    Attempt::Committed => "commit",
+                    Attempt::Conflict => "abort",
+                    Attempt::UserAbort => "user abort",
+                    Attempt::Failed(_) => "failed",
+                };
+                let name = format!("{} {how}", t.kind);
+                let args = [("attempt", tries as u64 + 1), ("id", id)];
+                ctx.trace_slice_args(name, txbed_transport::trace::TXN, began, ctx.now(), &args);
+            }
             match outcome {
                 Attempt::Committed => {
                     st.stats.borrow_mut().committed += 1;
@@ -421,6 +438,12 @@ pub fn run_txns(spec: &TxnRunSpec) -> Result<TxnRunResult, String> {
     };
     for n in 0..spec.nodes {
         for wk in 0..spec.workers {
+            if spec.trace {
+                sim.worker(n, wk).enable_trace();
+                for (id, name) in node::HANDLER_NAMES {
+                    sim.worker(n, wk).name_handler(id, name);
+                }
+            }
             for (id, h) in node::handlers(&states[n as usize]) {
                 sim.worker(n, wk).register_handler(id, h);
             }
@@ -459,6 +482,12 @@ pub fn run_txns(spec: &TxnRunSpec) -> Result<TxnRunResult, String> {
         results.push(r);
     }
     let (history, report, stats, measured, failures) = assemble(spec, results);
+    let mut trace = Vec::new();
+    for n in 0..spec.nodes {
+        for wk in 0..spec.workers {
+            trace.append(&mut sim.worker(n, wk).take_trace());
+        }
+    }
     Ok(TxnRunResult {
         measured,
         history,
@@ -469,5 +498,6 @@ pub fn run_txns(spec: &TxnRunSpec) -> Result<TxnRunResult, String> {
         events: sim.events(),
         simulated_ns: sim.now(),
         verbs: sim.stats().verbs,
+        trace,
     })
 }

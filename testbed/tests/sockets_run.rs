@@ -32,6 +32,7 @@ fn spec(protocol: Protocol, hybrid: Hybrid) -> TxnRunSpec {
         options: Options::default(),
         bug: None,
         allow_unsafe_atomics: false,
+        trace: false,
     }
 }
 

@@ -6,6 +6,7 @@
 //! - [`worker`]: the sans-IO per-worker core (coroutine executor, posting, completion
 //!   dispatch, timers) and [`Ctx`], the handle a coroutine holds.
 //! - [`rpc`]: request/reply over UD with batching, piggybacked replies and retransmission.
+//! - [`trace`]: optional records of verbs, RPCs and stages for a Chrome/Perfetto trace.
 //!
 //! Backends (the simulator, sockets, verbs) implement nothing of this interface's semantics
 //! themselves beyond moving doorbells, datagrams and completions; protocol code cannot tell
@@ -13,10 +14,12 @@
 
 pub mod memory;
 pub mod rpc;
+pub mod trace;
 pub mod verbs;
 pub mod worker;
 
 pub use memory::{HostMemory, MemError};
 pub use rpc::{CallId, Handled, HandlerCtx, HandlerFn, ReplyToken, RpcConfig, RpcError};
+pub use trace::TraceEvent;
 pub use verbs::*;
 pub use worker::{CpuCosts, Ctx, StepOutcome, WorkerConfig, WorkerCore, WorkerStats};

@@ -10,6 +10,7 @@
 //! (a completion, a reply, a timer) is routed here by id, so the executor marks the owning
 //! coroutine ready itself. Wakers are no-ops, which keeps readiness deterministic.
 
+use std::borrow::Cow;
 use std::cell::{Ref, RefCell, RefMut};
 use std::collections::{BTreeSet, VecDeque};
 use std::future::Future;
@@ -22,6 +23,7 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::memory::{HostMemory, MemError};
 use crate::rpc::{self, CallId, Frame, FrameKind, Handled, HandlerCtx, HandlerFn, ReplyToken, RpcConfig, RpcError};
+use crate::trace::{Recorder, TraceEvent};
 use crate::verbs::*;
 
 /// CPU costs a worker pays, in nanoseconds (picoseconds for per-byte costs). The simulator
@@ -180,7 +182,11 @@ pub(crate) struct Shared {
     dgram_buf: Vec<(Endpoint, Vec<u8>)>,
     reply_buf: Vec<u8>,
     handlers: Vec<Option<Rc<HandlerFn>>>,
+    /// Handler names for traces only.
+    handler_names: Vec<Option<&'static str>>,
     pub(crate) stats: WorkerStats,
+    /// Event recorder; `None` (the default) keeps every hook to one check.
+    trace: Option<Box<Recorder>>,
 }
 
 impl Shared {
@@ -191,6 +197,13 @@ impl Shared {
 
     fn has_work(&self) -> bool {
         !self.inbox.is_empty() || !self.ready.is_empty()
+    }
+
+    fn handler_name(&self, id: u16) -> Cow<'static, str> {
+        match self.handler_names.get(id as usize) {
+            Some(Some(n)) => Cow::Borrowed(*n),
+            _ => Cow::Owned(format!("rpc {id}")),
+        }
     }
 
     fn poll_timeout(&self) -> Option<Nanos> {
@@ -244,8 +257,10 @@ impl Shared {
         if wrs.is_empty() {
             return Err(PostError::Empty);
         }
+        let first_seq = q.posted + 1;
         q.posted += wrs.len() as u64;
         let n = wrs.len() as u64;
+        let t0 = self.now;
         self.charge(self.cfg.costs.mmio_ns + n * self.cfg.costs.wqe_ns);
         self.stats.doorbells += 1;
         self.stats.wrs_posted += n;
@@ -253,14 +268,22 @@ impl Shared {
             self.coros[coro as usize].pending += signaled;
         }
         let at = self.now;
+        if let Some(t) = self.trace.as_mut() {
+            let info = self.qps[qp.0 as usize].info;
+            let who = (coro != INTERNAL_CORO).then_some(coro);
+            t.posted(who, info, first_seq, &wrs, t0, self.cfg.costs.wqe_ns, at);
+        }
         self.outbox.push(Doorbell { qp, wrs, at });
         Ok(signaled)
     }
 
     fn handle_completion(&mut self, c: Completion) {
+        let seq = c.wr_id & SEQ_MASK;
+        if let Some(t) = self.trace.as_mut() {
+            t.completed(self.now, seq, &c);
+        }
         self.charge(self.cfg.costs.poll_cqe_ns);
         self.stats.completions_polled += 1;
-        let seq = c.wr_id & SEQ_MASK;
         let coro = (c.wr_id >> CORO_SHIFT) as u32;
         if let Some(q) = self.qps.get_mut(c.qp.0 as usize) {
             // RC completes in order: this completion confirms every earlier request (passive ACK).
@@ -308,11 +331,15 @@ impl Shared {
         let mut off = 0;
         while let Some((frame, next)) = Frame::decode(&bytes, off) {
             off = next;
+            let start = self.now;
             self.charge(self.cfg.costs.rpc_dispatch_ns + self.cfg.costs.copy_ns(frame.payload.len()));
             match frame.kind {
-                FrameKind::Request | FrameKind::OneWay => self.serve(src, frame),
+                FrameKind::Request | FrameKind::OneWay => self.serve(src, frame, start),
                 FrameKind::Reply => {
                     if let Some((coro, dst)) = self.rpc.on_reply(frame.call_id) {
+                        if let Some(t) = self.trace.as_mut() {
+                            t.call_done(start, frame.call_id, frame.error(dst).map(|_| "unknown handler"));
+                        }
                         let result = match frame.error(dst) {
                             Some(e) => Err(e),
                             None => Ok(frame.payload.to_vec()),
@@ -328,7 +355,8 @@ impl Shared {
         self.rpc.recycle(bytes);
     }
 
-    fn serve(&mut self, src: Endpoint, frame: Frame<'_>) {
+    /// Serves a request whose dispatch started at `start` (for the trace).
+    fn serve(&mut self, src: Endpoint, frame: Frame<'_>, start: Nanos) {
         let token = ReplyToken { to: src, call_id: frame.call_id };
         let wants_reply = frame.kind == FrameKind::Request;
         if wants_reply && self.rpc.duplicate(self.now, token) {
@@ -352,6 +380,14 @@ impl Shared {
             h(&mut hctx, frame.payload)
         };
         self.charge(cpu + self.cfg.costs.copy_ns(reply.len()));
+        if self.trace.is_some() {
+            let name = self.handler_name(frame.handler);
+            let end = self.now;
+            let call = wants_reply.then_some(frame.call_id);
+            if let Some(t) = self.trace.as_mut() {
+                t.served(start, end, src, call, name);
+            }
+        }
         for (t, bytes) in deferred {
             self.rpc.queue_reply(self.now, t, &bytes);
         }
@@ -443,7 +479,9 @@ impl WorkerCore {
             dgram_buf: Vec::new(),
             reply_buf: Vec::new(),
             handlers: Vec::new(),
+            handler_names: Vec::new(),
             stats: WorkerStats::default(),
+            trace: None,
         };
         WorkerCore { shared: Rc::new(RefCell::new(shared)), tasks: Vec::new() }
     }
@@ -483,6 +521,35 @@ impl WorkerCore {
             s.handlers.resize(id as usize + 1, None);
         }
         s.handlers[id as usize] = Some(h);
+    }
+
+    /// Names handler `id` in traces (otherwise "rpc ID").
+    pub fn name_handler(&mut self, id: u16, name: &'static str) {
+        let mut s = self.shared.borrow_mut();
+        if s.handler_names.len() <= id as usize {
+            s.handler_names.resize(id as usize + 1, None);
+        }
+        s.handler_names[id as usize] = Some(name);
+    }
+
+    /// Starts recording trace events (`crate::trace`). Recording never changes what the
+    /// worker does or when.
+    pub fn enable_trace(&mut self) {
+        let mut s = self.shared.borrow_mut();
+        if s.trace.is_none() {
+            let me = s.cfg.me;
+            s.trace = Some(Box::new(Recorder::new(me)));
+        }
+    }
+
+    /// Whether trace events are being recorded.
+    pub fn tracing(&self) -> bool {
+        self.shared.borrow().trace.is_some()
+    }
+
+    /// Takes the events recorded so far (empty when tracing is off); recording continues.
+    pub fn take_trace(&mut self) -> Vec<TraceEvent> {
+        self.shared.borrow_mut().trace.as_mut().map(|t| t.take()).unwrap_or_default()
     }
 
     /// Starts a coroutine. It first runs at the next `run`.
@@ -571,6 +638,9 @@ impl WorkerCore {
             let expired = s.rpc.expire(now);
             for (coro, call_id, err) in expired {
                 s.stats.rpc_timeouts += 1;
+                if let Some(t) = s.trace.as_mut() {
+                    t.call_done(now, call_id, Some("timeout"));
+                }
                 let cs = &mut s.coros[coro as usize];
                 cs.insert_reply(call_id, Err(err));
                 cs.pending -= 1;
@@ -672,6 +742,35 @@ impl Ctx {
         Ref::map(self.shared.borrow(), |s| &s.cfg.costs)
     }
 
+    /// Whether this worker records a trace: check it before building a name that allocates.
+    pub fn tracing(&self) -> bool {
+        self.shared.borrow().trace.is_some()
+    }
+    /// Records a slice on this coroutine's track (a protocol stage, a transaction); a no-op
+    /// unless tracing. Costs nothing in simulated time.
+    pub fn trace_slice(
+        &self,
+        name: impl Into<Cow<'static, str>>,
+        category: &'static str,
+        start_ns: Nanos,
+        end_ns: Nanos,
+    ) {
+        self.trace_slice_args(name, category, start_ns, end_ns, &[]);
+    }
+    /// [`Ctx::trace_slice`] with numeric arguments shown in the trace viewer.
+    pub fn trace_slice_args(
+        &self,
+        name: impl Into<Cow<'static, str>>,
+        category: &'static str,
+        start_ns: Nanos,
+        end_ns: Nanos,
+        args: &[(&'static str, u64)],
+    ) {
+        if let Some(t) = self.shared.borrow_mut().trace.as_mut() {
+            t.slice(self.coro, name.into(), category, start_ns, end_ns, args);
+        }
+    }
+
     /// The RC QPs this worker has to `node` (one per emulated connection).
     pub fn rc_qps(&self, node: NodeId) -> Vec<QpId> {
         self.shared.borrow().rc_slice(node).to_vec()
@@ -725,7 +824,20 @@ impl Ctx {
         let now = s.now;
         let cost = s.cfg.costs.copy_ns(payload.len());
         s.charge(cost);
-        match s.rpc.call(now, self.coro, dst, handler, payload, true) {
+        let r = s.rpc.call(now, self.coro, dst, handler, payload, true);
+        if s.trace.is_some() {
+            let name = s.handler_name(handler);
+            if let Some(t) = s.trace.as_mut() {
+                let id = match &r {
+                    Ok(id) | Err((id, _)) => *id,
+                };
+                t.call(now, self.coro, id, dst, name, payload.len(), false);
+                if r.is_err() {
+                    t.call_done(now, id, Some("too large"));
+                }
+            }
+        }
+        match r {
             Ok(id) => {
                 s.coros[self.coro as usize].pending += 1;
                 id
@@ -743,7 +855,13 @@ impl Ctx {
         let mut s = self.shared.borrow_mut();
         s.stats.rpc_calls += 1;
         let now = s.now;
-        let _ = s.rpc.call(now, self.coro, dst, handler, payload, false);
+        let r = s.rpc.call(now, self.coro, dst, handler, payload, false);
+        if s.trace.is_some() {
+            let name = s.handler_name(handler);
+            if let (Some(t), Ok(id)) = (s.trace.as_mut(), r) {
+                t.call(now, self.coro, id, dst, name, payload.len(), true);
+            }
+        }
     }
 
     /// Takes the reply to `call` (after `wait`). `None` if it has not arrived.
