@@ -5,11 +5,14 @@ pub mod bootstrap;
 pub mod check;
 pub mod host;
 pub mod plot;
+pub mod replay;
 pub mod run;
 pub mod scenario;
 pub mod selftest;
+pub mod set;
 pub mod sockets;
 pub mod sockets_node;
+pub mod sweep;
 pub mod trace;
 pub mod txn;
 #[cfg(feature = "verbs")]

@@ -24,22 +24,37 @@ enum Backend {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run a scenario on the simulator and print its report.
+    /// Run a scenario (on the simulator unless the scenario or --backend says otherwise) and
+    /// print its report.
     Run {
         /// Scenario file (RON).
         scenario: PathBuf,
         /// Override the scenario's seed.
         #[arg(long)]
         seed: Option<u64>,
+        /// Change a field by its path in the scenario file, e.g. --set protocol.name=occ
+        /// --set protocol.mode=onesided --set workload.name=ycsb --set cluster.nodes=8.
+        #[arg(long = "set", value_name = "PATH=VALUE")]
+        sets: Vec<String>,
+        /// Write report.json, history.jsonl and the resolved scenario.ron into this directory.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// More detail: the resolved scenario before the report.
+        #[arg(short, long, conflicts_with = "quiet")]
+        verbose: bool,
+        /// Print nothing but errors (the exit code and --out files still tell the outcome).
+        #[arg(short, long)]
+        quiet: bool,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
         /// Write the run's history (JSON Lines, for `txbed check`) to this file.
         #[arg(long)]
         history: Option<PathBuf>,
-        /// Where to run: the simulator, or real processes over sockets (one per node).
-        #[arg(long, value_enum, default_value_t = Backend::Sim)]
-        backend: Backend,
+        /// Where to run: the simulator, or real processes (one per node) over sockets or verbs.
+        /// Default: the scenario's `backend` (sim unless it says otherwise).
+        #[arg(long, value_enum)]
+        backend: Option<Backend>,
         /// This process's rank (else from mpirun/srun's environment).
         #[arg(long)]
         rank: Option<u32>,
@@ -64,6 +79,38 @@ enum Command {
         /// GID index on port 1 for --backend verbs (default: first RoCE v2 IPv4 GID, else 0).
         #[arg(long)]
         gid_index: Option<u32>,
+    },
+    /// Run every combination of a sweep file's axes and seeds in parallel; write results.csv,
+    /// summary.csv (mean and 95% CI across seeds) and plots.
+    Sweep {
+        /// Sweep file (RON): a base scenario, axes and seeds (docs/scenarios.md).
+        sweep: PathBuf,
+        /// Simulations at once (default: all cores).
+        #[arg(long)]
+        jobs: Option<usize>,
+        /// Output directory (default: results/<sweep name>).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// No progress bar, no table.
+        #[arg(short, long)]
+        quiet: bool,
+    },
+    /// Re-run the scenario and seed of a report (`txbed run --out DIR`) and check the digest.
+    Replay {
+        /// DIR/report.json of a simulated run.
+        report: PathBuf,
+        /// Also write a Chrome/Perfetto trace of the run (open it in ui.perfetto.dev).
+        #[arg(long)]
+        trace: Option<PathBuf>,
+    },
+    /// Plot a sweep's summary.csv or results.csv (SVG and PNG next to it, or in --out).
+    Plot {
+        csv: PathBuf,
+        /// The axis on x (a column such as protocol.mode; default: the first numeric axis).
+        #[arg(long)]
+        x: Option<String>,
+        #[arg(long)]
+        out: Option<PathBuf>,
     },
     /// List RDMA devices, their ports and GIDs (needs a build with the "verbs" feature).
     Devices,
@@ -144,6 +191,10 @@ fn main() -> ExitCode {
         Command::Run {
             scenario,
             seed,
+            sets,
+            out,
+            verbose,
+            quiet,
             json,
             history,
             backend,
@@ -156,7 +207,7 @@ fn main() -> ExitCode {
             device,
             gid_index,
         } => {
-            let (mut s, profile) = match scenario::Scenario::load(&scenario) {
+            let (mut s, profile) = match scenario::Scenario::load_with(&scenario, &sets) {
                 Ok(x) => x,
                 Err(e) => {
                     eprintln!("error: {e}");
@@ -166,8 +217,18 @@ fn main() -> ExitCode {
             s.run.warmup_us = warmup_us.unwrap_or(s.run.warmup_us);
             s.run.measure_us = measure_us.unwrap_or(s.run.measure_us);
             let seed = seed.unwrap_or(s.run.seed);
+            s.run.seed = seed;
+            let backend = backend.unwrap_or(match s.backend {
+                scenario::BackendName::Sim => Backend::Sim,
+                scenario::BackendName::Sockets => Backend::Sockets,
+                scenario::BackendName::Verbs => Backend::Verbs,
+            });
+            if verbose && !quiet {
+                eprintln!("resolved scenario:\n{}", s.to_ron());
+            }
+            let out = run::RunOutput { dir: out.as_deref(), history: history.as_deref(), json, quiet };
             match backend {
-                Backend::Sim => {}
+                Backend::Sim => run::run_sim(&s, &profile, seed, out),
                 Backend::Verbs => {
                     #[cfg(feature = "verbs")]
                     {
@@ -178,48 +239,31 @@ fn main() -> ExitCode {
                         }
                         let backend = txbed::host::RealBackend::Verbs { device, gid_index };
                         let coord = coordinator.as_deref();
-                        return run::run_real(&s, &profile, seed, rank, size, coord, backend, json, history.as_deref());
+                        run::run_real(&s, &profile, seed, rank, size, coord, backend, out)
                     }
                     #[cfg(not(feature = "verbs"))]
-                    return run_verbs(device.as_deref(), gid_index);
+                    {
+                        let _ = (rank, size, coordinator);
+                        run_verbs(device.as_deref(), gid_index)
+                    }
                 }
                 Backend::Sockets => {
-                    return run::run_real(
-                        &s,
-                        &profile,
-                        seed,
-                        rank,
-                        size,
-                        coordinator.as_deref(),
-                        txbed::host::RealBackend::Sockets { bind },
-                        json,
-                        history.as_deref(),
-                    );
+                    let backend = txbed::host::RealBackend::Sockets { bind };
+                    run::run_real(&s, &profile, seed, rank, size, coordinator.as_deref(), backend, out)
                 }
             }
-            if matches!(s.workload, scenario::Workload::Verbs(_)) {
-                let r = run::run(&s, &profile, seed);
-                if json {
-                    println!("{}", serde_json::to_string_pretty(&r).expect("report serialises"));
-                } else {
-                    print!("{}", run::text(&s, &r));
-                }
-                return ExitCode::SUCCESS;
-            }
-            match run::run_txn(&s, &profile, seed, history.as_deref()) {
-                Ok(r) => {
-                    if json {
-                        println!("{}", serde_json::to_string_pretty(&r).expect("report serialises"));
-                    } else {
-                        print!("{}", run::txn_text(&s, &r));
+        }
+        Command::Devices => devices(),
+        Command::Sweep { sweep, jobs, out, quiet } => sweep_cmd(&sweep, jobs, out, quiet),
+        Command::Replay { report, trace } => replay_cmd(&report, trace.as_deref()),
+        Command::Plot { csv, x, out } => {
+            let dir = out.unwrap_or_else(|| csv.parent().unwrap_or(std::path::Path::new(".")).to_path_buf());
+            match txbed::plot::plot_csv(&csv, &dir, x.as_deref()) {
+                Ok(files) => {
+                    for f in files {
+                        println!("{}", f.display());
                     }
-                    // A run the checker rejects is a failed run.
-                    let clean = r.check.serializable && r.check.nothing_lost != Some(false) && r.check.invariants_ok;
-                    if clean {
-                        ExitCode::SUCCESS
-                    } else {
-                        ExitCode::from(1)
-                    }
+                    ExitCode::SUCCESS
                 }
                 Err(e) => {
                     eprintln!("error: {e}");
@@ -227,7 +271,6 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Devices => devices(),
         Command::Selftest { backend, device, gid_index } => selftest(backend, device, gid_index),
         Command::Check { history, strict, export_elle, json, max_explained } => {
             check::run(&history, strict, export_elle.as_deref(), json, max_explained)
@@ -287,6 +330,112 @@ fn main() -> ExitCode {
                 }
             }
         }
+    }
+}
+
+/// `txbed sweep`.
+fn sweep_cmd(file: &std::path::Path, jobs: Option<usize>, out: Option<PathBuf>, quiet: bool) -> ExitCode {
+    use txbed::sweep::{run_points, write_csvs, Sweep};
+    let fail = |e: String| {
+        eprintln!("error: {e}");
+        ExitCode::from(2)
+    };
+    let sw = match Sweep::load(file) {
+        Ok(s) => s,
+        Err(e) => return fail(e.to_string()),
+    };
+    let points = match sw.points(file) {
+        Ok(p) => p,
+        Err(e) => return fail(e.to_string()),
+    };
+    let name = if sw.name.is_empty() {
+        file.file_stem().map_or("sweep".into(), |s| s.to_string_lossy().into_owned())
+    } else {
+        sw.name.clone()
+    };
+    let dir = out.unwrap_or_else(|| PathBuf::from("results").join(&name));
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        return fail(format!("{}: {e}", dir.display()));
+    }
+    let jobs = jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    if !quiet {
+        eprintln!("sweep {name:?}: {} runs on {jobs} threads", points.len());
+    }
+    let reports = run_points(&points, jobs, quiet);
+    let (results, summary) = match write_csvs(&sw, &points, &reports, &dir) {
+        Ok(x) => x,
+        Err(e) => return fail(e),
+    };
+    let plots = match txbed::plot::plot_csv(&summary, &dir, sw.x.as_deref()) {
+        Ok(p) => p,
+        Err(e) => return fail(format!("plotting {}: {e}", summary.display())),
+    };
+    let mut bad = 0;
+    for (p, r) in points.iter().zip(&reports) {
+        let label = format!("[{}] seed {}", p.values.join(", "), p.seed);
+        match r {
+            Ok(r) if r.check.serializable && r.check.nothing_lost != Some(false) && r.check.invariants_ok => {}
+            Ok(_) => {
+                bad += 1;
+                eprintln!("run {label}: the checker rejected it (see results.csv)");
+            }
+            Err(e) => {
+                bad += 1;
+                eprintln!("run {label}: {e}");
+            }
+        }
+    }
+    if !quiet {
+        println!("{}", results.display());
+        println!("{}", summary.display());
+        for p in plots {
+            println!("{}", p.display());
+        }
+    }
+    if bad > 0 {
+        eprintln!("{bad} of {} runs failed", points.len());
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// `txbed replay`.
+fn replay_cmd(report: &std::path::Path, trace: Option<&std::path::Path>) -> ExitCode {
+    let rec = match txbed::replay::load(report) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let digest = if matches!(rec.scenario.workload, scenario::Workload::Verbs(_)) {
+        if trace.is_some() {
+            eprintln!("error: traces are recorded for transactional runs");
+            return ExitCode::from(2);
+        }
+        run::run(&rec.scenario, &rec.profile, rec.seed).digest
+    } else {
+        match run::replay_txn(&rec.scenario, &rec.profile, rec.seed, trace) {
+            Ok(d) => d,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    };
+    if digest == rec.digest {
+        println!("replayed {:?} seed {}: digest {digest} matches", rec.scenario.name, rec.seed);
+        if let Some(t) = trace {
+            println!("trace written to {}", t.display());
+        }
+        ExitCode::SUCCESS
+    } else {
+        eprintln!(
+            "replay of {:?} seed {} DIVERGED: digest {digest}, the report says {}",
+            rec.scenario.name, rec.seed, rec.digest
+        );
+        ExitCode::from(1)
     }
 }
 

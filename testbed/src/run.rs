@@ -11,7 +11,7 @@ use txbed_sim::NicProfile;
 use txbed_transport::Opcode;
 
 use crate::scenario::{Scenario, Workload};
-use crate::txn::{run_txns, TxnRunSpec};
+use crate::txn::TxnRunSpec;
 
 #[derive(Debug, Serialize)]
 pub struct Latency {
@@ -45,6 +45,8 @@ pub struct SimInfo {
 #[derive(Debug, Serialize)]
 pub struct Report {
     pub scenario: String,
+    /// The scenario as run, every default filled in (RON): what `txbed replay` re-runs.
+    pub resolved_scenario: String,
     pub seed: u64,
     /// 64-bit digest of every simulated event, as 16 hex digits.
     pub digest: String,
@@ -82,6 +84,7 @@ pub fn run(s: &Scenario, profile: &NicProfile, seed: u64) -> Report {
     }
     Report {
         scenario: s.name.clone(),
+        resolved_scenario: s.to_ron(),
         seed,
         digest: format!("{:016x}", out.outcome.digest),
         throughput_mops_per_machine: out.outcome.per_machine_per_s / 1e6,
@@ -128,6 +131,8 @@ pub fn text(s: &Scenario, r: &Report) -> String {
 #[derive(Debug, Serialize)]
 pub struct TxnReport {
     pub scenario: String,
+    /// The scenario as run, every default filled in (RON): what `txbed replay` re-runs.
+    pub resolved_scenario: String,
     /// `sim`, `sockets` or `verbs`: on a real backend, `sim.simulated_ns` is wall time and
     /// `digest` is zero.
     pub backend: &'static str,
@@ -208,12 +213,157 @@ pub fn run_txn(
     seed: u64,
     history: Option<&std::path::Path>,
 ) -> Result<TxnReport, String> {
+    run_txn_with(s, profile, seed, history, &mut |_, _| {})
+}
+
+/// [`run_txn`] with a progress callback (simulated ns so far, end ns).
+pub fn run_txn_with(
+    s: &Scenario,
+    profile: &NicProfile,
+    seed: u64,
+    history: Option<&std::path::Path>,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<TxnReport, String> {
     let spec = txn_spec(s, profile, seed)?;
     let start = Instant::now();
-    let mut r = run_txns(&spec)?;
+    let mut r = crate::txn::run_txns_with(&spec, progress)?;
     let wall = start.elapsed().as_secs_f64();
     write_history(s, seed, &mut r, history)?;
     Ok(txn_report(s, &spec, seed, &r, wall, "sim"))
+}
+
+/// Re-runs a transactional scenario (optionally writing a Chrome trace); returns the digest.
+pub fn replay_txn(
+    s: &Scenario,
+    profile: &NicProfile,
+    seed: u64,
+    trace: Option<&std::path::Path>,
+) -> Result<String, String> {
+    let mut spec = txn_spec(s, profile, seed)?;
+    spec.trace = trace.is_some();
+    let r = crate::txn::run_txns(&spec)?;
+    if let Some(path) = trace {
+        let f = std::fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        crate::trace::write_chrome_trace(&r.trace, spec.nodes, spec.workers, std::io::BufWriter::new(f))
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    Ok(format!("{:016x}", r.digest))
+}
+
+/// Where a run's results go besides standard output.
+pub struct RunOutput<'a> {
+    /// `--out DIR`: report.json, history.jsonl, scenario.ron.
+    pub dir: Option<&'a std::path::Path>,
+    /// `--history FILE`.
+    pub history: Option<&'a std::path::Path>,
+    pub json: bool,
+    pub quiet: bool,
+}
+
+impl RunOutput<'_> {
+    /// The history file to write: `--history`, else DIR/history.jsonl.
+    fn history_path(&self) -> Option<std::path::PathBuf> {
+        self.history.map(|p| p.to_path_buf()).or_else(|| self.dir.map(|d| d.join("history.jsonl")))
+    }
+
+    fn prepare(&self) -> Result<(), String> {
+        if let Some(d) = self.dir {
+            std::fs::create_dir_all(d).map_err(|e| format!("{}: cannot create output directory: {e}", d.display()))?;
+        }
+        Ok(())
+    }
+
+    /// Writes DIR/report.json and DIR/scenario.ron, and prints the report.
+    fn finish<R: Serialize>(&self, s: &Scenario, report: &R, text: &str) -> Result<(), String> {
+        let json = serde_json::to_string_pretty(report).expect("report serialises");
+        if let Some(d) = self.dir {
+            let write = |name: &str, body: &str| {
+                let p = d.join(name);
+                std::fs::write(&p, body).map_err(|e| format!("{}: {e}", p.display()))
+            };
+            write("report.json", &json)?;
+            write("scenario.ron", &s.to_ron())?;
+        }
+        if !self.quiet {
+            if self.json {
+                println!("{json}");
+            } else {
+                print!("{text}");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `txbed run` on the simulator: the report, files, and exit code (0 clean, 1 the checker
+/// found anomalies, 2 an error).
+pub fn run_sim(s: &Scenario, profile: &NicProfile, seed: u64, out: RunOutput<'_>) -> std::process::ExitCode {
+    use std::process::ExitCode;
+    let fail = |e: String| {
+        eprintln!("error: {e}");
+        ExitCode::from(2)
+    };
+    if let Err(e) = out.prepare() {
+        return fail(e);
+    }
+    if matches!(s.workload, Workload::Verbs(_)) {
+        let r = run(s, profile, seed);
+        return match out.finish(s, &r, &text(s, &r)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(e),
+        };
+    }
+    let mut bar = Progress::new(out.quiet);
+    let history = out.history_path();
+    let r = match run_txn_with(s, profile, seed, history.as_deref(), &mut |t, end| bar.update(t, end)) {
+        Ok(r) => r,
+        Err(e) => return fail(e),
+    };
+    bar.done();
+    if let Err(e) = out.finish(s, &r, &txn_text(s, &r)) {
+        return fail(e);
+    }
+    // A run the checker rejects is a failed run.
+    if r.check.serializable && r.check.nothing_lost != Some(false) && r.check.invariants_ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+/// A progress bar on standard error that appears only once a run has taken a second (and
+/// only on a terminal: indicatif hides it otherwise).
+pub struct Progress {
+    start: Instant,
+    bar: Option<indicatif::ProgressBar>,
+    off: bool,
+}
+
+impl Progress {
+    pub fn new(off: bool) -> Progress {
+        Progress { start: Instant::now(), bar: None, off }
+    }
+    pub fn update(&mut self, t: u64, end: u64) {
+        if self.off {
+            return;
+        }
+        if self.bar.is_none() && self.start.elapsed().as_secs_f64() >= 1.0 {
+            let b = indicatif::ProgressBar::new(end / 1000);
+            b.set_style(
+                indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} us simulated, eta {eta}")
+                    .expect("template"),
+            );
+            self.bar = Some(b);
+        }
+        if let Some(b) = &self.bar {
+            b.set_position(t / 1000);
+        }
+    }
+    pub fn done(&mut self) {
+        if let Some(b) = self.bar.take() {
+            b.finish_and_clear();
+        }
+    }
 }
 
 fn write_history(
@@ -265,6 +415,7 @@ fn txn_report(
     let (committed, aborted) = (r.measured.committed, r.measured.aborted);
     TxnReport {
         scenario: s.name.clone(),
+        resolved_scenario: s.to_ron(),
         backend,
         protocol: spec.protocol.name().into(),
         hybrid: spec.hybrid.to_string(),
@@ -301,8 +452,7 @@ pub fn run_real(
     size: Option<u32>,
     coordinator: Option<&str>,
     backend: crate::host::RealBackend,
-    json: bool,
-    history: Option<&std::path::Path>,
+    out: RunOutput<'_>,
 ) -> std::process::ExitCode {
     use std::process::ExitCode;
     let fail = |e: String| {
@@ -336,14 +486,12 @@ pub fn run_real(
     match crate::host::run_real_node(&spec, me, addr, backend) {
         Ok(None) => ExitCode::SUCCESS,
         Ok(Some(mut r)) => {
-            if let Err(e) = write_history(s, seed, &mut r, history) {
+            if let Err(e) = out.prepare().and_then(|_| write_history(s, seed, &mut r, out.history_path().as_deref())) {
                 return fail(e);
             }
             let rep = txn_report(s, &spec, seed, &r, start.elapsed().as_secs_f64(), name);
-            if json {
-                println!("{}", serde_json::to_string_pretty(&rep).expect("report serialises"));
-            } else {
-                print!("{}", txn_text(s, &rep));
+            if let Err(e) = out.finish(s, &rep, &txn_text(s, &rep)) {
+                return fail(e);
             }
             if rep.committed == 0 {
                 eprintln!(

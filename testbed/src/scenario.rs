@@ -1,8 +1,8 @@
 //! Scenario files (RON). Unknown fields and bad values are rejected with the file, line and
 //! column (syntax) or the field path (meaning); nothing here panics on user input.
 //!
-//! This is the first slice of the schema: a cluster and a closed-loop verbs workload. The
-//! transaction workloads and the full schema of docs/scenarios.md extend it.
+//! `--set path=value` (`apply_sets`) edits any field by the path it has in the file; enum
+//! variants are accepted in the file's spelling or in lower case (`Occ` or `occ`).
 
 use std::fmt;
 use std::path::Path;
@@ -30,11 +30,27 @@ pub struct Scenario {
     pub workload: Workload,
     #[serde(default)]
     pub run: RunSpec,
+    /// Where `txbed run` runs it unless `--backend` says otherwise.
+    #[serde(default)]
+    pub backend: BackendName,
+}
+
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BackendName {
+    #[default]
+    #[serde(alias = "sim")]
+    Sim,
+    #[serde(alias = "sockets")]
+    Sockets,
+    #[serde(alias = "verbs")]
+    Verbs,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ProtocolName {
+    #[serde(alias = "nowait", alias = "NoWait")]
     Nowait,
+    #[serde(alias = "occ", alias = "OCC")]
     Occ,
 }
 
@@ -50,19 +66,29 @@ impl ProtocolName {
 /// Which stages run one-sided: all RPC, all one-sided, an RCC hybrid code, or a list.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Mode {
+    #[serde(alias = "rpc", alias = "RPC")]
     Rpc,
+    #[serde(alias = "onesided", alias = "OneSided")]
     Onesided,
+    #[serde(alias = "code")]
     Code(u32),
+    #[serde(alias = "stages")]
     Stages(Vec<StageName>),
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum StageName {
+    #[serde(alias = "lock")]
     Lock,
+    #[serde(alias = "read")]
     Read,
+    #[serde(alias = "log")]
     Log,
+    #[serde(alias = "release")]
     Release,
+    #[serde(alias = "commit")]
     Commit,
+    #[serde(alias = "validate")]
     Validate,
 }
 
@@ -185,18 +211,25 @@ impl Default for Cluster {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Workload {
     /// Every coroutine keeps `outstanding` requests of one verb to random remote nodes.
+    #[serde(alias = "verbs")]
     Verbs(VerbsWorkload),
     /// SmallBank transactions (docs/workloads.md).
+    #[serde(alias = "smallbank", alias = "Smallbank")]
     SmallBank(SmallBank),
     /// YCSB transactions (docs/workloads.md).
+    #[serde(alias = "ycsb", alias = "YCSB")]
     Ycsb(Ycsb),
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Verb {
+    #[serde(alias = "read")]
     Read,
+    #[serde(alias = "write")]
     Write,
+    #[serde(alias = "atomic")]
     Atomic,
+    #[serde(alias = "rpc")]
     Rpc,
 }
 
@@ -214,6 +247,7 @@ impl Verb {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct VerbsWorkload {
+    #[serde(default = "default_verb")]
     pub verb: Verb,
     #[serde(default = "default_payload")]
     pub payload: u32,
@@ -221,6 +255,9 @@ pub struct VerbsWorkload {
     pub outstanding: u32,
 }
 
+fn default_verb() -> Verb {
+    Verb::Read
+}
 fn default_payload() -> u32 {
     64
 }
@@ -277,11 +314,44 @@ impl Scenario {
     }
 
     pub fn parse(text: &str, source: &str) -> Result<(Scenario, NicProfile), ScenarioError> {
-        let s: Scenario = ron::Options::default()
-            .from_str(text)
-            .map_err(|e| ScenarioError(format!("{source}:{}:{}: {}", e.position.line, e.position.col, e.code)))?;
-        let profile = s.validate().map_err(|(field, msg)| ScenarioError(format!("{source}: {field}: {msg}")))?;
+        let s = Self::parse_unchecked(text, source)?;
+        let profile = s.check(source)?;
         Ok((s, profile))
+    }
+
+    /// Parses without checking values (`--set` edits come before the check).
+    pub fn parse_unchecked(text: &str, source: &str) -> Result<Scenario, ScenarioError> {
+        ron::Options::default()
+            .from_str(text)
+            .map_err(|e| ScenarioError(format!("{source}:{}:{}: {}", e.position.line, e.position.col, e.code)))
+    }
+
+    /// Loads `path`, applies `sets` (`path=value`, in order) and checks the result.
+    pub fn load_with(path: &Path, sets: &[String]) -> Result<(Scenario, NicProfile), ScenarioError> {
+        let source = path.display().to_string();
+        let text =
+            std::fs::read_to_string(path).map_err(|e| ScenarioError(format!("{source}: cannot read scenario: {e}")))?;
+        let s = Self::parse_unchecked(&text, &source)?;
+        let s = s.apply_sets(sets)?;
+        let profile = s.check(&if sets.is_empty() { source } else { format!("{source} (with --set)") })?;
+        Ok((s, profile))
+    }
+
+    /// Checks every value; the error names `source` and the field path.
+    pub fn check(&self, source: &str) -> Result<NicProfile, ScenarioError> {
+        self.validate().map_err(|(field, msg)| ScenarioError(format!("{source}: {field}: {msg}")))
+    }
+
+    /// The scenario with every default filled in, as a RON file that loads back to it.
+    pub fn to_ron(&self) -> String {
+        let cfg = ron::ser::PrettyConfig::new().struct_names(true);
+        ron::ser::to_string_pretty(self, cfg).expect("a scenario serialises")
+    }
+
+    /// Applies `path=value` edits (e.g. `protocol.name=occ`, `cluster.nodes=8`,
+    /// `workload.name=ycsb`, `protocol.mode=Code(38)`); see `crate::set`.
+    pub fn apply_sets(&self, sets: &[String]) -> Result<Scenario, ScenarioError> {
+        crate::set::apply(self, sets).map_err(ScenarioError)
     }
 
     /// Checks values; on error returns the field path and the problem.

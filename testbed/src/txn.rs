@@ -403,6 +403,12 @@ pub(crate) fn assemble(
 
 /// Runs the transactions on the simulated cluster.
 pub fn run_txns(spec: &TxnRunSpec) -> Result<TxnRunResult, String> {
+    run_txns_with(spec, &mut |_, _| {})
+}
+
+/// [`run_txns`], calling `progress(simulated ns, end ns)` about a hundred times on the way.
+/// The run is simulated in slices; the result and digest are the same as in one go.
+pub fn run_txns_with(spec: &TxnRunSpec, progress: &mut dyn FnMut(u64, u64)) -> Result<TxnRunResult, String> {
     check_spec(spec)?;
     let mut cfg = SimConfig::new(spec.nodes, spec.workers, spec.profile.clone(), spec.seed);
     cfg.max_coroutines = spec.coroutines;
@@ -454,7 +460,13 @@ pub fn run_txns(spec: &TxnRunSpec) -> Result<TxnRunResult, String> {
         }
     }
     // Start nothing after the end; let transactions in flight finish.
-    sim.run_until(sh.end);
+    let slice = (sh.end / 100).max(1);
+    let mut t = 0;
+    while t < sh.end {
+        t = (t + slice).min(sh.end);
+        sim.run_until(t);
+        progress(t, sh.end);
+    }
     sim.run_to_idle(sh.end + 100_000_000);
     // Backups catch up on the logs still in their rings (a recovering backup would too).
     for (b, st) in states.iter().enumerate() {
