@@ -120,6 +120,11 @@ pub struct NodeState {
     pub readers: RefCell<Vec<(u64, u64)>>,
     /// Backup side: the version of every record this node keeps a replica of.
     pub replica: RefCell<std::collections::BTreeMap<u64, u64>>,
+    /// Participant state of the protocols that keep some (wait lists, sequencer buffers).
+    pub waitdie: crate::waitdie::Participant,
+    pub mvcc: crate::mvcc::Participant,
+    pub sundial: crate::sundial::Participant,
+    pub calvin: crate::calvin::Participant,
 }
 
 /// Where a log entry goes in a ring.
@@ -290,6 +295,16 @@ fn replying(n: &Rc<NodeState>, f: fn(&NodeState, &dyn HostMemory, &[u8], &mut Ve
 
 /// The participant handlers of `n`, to register on each of its workers.
 pub fn handlers(n: &Rc<NodeState>) -> Vec<(u16, Rc<HandlerFn>)> {
+    let mut hs = common_handlers(n);
+    hs.extend(crate::waitdie::handlers(n));
+    hs.extend(crate::mvcc::handlers(n));
+    hs.extend(crate::sundial::handlers(n));
+    hs.extend(crate::calvin::handlers(n));
+    hs
+}
+
+/// The handlers every protocol shares (ids 10..=16).
+fn common_handlers(n: &Rc<NodeState>) -> Vec<(u16, Rc<HandlerFn>)> {
     let log_node = n.clone();
     let reclaim_node = n.clone();
     vec![

@@ -75,6 +75,8 @@ pub struct TablePlace {
     pub pool: u64,
     pub tuples_at: u64,
     pub tuple_bytes: u64,
+    /// Offset of the protocol's extension inside a tuple (after the record).
+    pub ext_at: u64,
 }
 
 /// The layout of the store region, identical on every node.
@@ -119,18 +121,34 @@ impl Layout {
     /// Sizes the region: main buckets at `load_factor` occupancy (DrTM evaluates 50-90%),
     /// and an indirect pool large enough for every overflow.
     pub fn new(tables: &[TableSpec], load_factor: f64) -> Layout {
+        Self::with_ext(tables, load_factor, &|_| 0)
+    }
+
+    /// A layout whose tuples carry `ext(record_bytes)` bytes of protocol metadata after the
+    /// record (rounded up to 8).
+    pub fn with_ext(tables: &[TableSpec], load_factor: f64, ext: &dyn Fn(u64) -> u64) -> Layout {
         let mut at = 0;
         let mut places = Vec::new();
         for t in tables {
             let slots = (t.rows_per_node as f64 / load_factor).ceil() as u64;
             let buckets = slots.div_ceil(BUCKET_SLOTS as u64).max(1);
             let pool = buckets * overflow_permille(load_factor) / 1000 + 16;
-            let tuple_bytes = META_BYTES + align8(t.record_bytes as u64);
+            let ext_at = META_BYTES + align8(t.record_bytes as u64);
+            let tuple_bytes = ext_at + align8(ext(align8(t.record_bytes as u64)));
             let buckets_at = at;
             let pool_at = buckets_at + buckets * BUCKET_BYTES;
             let tuples_at = pool_at + pool * BUCKET_BYTES;
             at = tuples_at + t.rows_per_node * tuple_bytes;
-            places.push(TablePlace { spec: t.clone(), buckets_at, buckets, pool_at, pool, tuples_at, tuple_bytes });
+            places.push(TablePlace {
+                spec: t.clone(),
+                buckets_at,
+                buckets,
+                pool_at,
+                pool,
+                tuples_at,
+                tuple_bytes,
+                ext_at,
+            });
         }
         Layout { tables: places, log_at: at, ring_bytes: 0, log_workers: 0, bytes: at.max(8) }
     }

@@ -124,6 +124,10 @@ impl Handler<Start> for WorkerActor {
             let (st, sh) = (self.st.clone(), self.sh.clone());
             self.w.core().spawn(move |cx| coordinator(cx, st, sh, c));
         }
+        if self.spec.protocol.has_background() {
+            let (st, p, end) = (self.st.clone(), self.spec.protocol, self.sh.end);
+            self.w.core().spawn(move |cx| txbed_protocols::background(p, cx, st, end));
+        }
         self.running = true;
         ctx.notify(Poll);
     }
@@ -343,7 +347,7 @@ pub fn run_real_node(
     }
     let node = me.rank as u16;
     let layout = layout(spec);
-    let scratch_per_worker = spec.coroutines as u64 * (16 << 10);
+    let scratch_per_worker = crate::txn::coroutines_per_worker(spec) as u64 * (16 << 10);
     let rkey = |i: u32| 0x5000_0000 | ((node as u32) << 12) | i;
     let keys = [
         (scratch_per_worker * spec.workers as u64, rkey(0), 0x6000_0000 | ((node as u32) << 12)),

@@ -52,6 +52,14 @@ pub enum ProtocolName {
     Nowait,
     #[serde(alias = "occ", alias = "OCC")]
     Occ,
+    #[serde(alias = "waitdie", alias = "WAITDIE", alias = "WaitDie")]
+    Waitdie,
+    #[serde(alias = "mvcc", alias = "MVCC")]
+    Mvcc,
+    #[serde(alias = "sundial", alias = "SUNDIAL")]
+    Sundial,
+    #[serde(alias = "calvin", alias = "CALVIN")]
+    Calvin,
 }
 
 impl ProtocolName {
@@ -59,6 +67,10 @@ impl ProtocolName {
         match self {
             ProtocolName::Nowait => Protocol::NoWait,
             ProtocolName::Occ => Protocol::Occ,
+            ProtocolName::Waitdie => Protocol::WaitDie,
+            ProtocolName::Mvcc => Protocol::Mvcc,
+            ProtocolName::Sundial => Protocol::Sundial,
+            ProtocolName::Calvin => Protocol::Calvin,
         }
     }
 }
@@ -90,6 +102,12 @@ pub enum StageName {
     Commit,
     #[serde(alias = "validate")]
     Validate,
+    #[serde(alias = "renew")]
+    Renew,
+    #[serde(alias = "calvin_input", alias = "CalvinInput")]
+    Input,
+    #[serde(alias = "calvin_forward", alias = "CalvinForward")]
+    Forward,
 }
 
 impl StageName {
@@ -101,6 +119,9 @@ impl StageName {
             StageName::Release => Stage::Release,
             StageName::Commit => Stage::Commit,
             StageName::Validate => Stage::Validate,
+            StageName::Renew => Stage::Renew,
+            StageName::Input => Stage::CalvinInput,
+            StageName::Forward => Stage::CalvinForward,
         }
     }
 }

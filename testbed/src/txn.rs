@@ -15,33 +15,18 @@ use txbed_checker::{check, Final, History, Invariant, Options, Report};
 use txbed_protocols::history_key;
 use txbed_protocols::locate::{Catalog, LocationCache};
 use txbed_protocols::node::{self, Bug, NodeState, TxnStats};
-use txbed_protocols::nowait::{self, Attempt};
+use txbed_protocols::nowait::Attempt;
 use txbed_protocols::stage::Hybrid;
 use txbed_protocols::store::{self, split_version_word, Layout, TableSpec, VERSION};
 use txbed_sim::{NicProfile, Sim, SimConfig};
 use txbed_transport::{Ctx, HostMemory, MemoryRegion, TraceEvent};
 use txbed_workloads::{Key, Workload};
 
-/// A concurrency-control protocol the runner can drive.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum Protocol {
-    NoWait,
-    Occ,
-}
+pub use txbed_protocols::Protocol;
 
-impl Protocol {
-    pub fn name(self) -> &'static str {
-        match self {
-            Protocol::NoWait => "NOWAIT",
-            Protocol::Occ => "OCC",
-        }
-    }
-    pub fn stages(self) -> &'static [txbed_protocols::stage::Stage] {
-        match self {
-            Protocol::NoWait => &nowait::STAGES,
-            Protocol::Occ => &txbed_protocols::occ::STAGES,
-        }
-    }
+/// Coroutines each worker runs: the coordinators, plus the protocol's background one.
+pub fn coroutines_per_worker(spec: &TxnRunSpec) -> u32 {
+    spec.coroutines + spec.protocol.has_background() as u32
 }
 
 #[derive(Clone)]
@@ -145,7 +130,8 @@ pub fn layout(spec: &TxnRunSpec) -> Layout {
         .iter()
         .map(|t| TableSpec { id: t.id, record_bytes: t.record_bytes, rows_per_node: t.rows_per_node })
         .collect();
-    Layout::new(&tables, store::LOAD_FACTOR).with_log(spec.nodes, spec.workers, 64 << 10)
+    let p = spec.protocol;
+    Layout::with_ext(&tables, store::LOAD_FACTOR, &|r| p.ext_bytes(r)).with_log(spec.nodes, spec.workers, 64 << 10)
 }
 
 /// Loads `node`'s partition of every table into its store region.
@@ -186,6 +172,10 @@ pub(crate) fn node_state(spec: &TxnRunSpec, me: u16, catalog: &Rc<Catalog>) -> R
         rings: RefCell::new(Vec::new()),
         readers: RefCell::new(Vec::new()),
         replica: RefCell::new(Default::default()),
+        waitdie: Default::default(),
+        mvcc: Default::default(),
+        sundial: Default::default(),
+        calvin: Default::default(),
     })
 }
 
@@ -213,10 +203,7 @@ pub(crate) async fn coordinator(ctx: Ctx, st: Rc<NodeState>, sh: Shared, c: u32)
             seq += 1;
             let id = txn_id(n, wk, c, seq);
             let began = ctx.now();
-            let outcome = match sh.protocol {
-                Protocol::NoWait => nowait::attempt(&ctx, &st, &t, id).await,
-                Protocol::Occ => txbed_protocols::occ::attempt(&ctx, &st, &t, id).await,
-            };
+            let outcome = txbed_protocols::attempt(sh.protocol, &ctx, &st, &t, id).await;
             if ctx.tracing() {
                 let how = match outcome {
                     Attempt::Committed => "commit",
@@ -411,7 +398,7 @@ pub fn run_txns(spec: &TxnRunSpec) -> Result<TxnRunResult, String> {
 pub fn run_txns_with(spec: &TxnRunSpec, progress: &mut dyn FnMut(u64, u64)) -> Result<TxnRunResult, String> {
     check_spec(spec)?;
     let mut cfg = SimConfig::new(spec.nodes, spec.workers, spec.profile.clone(), spec.seed);
-    cfg.max_coroutines = spec.coroutines;
+    cfg.max_coroutines = coroutines_per_worker(spec);
     cfg.scratch_per_coroutine = 16 << 10;
     cfg.loopback = true;
     cfg.link_delay_ps = spec.link_delay_ns.iter().map(|d| d * 1000).collect();
@@ -456,6 +443,10 @@ pub fn run_txns_with(spec: &TxnRunSpec, progress: &mut dyn FnMut(u64, u64)) -> R
             for c in 0..spec.coroutines {
                 let (st, sh) = (states[n as usize].clone(), sh.clone());
                 sim.spawn(n, wk, move |ctx| coordinator(ctx, st, sh, c));
+            }
+            if spec.protocol.has_background() {
+                let (st, p, end) = (states[n as usize].clone(), spec.protocol, sh.end);
+                sim.spawn(n, wk, move |ctx| txbed_protocols::background(p, ctx, st, end));
             }
         }
     }
