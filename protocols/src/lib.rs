@@ -105,7 +105,7 @@ pub async fn attempt(p: Protocol, ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: 
     }
 }
 
-/// A worker's background coroutine for protocols that have one; returns once simulated time
+/// A worker's background coroutine for protocols that have one; returns once the clock
 /// passes `end` and its work is drained.
 pub async fn background(p: Protocol, ctx: Ctx, n: Rc<NodeState>, end: u64) {
     if p == Protocol::Calvin {
