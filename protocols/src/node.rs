@@ -90,11 +90,14 @@ pub struct Options {
     pub passive_ack: bool,
     /// Fetch all records of a transaction in parallel (DrTM+H Sec. 6.1).
     pub speculative: bool,
+    /// OCC only: lock and read the write set during execution, when the read/write set is
+    /// known up front, instead of at validation (FaSST's variant, DrTM+H Sec. 6.3).
+    pub lock_in_execution: bool,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { outstanding: true, doorbell: true, passive_ack: false, speculative: true }
+        Options { outstanding: true, doorbell: true, passive_ack: false, speculative: true, lock_in_execution: false }
     }
 }
 

@@ -8,6 +8,8 @@
 //! - L: the new values to every backup; C: write back and unlock (COMMIT), and on any abort
 //!   unlock what was locked (RELEASE).
 //! - Read-only transactions run R + V only (DrTM+H Sec. 5.5).
+//! - With `lock_in_execution` (FaSST), E locks and reads the write set right away and fetches
+//!   only the read set; V then validates the read set alone.
 //!
 //! A multi-line tuple READ in E can be torn by a concurrent write-back; V then sees the lock
 //! or the new version and aborts, so a torn read never commits.
@@ -26,19 +28,38 @@ pub const STAGES: [Stage; 6] = [Stage::Lock, Stage::Read, Stage::Log, Stage::Rel
 pub async fn attempt(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Attempt {
     let start_ns = ctx.now();
     let mut recs = ops::records(n, spec);
-    // E: fetch. A record caught locked is being written: abort early.
-    if let Err(e) = ops::fetch(ctx, n, &mut recs).await {
+    let early = n.options.lock_in_execution && !spec.read_only();
+    if early {
+        // FaSST: lock + read the write set now (records() puts reads first).
+        match ops::lock_and_read(ctx, n, &mut recs, |r| r.write, id).await {
+            Ok(true) => {}
+            Ok(false) => {
+                ops::release(ctx, n, &recs, |r| r.write, id).await;
+                return Attempt::Conflict;
+            }
+            Err(e) => return Attempt::Failed(e),
+        }
+    }
+    // E: fetch. A record caught locked (by another) is being written: abort early.
+    let fetched = if early { spec.reads.len() } else { recs.len() };
+    if let Err(e) = ops::fetch(ctx, n, &mut recs[..fetched]).await {
         return Attempt::Failed(e);
     }
-    if recs.iter().any(|r| r.lock_word() != 0) {
+    if recs[..fetched].iter().any(|r| r.lock_word() != 0 && r.lock_word() != id) {
+        if early {
+            ops::release(ctx, n, &recs, |r| r.write, id).await;
+        }
         return Attempt::Conflict;
     }
     let Some((new_values, delta)) = execute(ctx, n, spec, &recs) else {
+        if early {
+            ops::release(ctx, n, &recs, |r| r.write, id).await;
+        }
         return Attempt::UserAbort;
     };
     // V: lock the write set, then check it and validate the read set.
     let seen: Vec<(u16, u64)> = recs.iter().map(|r| r.version()).collect();
-    if !spec.read_only() {
+    if !spec.read_only() && !early {
         let locked = match ops::lock_and_read(ctx, n, &mut recs, |r| r.write, id).await {
             Ok(all) => all,
             Err(e) => return Attempt::Failed(e),

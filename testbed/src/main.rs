@@ -95,6 +95,23 @@ enum Command {
         #[arg(short, long)]
         quiet: bool,
     },
+    /// Run every valid hybrid code of a scenario's protocol over several seeds and rank the
+    /// codes by throughput and latency, with 95% confidence intervals (RCC Sec. 5.1).
+    HybridSearch {
+        scenario: PathBuf,
+        /// Simulations at once (default: all cores).
+        #[arg(long)]
+        jobs: Option<usize>,
+        /// Seeds per code.
+        #[arg(long, value_delimiter = ',', default_value = "1,2,3")]
+        seeds: Vec<u64>,
+        /// Output directory for results.csv, summary.csv and plots (default: results/hybrid-<protocol>).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// No progress bar.
+        #[arg(short, long)]
+        quiet: bool,
+    },
     /// Re-run the scenario and seed of a report (`txbed run --out DIR`) and check the digest.
     Replay {
         /// DIR/report.json of a simulated run.
@@ -256,6 +273,7 @@ fn main() -> ExitCode {
         Command::Devices => devices(),
         Command::Sweep { sweep, jobs, out, quiet } => sweep_cmd(&sweep, jobs, out, quiet),
         Command::Replay { report, trace } => replay_cmd(&report, trace.as_deref()),
+        Command::HybridSearch { scenario, jobs, seeds, out, quiet } => hybrid_search_cmd(&scenario, jobs, &seeds, out, quiet),
         Command::Plot { csv, x, out } => {
             let dir = out.unwrap_or_else(|| csv.parent().unwrap_or(std::path::Path::new(".")).to_path_buf());
             match txbed::plot::plot_csv(&csv, &dir, x.as_deref()) {
@@ -397,6 +415,75 @@ fn sweep_cmd(file: &std::path::Path, jobs: Option<usize>, out: Option<PathBuf>, 
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
+    }
+}
+
+/// `txbed hybrid-search`.
+fn hybrid_search_cmd(file: &std::path::Path, jobs: Option<usize>, seeds: &[u64], out: Option<PathBuf>, quiet: bool) -> ExitCode {
+    use txbed::sweep::{hybrid_search, rank, run_points, write_csvs};
+    let fail = |e: String| {
+        eprintln!("error: {e}");
+        ExitCode::from(2)
+    };
+    if seeds.is_empty() {
+        return fail("--seeds: give at least one seed".into());
+    }
+    let (sweep, points, refused) = match hybrid_search(file, seeds) {
+        Ok(x) => x,
+        Err(e) => return fail(e.to_string()),
+    };
+    // One line per distinct reason.
+    let mut reasons: Vec<(&str, Vec<&str>)> = Vec::new();
+    for (code, why) in &refused {
+        let code = code.split(' ').next().unwrap_or(code);
+        match reasons.iter_mut().find(|(w, _)| *w == why.as_str()) {
+            Some((_, codes)) => codes.push(code),
+            None => reasons.push((why, vec![code])),
+        }
+    }
+    for (why, codes) in reasons {
+        eprintln!("skipped {} codes ({}): {why}", codes.len(), codes.join(", "));
+    }
+    if points.is_empty() {
+        return fail("no hybrid code of this protocol can run on this NIC setup".into());
+    }
+    let dir = out.unwrap_or_else(|| PathBuf::from("results").join(&sweep.name));
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        return fail(format!("{}: {e}", dir.display()));
+    }
+    let jobs = jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    if !quiet {
+        eprintln!("{}: {} codes x {} seeds on {jobs} threads", sweep.name, sweep.axes[0].values.len(), seeds.len());
+    }
+    let reports = run_points(&points, jobs, quiet);
+    if let Err(e) = write_csvs(&sweep, &points, &reports, &dir) {
+        return fail(e);
+    }
+    let _ = txbed::plot::plot_csv(&dir.join("summary.csv"), &dir, None);
+    let ranked = rank(&points, &reports);
+    println!("rank  code  one-sided stages                               throughput (txn/s, 95% CI)     p50 us          p99 us   aborts  checked");
+    for (i, r) in ranked.iter().enumerate() {
+        let h = txbed_protocols::stage::Hybrid(r.code);
+        let stages: Vec<&str> = txbed_protocols::stage::Stage::ALL.iter().filter(|s| h.onesided(**s)).map(|s| s.name()).collect();
+        println!(
+            "{:>4}  {:>4}  {:<45}  {:>12.0} +- {:<10.0}  {:>6.2} +- {:<5.2}  {:>7.2}  {:>5.1}%  {}",
+            i + 1,
+            r.code,
+            if stages.is_empty() { "(all RPC)".to_string() } else { stages.join(", ") },
+            r.throughput.0,
+            r.throughput.1,
+            r.p50.0,
+            r.p50.1,
+            r.p99.0,
+            r.abort_rate * 100.0,
+            if r.clean { "serializable" } else { "CHECK FAILED" }
+        );
+    }
+    println!("{}", dir.display());
+    if ranked.iter().all(|r| r.clean) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
     }
 }
 

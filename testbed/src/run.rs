@@ -186,6 +186,7 @@ pub fn txn_spec(s: &Scenario, profile: &NicProfile, seed: u64) -> Result<TxnRunS
     if let Some(k) = c.nics_per_node {
         profile.nics_per_node = k;
     }
+    let (hybrid, options) = p.resolve(&profile);
     Ok(TxnRunSpec {
         protocol: p.name.protocol(),
         nodes: c.nodes,
@@ -193,13 +194,13 @@ pub fn txn_spec(s: &Scenario, profile: &NicProfile, seed: u64) -> Result<TxnRunS
         coroutines: c.coroutines,
         profile,
         seed,
-        hybrid: p.hybrid(),
+        hybrid,
         replication: p.replication,
         workload,
         warmup_ns: s.run.warmup_us * 1000,
         duration_ns: s.run.measure_us * 1000,
         cache_bytes: p.cache_mb << 20,
-        options: p.options.clone().into(),
+        options,
         bug: None,
         allow_unsafe_atomics: false,
         link_delay_ns: c.link_delay_us.iter().flatten().flatten().map(|&d| d as u64 * 1000).collect(),

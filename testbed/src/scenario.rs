@@ -140,6 +140,49 @@ pub struct ProtocolSpec {
     pub cache_mb: u64,
     #[serde(default)]
     pub options: OptionsSpec,
+    /// OCC only: emulate a prior system (DrTM+H Sec. 6.3); replaces `mode` and `options`.
+    #[serde(default)]
+    pub preset: Option<OccPreset>,
+}
+
+/// Prior systems' choice of primitives and optimisations per OCC phase (docs/protocols.md).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OccPreset {
+    #[serde(alias = "farm", alias = "FaRM")]
+    Farm,
+    #[serde(alias = "drtm-r", alias = "drtmr", alias = "DrTM+R")]
+    DrtmR,
+    #[serde(alias = "fasst", alias = "FaSST")]
+    Fasst,
+    #[serde(alias = "drtmh", alias = "drtm-h", alias = "DrTM+H")]
+    Drtmh,
+}
+
+impl OccPreset {
+    /// The hybrid code and options; `atomics_safe`: one-sided CAS is atomic with every other
+    /// access to the word on this NIC setup (one NIC per node, or GLOB atomicity).
+    pub fn resolve(self, atomics_safe: bool) -> (Hybrid, txbed_protocols::node::Options) {
+        use txbed_protocols::node::Options;
+        let all = Hybrid::full(Protocol::Occ.stages());
+        let (read, log, validate) = (Stage::Read.bit(), Stage::Log.bit(), Stage::Validate.bit());
+        let base = Options { outstanding: true, doorbell: false, passive_ack: false, speculative: false, lock_in_execution: false };
+        match self {
+            // FaRM: one-sided READ to execute and validate, one-sided WRITE to log; locking and
+            // commit are messages the primary's CPU processes (RPC here).
+            OccPreset::Farm => (Hybrid(read | log | validate), base),
+            // DrTM+R: every phase one-sided (RDMA CAS locks, READ, WRITE).
+            OccPreset::DrtmR => (all, base),
+            // FaSST: every phase by RPC over UD, doorbell-batched, locking the write set during
+            // execution since the read/write sets are known.
+            OccPreset::Fasst => (Hybrid::RPC, Options { doorbell: true, lock_in_execution: true, ..base }),
+            // DrTM+H Sec. 6.1: cached one-sided READ, one-sided log; one-sided lock/commit only
+            // where NIC atomics are safe, else RPC; passive ACK and speculative execution.
+            OccPreset::Drtmh => (
+                if atomics_safe { all } else { Hybrid(read | log | validate) },
+                Options { doorbell: true, passive_ack: true, speculative: true, ..base },
+            ),
+        }
+    }
 }
 
 /// RDMA optimisations (DrTM+H Sec. 3.2), each on or off.
@@ -150,6 +193,8 @@ pub struct OptionsSpec {
     pub doorbell: bool,
     pub passive_ack: bool,
     pub speculative: bool,
+    /// OCC: lock the write set during execution (FaSST).
+    pub lock_in_execution: bool,
 }
 
 impl Default for OptionsSpec {
@@ -160,6 +205,7 @@ impl Default for OptionsSpec {
             doorbell: d.doorbell,
             passive_ack: d.passive_ack,
             speculative: d.speculative,
+            lock_in_execution: d.lock_in_execution,
         }
     }
 }
@@ -171,6 +217,7 @@ impl From<OptionsSpec> for txbed_protocols::node::Options {
             doorbell: o.doorbell,
             passive_ack: o.passive_ack,
             speculative: o.speculative,
+            lock_in_execution: o.lock_in_execution,
         }
     }
 }
@@ -185,7 +232,21 @@ fn default_cache_mb() -> u64 {
     64
 }
 
+/// Whether one-sided CAS is safe on `profile`: HCA-level atomicity is only atomic within one
+/// NIC, so several NICs per node make it unsafe.
+pub fn atomics_safe(profile: &NicProfile) -> bool {
+    !(profile.atomicity == Atomicity::Hca && profile.nics_per_node > 1)
+}
+
 impl ProtocolSpec {
+    /// The hybrid code and options a run uses: the preset's, else `mode` and `options`.
+    pub fn resolve(&self, profile: &NicProfile) -> (Hybrid, txbed_protocols::node::Options) {
+        match self.preset {
+            Some(p) => p.resolve(atomics_safe(profile)),
+            None => (self.hybrid(), self.options.clone().into()),
+        }
+    }
+
     pub fn hybrid(&self) -> Hybrid {
         let stages = self.name.protocol().stages();
         match &self.mode {
@@ -453,7 +514,10 @@ impl Scenario {
                     "a transactional workload needs a protocol, e.g. protocol: (name: Occ)".into(),
                 ));
             };
-            let h = p.hybrid();
+            if p.preset.is_some() && p.name != ProtocolName::Occ {
+                return Err(("protocol.preset", "presets emulate prior OCC systems: use them with name: Occ".into()));
+            }
+            let h = p.resolve(&profile).0;
             h.check(p.name.protocol().name(), p.name.protocol().stages()).map_err(|m| ("protocol.mode", m))?;
             if p.replication == 0 || p.replication > c.nodes {
                 return Err((

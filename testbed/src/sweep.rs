@@ -299,3 +299,94 @@ mod tests {
         assert!(mean_ci95(&[]).0.is_nan());
     }
 }
+
+/// `txbed hybrid-search`: every valid hybrid code of the scenario's protocol, each over
+/// `seeds`, as a one-axis sweep on `protocol.mode`. Codes the scenario's NIC setup refuses
+/// (one-sided LOCK on unsafe atomics) are returned separately with the reason.
+pub fn hybrid_search(file: &Path, seeds: &[u64]) -> Result<(Sweep, Vec<Point>, Vec<(String, String)>), ScenarioError> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| ScenarioError(format!("{}: cannot read scenario: {e}", file.display())))?;
+    let base = Scenario::parse_unchecked(&text, &file.display().to_string())?;
+    let Some(p) = &base.protocol else {
+        return Err(ScenarioError(format!("{}: hybrid-search needs a transactional scenario with a protocol", file.display())));
+    };
+    let protocol = p.name.protocol();
+    let codes = txbed_protocols::stage::Hybrid::all_codes(protocol.stages());
+    let mut points = Vec::new();
+    let mut refused = Vec::new();
+    let mut values = Vec::new();
+    for h in codes {
+        let code = format!("Code({})", h.0);
+        let mut ok = true;
+        let mut these = Vec::new();
+        for &seed in seeds {
+            let sets = vec![format!("protocol.mode={code}"), "protocol.preset=None".into(), format!("run.seed={seed}")];
+            let s = base.apply_sets(&sets).map_err(|e| ScenarioError(format!("{}: {e}", file.display())))?;
+            match s.check(&file.display().to_string()) {
+                Ok(profile) => these.push(Point { values: vec![h.0.to_string()], seed, scenario: s, profile }),
+                Err(e) => {
+                    refused.push((h.to_string(), e.0));
+                    ok = false;
+                    break;
+                }
+            }
+        }
+        if ok {
+            values.push(AxisValue::Int(h.0 as i64));
+            points.extend(these);
+        }
+    }
+    let sweep = Sweep {
+        name: format!("hybrid-{}", protocol.name().to_lowercase()),
+        base: file.to_path_buf(),
+        set: Vec::new(),
+        axes: vec![Axis { path: "protocol.mode".into(), values }],
+        seeds: seeds.to_vec(),
+        x: None,
+    };
+    Ok((sweep, points, refused))
+}
+
+/// One ranked line of a hybrid search.
+pub struct Ranked {
+    pub code: u32,
+    pub throughput: (f64, f64),
+    pub p50: (f64, f64),
+    pub p99: (f64, f64),
+    pub abort_rate: f64,
+    pub clean: bool,
+}
+
+/// Ranks codes by mean throughput (then p50 latency), with 95% confidence intervals.
+pub fn rank(points: &[Point], reports: &[Result<TxnReport, String>]) -> Vec<Ranked> {
+    let mut codes: Vec<u32> = points.iter().filter_map(|p| p.values[0].parse().ok()).collect();
+    codes.dedup();
+    let mut out: Vec<Ranked> = codes
+        .into_iter()
+        .map(|code| {
+            let group: Vec<&Result<TxnReport, String>> = points
+                .iter()
+                .zip(reports)
+                .filter(|(p, _)| p.values[0] == code.to_string())
+                .map(|(_, r)| r)
+                .collect();
+            let ok: Vec<&TxnReport> = group.iter().filter_map(|r| r.as_ref().ok()).collect();
+            let col = |f: &dyn Fn(&TxnReport) -> f64| mean_ci95(&ok.iter().map(|r| f(r)).collect::<Vec<_>>());
+            Ranked {
+                code,
+                throughput: col(&|r| r.throughput_tps),
+                p50: col(&|r| r.latency_us.p50),
+                p99: col(&|r| r.latency_us.p99),
+                abort_rate: col(&|r| r.abort_rate).0,
+                clean: ok.len() == group.len()
+                    && ok.iter().all(|r| r.check.serializable && r.check.nothing_lost != Some(false) && r.check.invariants_ok),
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        b.throughput.0.partial_cmp(&a.throughput.0).unwrap_or(std::cmp::Ordering::Equal).then(
+            a.p50.0.partial_cmp(&b.p50.0).unwrap_or(std::cmp::Ordering::Equal),
+        )
+    });
+    out
+}

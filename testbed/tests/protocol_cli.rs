@@ -1,0 +1,94 @@
+//! OCC presets emulating prior systems and `txbed hybrid-search`, through the binary.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+fn txbed(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_txbed")).args(args).current_dir(root()).output().unwrap()
+}
+
+fn json(out: &Output) -> serde_json::Value {
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn presets_pick_their_codes_and_run_serializable() {
+    let short = ["--set", "run.measure_us=200", "--json"];
+    for (preset, nics, code) in
+        [("farm", 1, "38"), ("drtm-r", 1, "63"), ("fasst", 1, "0"), ("drtmh", 1, "63"), ("drtmh", 2, "38")]
+    {
+        let p = format!("protocol.preset={preset}");
+        let n = format!("cluster.nics_per_node={nics}");
+        let mut args = vec!["run", "scenarios/quickstart.ron", "--set", &p, "--set", &n];
+        args.extend(short);
+        let r = json(&txbed(&args));
+        assert!(r["hybrid"].as_str().unwrap().starts_with(code), "{preset}: {}", r["hybrid"]);
+        assert_eq!(r["check"]["serializable"], true, "{preset}");
+        assert_eq!(r["check"]["nothing_lost"], true, "{preset}");
+        assert!(r["committed"].as_u64().unwrap() > 0, "{preset}");
+    }
+    // DrTM+R needs safe atomics; presets are for OCC only.
+    let out = txbed(&["run", "scenarios/quickstart.ron", "--set", "protocol.preset=drtm-r"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("one-sided LOCK is unsafe"));
+    let out = txbed(&["run", "scenarios/quickstart.ron", "--set", "protocol.preset=farm", "--set", "protocol.name=nowait"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("protocol.preset"));
+}
+
+/// FaSST's variant locks the write set during execution: no separate lock round after the
+/// logic, so the lock stage runs once per writing transaction either way, but the read stage
+/// fetches only the read set (fewer bytes per fetch than plain OCC over RPC).
+#[test]
+fn fasst_locks_in_execution() {
+    let base = ["run", "scenarios/quickstart.ron", "--set", "run.measure_us=200", "--json", "--set", "cluster.nics_per_node=1"];
+    let mut a = base.to_vec();
+    a.extend(["--set", "protocol.mode=rpc"]);
+    let plain = json(&txbed(&a));
+    let mut b = base.to_vec();
+    b.extend(["--set", "protocol.preset=fasst"]);
+    let fasst = json(&txbed(&b));
+    let bytes = |r: &serde_json::Value| r["stages"]["read"]["bytes"].as_f64().unwrap();
+    assert!(bytes(&fasst) < bytes(&plain), "fasst fetches only the read set: {} vs {}", bytes(&fasst), bytes(&plain));
+}
+
+#[test]
+fn hybrid_search_ranks_every_code() {
+    let dir = std::env::temp_dir().join(format!("txbed-hs-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let f = dir.join("s.ron");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        &f,
+        r#"Scenario(
+    cluster: (nodes: 3, workers: 2, coroutines: 4, nics_per_node: Some(1)),
+    protocol: Some((name: Nowait, replication: 2)),
+    workload: SmallBank((accounts_per_node: 10000)),
+    run: (warmup_us: 20, measure_us: 150),
+)"#,
+    )
+    .unwrap();
+    let out = txbed(&["hybrid-search", f.to_str().unwrap(), "--seeds", "1,2", "--jobs", "2", "-q", "--out", dir.join("o").to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    let ranked: Vec<&str> = text.lines().filter(|l| l.trim_start().chars().next().is_some_and(|c| c.is_ascii_digit())).collect();
+    assert_eq!(ranked.len(), 16, "NOWAIT has 4 stages, 16 codes:\n{text}");
+    assert!(ranked.iter().all(|l| l.ends_with("serializable")), "{text}");
+    let summary = std::fs::read_to_string(dir.join("o/summary.csv")).unwrap();
+    assert_eq!(summary.lines().count(), 17);
+    // Ranked by mean throughput, best first (as summary.csv has it).
+    let head: Vec<&str> = summary.lines().next().unwrap().split(',').collect();
+    let col = head.iter().position(|h| *h == "throughput_tps_mean").unwrap();
+    let mean_of = |code: &str| -> f64 {
+        summary.lines().skip(1).find(|l| l.split(',').next() == Some(code)).unwrap().split(',').nth(col).unwrap().parse().unwrap()
+    };
+    let order: Vec<f64> = ranked.iter().map(|l| mean_of(l.split_whitespace().nth(1).unwrap())).collect();
+    assert!(order.windows(2).all(|w| w[0] >= w[1]), "{order:?}");
+    let out = txbed(&["hybrid-search", "scenarios/verbs-read.ron"]);
+    assert_eq!(out.status.code(), Some(2));
+}
