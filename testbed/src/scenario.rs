@@ -538,7 +538,7 @@ impl Scenario {
         if self.run.measure_us == 0 {
             return Err(("run.measure_us", "must be at least 1".into()));
         }
-        if self.run.warmup_us + self.run.measure_us > 10_000_000 {
+        if self.run.warmup_us.saturating_add(self.run.measure_us) > 10_000_000 {
             return Err(("run.measure_us", "warm-up plus measured time must be at most 10 s of simulated time".into()));
         }
         Ok(profile)

@@ -74,8 +74,9 @@ impl SmallBank {
                 return Err((name, format!("must be a probability in [0, 1], got {p}")));
             }
         }
-        if self.mix.iter().sum::<u32>() != 100 {
-            return Err(("mix", format!("percentages must add up to 100, got {}", self.mix.iter().sum::<u32>())));
+        let sum: u64 = self.mix.iter().map(|&m| u64::from(m)).sum();
+        if sum != 100 {
+            return Err(("mix", format!("percentages must add up to 100, got {sum}")));
         }
         Ok(())
     }
