@@ -180,6 +180,7 @@ pub fn txn_spec(s: &Scenario, profile: &NicProfile, seed: u64) -> Result<TxnRunS
     let workload: std::sync::Arc<dyn txbed_workloads::Workload> = match &s.workload {
         Workload::SmallBank(w) => std::sync::Arc::new(w.clone()),
         Workload::Ycsb(w) => std::sync::Arc::new(w.prepare(c.nodes)),
+        Workload::Tpce(w) => std::sync::Arc::new(w.prepare(c.nodes)),
         Workload::Verbs(_) => return Err("not a transactional workload".into()),
     };
     let mut profile = profile.clone();
@@ -540,6 +541,7 @@ pub fn txn_text(s: &Scenario, r: &TxnReport) -> String {
         match &s.workload {
             Workload::SmallBank(_) => "SmallBank",
             Workload::Ycsb(_) => "YCSB",
+            Workload::Tpce(_) => "TPC-E",
             Workload::Verbs(_) => "verbs",
         },
         c.nodes,

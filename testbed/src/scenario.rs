@@ -13,6 +13,7 @@ use txbed_sim::bench_verbs::{rpc_max_payload, RawVerb};
 use txbed_sim::profile::Atomicity;
 use txbed_sim::NicProfile;
 use txbed_workloads::smallbank::SmallBank;
+use txbed_workloads::tpce::Tpce;
 use txbed_workloads::ycsb::Ycsb;
 
 use crate::txn::Protocol;
@@ -301,6 +302,10 @@ pub enum Workload {
     /// YCSB transactions (docs/workloads.md).
     #[serde(alias = "ycsb", alias = "YCSB")]
     Ycsb(Ycsb),
+    /// The TPC-E subset DrTM+H runs: customer-position, trade-order, market-feed
+    /// (docs/workloads.md).
+    #[serde(alias = "tpce", alias = "TPCE", alias = "TpcE")]
+    Tpce(Tpce),
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -374,6 +379,12 @@ fn workload_field(f: &'static str) -> &'static str {
         "ops" => "workload.ops",
         "write_fraction" => "workload.write_fraction",
         "zipf_theta" => "workload.zipf_theta",
+        "customers_per_node" => "workload.customers_per_node",
+        "accounts_per_customer" => "workload.accounts_per_customer",
+        "holdings_per_account" => "workload.holdings_per_account",
+        "securities_per_node" => "workload.securities_per_node",
+        "remote_fraction" => "workload.remote_fraction",
+        "feed_batch" => "workload.feed_batch",
         _ => "workload",
     }
 }
@@ -506,6 +517,7 @@ impl Scenario {
             }
             Workload::SmallBank(w) => w.validate().map_err(|(f, m)| (workload_field(f), m))?,
             Workload::Ycsb(w) => w.validate().map_err(|(f, m)| (workload_field(f), m))?,
+            Workload::Tpce(w) => w.validate().map_err(|(f, m)| (workload_field(f), m))?,
         }
         if !matches!(self.workload, Workload::Verbs(_)) {
             let Some(p) = &self.protocol else {

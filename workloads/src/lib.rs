@@ -7,6 +7,7 @@
 //! generator is a pure function of the run's seed.
 
 pub mod smallbank;
+pub mod tpce;
 pub mod ycsb;
 
 use rand_chacha::ChaCha8Rng;
