@@ -113,6 +113,10 @@ pub async fn append(ctx: &Ctx, n: &NodeState, backups: &[u16], record: &[u8]) ->
         let mut reclaims = Vec::new();
         for (i, &b) in backups.iter().enumerate() {
             let src_at = s.addr + 8 * 1024 + i as u64 * framed_len;
+            // Room first (a wrap marker and the record), so no other coroutine of this worker
+            // reserves and posts a later ring position in between.
+            let q = ctx.rc_qp(NodeId(b), ctx.coroutine() as usize).ok_or("no QP to backup")?;
+            crate::ops::room(ctx, q, 2).await?;
             let t = n.log_tail(worker, b, framed_len);
             let mut framed = Vec::with_capacity(framed_len as usize);
             framed.extend_from_slice(&(record.len() as u32).to_le_bytes());
@@ -122,7 +126,6 @@ pub async fn append(ctx: &Ctx, n: &NodeState, backups: &[u16], record: &[u8]) ->
             framed.resize(framed_len as usize - 4, 0);
             framed.extend_from_slice(&(record.len() as u32).to_le_bytes());
             ctx.write_local(src_at, &framed).map_err(|e| e.to_string())?;
-            let q = ctx.rc_qp(NodeId(b), ctx.coroutine() as usize).ok_or("no QP to backup")?;
             let ring_at = n.catalog.layout.ring(n.me, worker);
             let mut ops = Vec::new();
             if let Some(old) = t.wrapped_from {

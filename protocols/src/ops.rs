@@ -80,6 +80,7 @@ pub fn qp(ctx: &Ctx, node: u16) -> Result<QpId, String> {
 /// Posts `ops` on `q` as the options say: one doorbell for the list (doorbell batching) or
 /// one per request; with outstanding requests off, waits for them before returning.
 async fn issue(ctx: &Ctx, n: &NodeState, q: QpId, ops: Vec<(Op, bool)>) -> Result<(), String> {
+    room(ctx, q, ops.len() as u32).await?;
     if n.options.doorbell {
         ctx.post(q, ops).map_err(|e| e.to_string())?;
     } else {
@@ -89,6 +90,20 @@ async fn issue(ctx: &Ctx, n: &NodeState, q: QpId, ops: Vec<(Op, bool)>) -> Resul
     }
     if !n.options.outstanding {
         ctx.wait().await.map_err(|c| c.to_string())?;
+    }
+    Ok(())
+}
+
+/// Waits until `q`'s send queue has room for `k` more requests. A worker's coroutines share
+/// its QPs, so transactions with many records on one node (TPC-E's customer-position reads
+/// about 50) can fill it: drain this coroutine's own requests, then give the others time.
+pub async fn room(ctx: &Ctx, q: QpId, k: u32) -> Result<(), String> {
+    let full = || ctx.outstanding(q).saturating_add(k) > ctx.qp_info(q).map_or(u32::MAX, |i| i.max_outstanding);
+    while full() {
+        ctx.wait().await.map_err(|c| c.to_string())?;
+        if full() {
+            ctx.sleep(500).await;
+        }
     }
     Ok(())
 }
@@ -427,19 +442,20 @@ pub async fn write_back(
 pub fn release_posts(ctx: &Ctx, n: &NodeState, recs: &[Rec], which: impl Fn(&Rec) -> bool, id: u64) {
     for r in recs.iter().filter(|r| r.locked && which(r)) {
         if n.hybrid.onesided(Stage::Release) {
-            if let Ok(q) = qp(ctx, r.home) {
-                let unlock = Op::Write {
-                    src: Payload::Inline(0u64.to_le_bytes().to_vec()),
-                    remote: n.catalog.remote(r.home, r.offset + LOCK, 8),
-                };
-                let _ = ctx.post(q, [(unlock, true)]);
+            let unlock = Op::Write {
+                src: Payload::Inline(0u64.to_le_bytes().to_vec()),
+                remote: n.catalog.remote(r.home, r.offset + LOCK, 8),
+            };
+            // A full send queue must not leave the lock held: the lock word names its owner,
+            // so an RPC can release it instead (RCC Sec. 5.2).
+            if qp(ctx, r.home).is_ok_and(|q| ctx.post(q, [(unlock, true)]).is_ok()) {
+                continue;
             }
-        } else {
-            let mut req = Vec::with_capacity(16);
-            req.extend_from_slice(&r.offset.to_le_bytes());
-            req.extend_from_slice(&id.to_le_bytes());
-            ctx.call(endpoint(ctx, r.home), H_RELEASE, &req);
         }
+        let mut req = Vec::with_capacity(16);
+        req.extend_from_slice(&r.offset.to_le_bytes());
+        req.extend_from_slice(&id.to_le_bytes());
+        ctx.call(endpoint(ctx, r.home), H_RELEASE, &req);
     }
 }
 

@@ -143,6 +143,9 @@ impl Tpce {
                 format!("must be 1..=10 (TPC-E's range), got {}", self.accounts_per_customer),
             ));
         }
+        if self.securities_per_node == 0 || self.securities_per_node > 1 << 32 {
+            return Err(("securities_per_node", format!("must be 1..=2^32, got {}", self.securities_per_node)));
+        }
         if self.holdings_per_account == 0 || self.holdings_per_account as u64 > self.securities_per_node {
             return Err((
                 "holdings_per_account",
@@ -162,16 +165,14 @@ impl Tpce {
                 ),
             ));
         }
-        if self.securities_per_node == 0 || self.securities_per_node > 1 << 32 {
-            return Err(("securities_per_node", format!("must be 1..=2^32, got {}", self.securities_per_node)));
-        }
         if let Some(p) = self.remote_fraction {
             if !(0.0..=1.0).contains(&p) {
                 return Err(("remote_fraction", format!("must be a probability in [0, 1], got {p}")));
             }
         }
-        if self.mix.iter().sum::<u32>() != 100 {
-            return Err(("mix", format!("percentages must add up to 100, got {}", self.mix.iter().sum::<u32>())));
+        let sum: u64 = self.mix.iter().map(|&m| u64::from(m)).sum();
+        if sum != 100 {
+            return Err(("mix", format!("percentages must add up to 100, got {sum}")));
         }
         if self.feed_batch == 0 || self.feed_batch as u64 > self.securities_per_node {
             return Err((
