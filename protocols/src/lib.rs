@@ -87,9 +87,9 @@ impl Protocol {
     }
 
     /// Whether each worker runs a background coroutine ([`background`]) besides its
-    /// coordinators (CALVIN's sequencer and executors).
+    /// coordinators (CALVIN's sequencer and executors, WAITDIE's wait-list check).
     pub fn has_background(self) -> bool {
-        self == Protocol::Calvin
+        matches!(self, Protocol::Calvin | Protocol::WaitDie)
     }
 }
 
@@ -108,8 +108,10 @@ pub async fn attempt(p: Protocol, ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: 
 /// A worker's background coroutine for protocols that have one; returns once the clock
 /// passes `end` and its work is drained.
 pub async fn background(p: Protocol, ctx: Ctx, n: Rc<NodeState>, end: u64) {
-    if p == Protocol::Calvin {
-        calvin::background(ctx, n, end).await
+    match p {
+        Protocol::Calvin => calvin::background(ctx, n, end).await,
+        Protocol::WaitDie => waitdie::background(ctx, n, end).await,
+        _ => {}
     }
 }
 

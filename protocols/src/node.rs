@@ -149,6 +149,9 @@ pub enum Bug {
     SkipValidation,
     /// Commit without logging to the backups (their replicas fall behind).
     SkipLog,
+    /// WAITDIE hands a transaction that waited for a lock the tuple as it was when it began
+    /// to wait, before the holder's write-back (a stale read: lost updates).
+    WaitDieStaleRead,
 }
 
 impl NodeState {

@@ -79,7 +79,7 @@ pub fn qp(ctx: &Ctx, node: u16) -> Result<QpId, String> {
 
 /// Posts `ops` on `q` as the options say: one doorbell for the list (doorbell batching) or
 /// one per request; with outstanding requests off, waits for them before returning.
-async fn issue(ctx: &Ctx, n: &NodeState, q: QpId, ops: Vec<(Op, bool)>) -> Result<(), String> {
+pub(crate) async fn issue(ctx: &Ctx, n: &NodeState, q: QpId, ops: Vec<(Op, bool)>) -> Result<(), String> {
     room(ctx, q, ops.len() as u32).await?;
     if n.options.doorbell {
         ctx.post(q, ops).map_err(|e| e.to_string())?;
@@ -109,7 +109,7 @@ pub async fn room(ctx: &Ctx, q: QpId, k: u32) -> Result<(), String> {
 }
 
 /// Calls `handler` at `node`; with outstanding requests off, waits for the reply first.
-async fn call(ctx: &Ctx, n: &NodeState, node: u16, handler: u16, req: &[u8]) -> CallId {
+pub(crate) async fn call(ctx: &Ctx, n: &NodeState, node: u16, handler: u16, req: &[u8]) -> CallId {
     let id = ctx.call(endpoint(ctx, node), handler, req);
     if !n.options.outstanding {
         let _ = ctx.wait().await;
@@ -118,7 +118,12 @@ async fn call(ctx: &Ctx, n: &NodeState, node: u16, handler: u16, req: &[u8]) -> 
 }
 
 /// Finds the tuple offset of every selected record (location cache, then index READs).
-async fn locate_all(ctx: &Ctx, n: &NodeState, recs: &mut [Rec], which: impl Fn(&Rec) -> bool) -> Result<(), String> {
+pub(crate) async fn locate_all(
+    ctx: &Ctx,
+    n: &NodeState,
+    recs: &mut [Rec],
+    which: impl Fn(&Rec) -> bool,
+) -> Result<(), String> {
     let scratch = ctx.scratch();
     for r in recs.iter_mut().filter(|r| which(r)) {
         r.offset = locate(ctx, &n.catalog, &n.cache, scratch, r.home, r.table, r.key)
@@ -131,7 +136,7 @@ async fn locate_all(ctx: &Ctx, n: &NodeState, recs: &mut [Rec], which: impl Fn(&
 
 /// Accounts one execution of stage `s` begun at `t0` and, when the worker traces, records it
 /// as a slice on the coroutine's track.
-fn account(ctx: &Ctx, n: &NodeState, s: Stage, t0: u64, round_trips: u64, bytes: u64) {
+pub(crate) fn account(ctx: &Ctx, n: &NodeState, s: Stage, t0: u64, round_trips: u64, bytes: u64) {
     let now = ctx.now();
     n.account(s, now - t0, round_trips, bytes);
     ctx.trace_slice_args(
@@ -143,7 +148,7 @@ fn account(ctx: &Ctx, n: &NodeState, s: Stage, t0: u64, round_trips: u64, bytes:
     );
 }
 
-fn tuple_bytes(n: &NodeState, table: u16) -> u32 {
+pub(crate) fn tuple_bytes(n: &NodeState, table: u16) -> u32 {
     n.catalog.layout.table(table).map(|p| p.tuple_bytes as u32).unwrap_or(0)
 }
 
@@ -336,7 +341,7 @@ pub async fn validate(
 /// The payload of a WRITE: inline when small (DrTM+H inlines up to 64 B), otherwise staged
 /// in this coroutine's scratch at `*at`, which advances. Each request needs its own staging
 /// bytes: the NIC DMA-reads them when it processes the request, after later ones are posted.
-fn inline_or_staged(ctx: &Ctx, bytes: &[u8], at: &mut u64) -> Payload {
+pub(crate) fn inline_or_staged(ctx: &Ctx, bytes: &[u8], at: &mut u64) -> Payload {
     if bytes.len() <= 64 {
         return Payload::Inline(bytes.to_vec());
     }
