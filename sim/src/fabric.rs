@@ -903,8 +903,10 @@ impl Sim {
             // nanosecond of the commit, but ordered before it, must still wait.
             if let Some(&(_, until)) = busy.iter().find(|&&(a, _)| a == addr) {
                 // Deferred: later requests on this QP must wait too, or they would overtake it.
+                // Re-deferred at the very picosecond the blocker commits, `until` is now: the
+                // followers must still wait past it (the CAS runs again after the commit event).
                 let q = &mut self.nodes[dst as usize].qps[dst_qp as usize];
-                q.ordered_after = q.ordered_after.max(until);
+                q.ordered_after = q.ordered_after.max(until.max(now_ps + 1));
                 self.q.schedule(ceil_ns(until), Ev::ReqArrive { op: id });
                 return;
             }
