@@ -273,7 +273,9 @@ fn main() -> ExitCode {
         Command::Devices => devices(),
         Command::Sweep { sweep, jobs, out, quiet } => sweep_cmd(&sweep, jobs, out, quiet),
         Command::Replay { report, trace } => replay_cmd(&report, trace.as_deref()),
-        Command::HybridSearch { scenario, jobs, seeds, out, quiet } => hybrid_search_cmd(&scenario, jobs, &seeds, out, quiet),
+        Command::HybridSearch { scenario, jobs, seeds, out, quiet } => {
+            hybrid_search_cmd(&scenario, jobs, &seeds, out, quiet)
+        }
         Command::Plot { csv, x, out } => {
             let dir = out.unwrap_or_else(|| csv.parent().unwrap_or(std::path::Path::new(".")).to_path_buf());
             match txbed::plot::plot_csv(&csv, &dir, x.as_deref()) {
@@ -419,7 +421,13 @@ fn sweep_cmd(file: &std::path::Path, jobs: Option<usize>, out: Option<PathBuf>, 
 }
 
 /// `txbed hybrid-search`.
-fn hybrid_search_cmd(file: &std::path::Path, jobs: Option<usize>, seeds: &[u64], out: Option<PathBuf>, quiet: bool) -> ExitCode {
+fn hybrid_search_cmd(
+    file: &std::path::Path,
+    jobs: Option<usize>,
+    seeds: &[u64],
+    out: Option<PathBuf>,
+    quiet: bool,
+) -> ExitCode {
     use txbed::sweep::{hybrid_search, rank, run_points, write_csvs};
     let fail = |e: String| {
         eprintln!("error: {e}");
@@ -464,7 +472,8 @@ fn hybrid_search_cmd(file: &std::path::Path, jobs: Option<usize>, seeds: &[u64],
     println!("rank  code  one-sided stages                               throughput (txn/s, 95% CI)     p50 us          p99 us   aborts  checked");
     for (i, r) in ranked.iter().enumerate() {
         let h = txbed_protocols::stage::Hybrid(r.code);
-        let stages: Vec<&str> = txbed_protocols::stage::Stage::ALL.iter().filter(|s| h.onesided(**s)).map(|s| s.name()).collect();
+        let stages: Vec<&str> =
+            txbed_protocols::stage::Stage::ALL.iter().filter(|s| h.onesided(**s)).map(|s| s.name()).collect();
         println!(
             "{:>4}  {:>4}  {:<45}  {:>12.0} +- {:<10.0}  {:>6.2} +- {:<5.2}  {:>7.2}  {:>5.1}%  {}",
             i + 1,

@@ -166,7 +166,13 @@ impl OccPreset {
         use txbed_protocols::node::Options;
         let all = Hybrid::full(Protocol::Occ.stages());
         let (read, log, validate) = (Stage::Read.bit(), Stage::Log.bit(), Stage::Validate.bit());
-        let base = Options { outstanding: true, doorbell: false, passive_ack: false, speculative: false, lock_in_execution: false };
+        let base = Options {
+            outstanding: true,
+            doorbell: false,
+            passive_ack: false,
+            speculative: false,
+            lock_in_execution: false,
+        };
         match self {
             // FaRM: one-sided READ to execute and validate, one-sided WRITE to log; locking and
             // commit are messages the primary's CPU processes (RPC here).

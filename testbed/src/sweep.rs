@@ -308,7 +308,10 @@ pub fn hybrid_search(file: &Path, seeds: &[u64]) -> Result<(Sweep, Vec<Point>, V
         .map_err(|e| ScenarioError(format!("{}: cannot read scenario: {e}", file.display())))?;
     let base = Scenario::parse_unchecked(&text, &file.display().to_string())?;
     let Some(p) = &base.protocol else {
-        return Err(ScenarioError(format!("{}: hybrid-search needs a transactional scenario with a protocol", file.display())));
+        return Err(ScenarioError(format!(
+            "{}: hybrid-search needs a transactional scenario with a protocol",
+            file.display()
+        )));
     };
     let protocol = p.name.protocol();
     let codes = txbed_protocols::stage::Hybrid::all_codes(protocol.stages());
@@ -364,12 +367,8 @@ pub fn rank(points: &[Point], reports: &[Result<TxnReport, String>]) -> Vec<Rank
     let mut out: Vec<Ranked> = codes
         .into_iter()
         .map(|code| {
-            let group: Vec<&Result<TxnReport, String>> = points
-                .iter()
-                .zip(reports)
-                .filter(|(p, _)| p.values[0] == code.to_string())
-                .map(|(_, r)| r)
-                .collect();
+            let group: Vec<&Result<TxnReport, String>> =
+                points.iter().zip(reports).filter(|(p, _)| p.values[0] == code.to_string()).map(|(_, r)| r).collect();
             let ok: Vec<&TxnReport> = group.iter().filter_map(|r| r.as_ref().ok()).collect();
             let col = |f: &dyn Fn(&TxnReport) -> f64| mean_ci95(&ok.iter().map(|r| f(r)).collect::<Vec<_>>());
             Ranked {
@@ -379,14 +378,18 @@ pub fn rank(points: &[Point], reports: &[Result<TxnReport, String>]) -> Vec<Rank
                 p99: col(&|r| r.latency_us.p99),
                 abort_rate: col(&|r| r.abort_rate).0,
                 clean: ok.len() == group.len()
-                    && ok.iter().all(|r| r.check.serializable && r.check.nothing_lost != Some(false) && r.check.invariants_ok),
+                    && ok
+                        .iter()
+                        .all(|r| r.check.serializable && r.check.nothing_lost != Some(false) && r.check.invariants_ok),
             }
         })
         .collect();
     out.sort_by(|a, b| {
-        b.throughput.0.partial_cmp(&a.throughput.0).unwrap_or(std::cmp::Ordering::Equal).then(
-            a.p50.0.partial_cmp(&b.p50.0).unwrap_or(std::cmp::Ordering::Equal),
-        )
+        b.throughput
+            .0
+            .partial_cmp(&a.throughput.0)
+            .unwrap_or(std::cmp::Ordering::Equal)
+            .then(a.p50.0.partial_cmp(&b.p50.0).unwrap_or(std::cmp::Ordering::Equal))
     });
     out
 }

@@ -36,7 +36,8 @@ fn presets_pick_their_codes_and_run_serializable() {
     let out = txbed(&["run", "scenarios/quickstart.ron", "--set", "protocol.preset=drtm-r"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("one-sided LOCK is unsafe"));
-    let out = txbed(&["run", "scenarios/quickstart.ron", "--set", "protocol.preset=farm", "--set", "protocol.name=nowait"]);
+    let out =
+        txbed(&["run", "scenarios/quickstart.ron", "--set", "protocol.preset=farm", "--set", "protocol.name=nowait"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("protocol.preset"));
 }
@@ -46,7 +47,15 @@ fn presets_pick_their_codes_and_run_serializable() {
 /// fetches only the read set (fewer bytes per fetch than plain OCC over RPC).
 #[test]
 fn fasst_locks_in_execution() {
-    let base = ["run", "scenarios/quickstart.ron", "--set", "run.measure_us=200", "--json", "--set", "cluster.nics_per_node=1"];
+    let base = [
+        "run",
+        "scenarios/quickstart.ron",
+        "--set",
+        "run.measure_us=200",
+        "--json",
+        "--set",
+        "cluster.nics_per_node=1",
+    ];
     let mut a = base.to_vec();
     a.extend(["--set", "protocol.mode=rpc"]);
     let plain = json(&txbed(&a));
@@ -73,10 +82,21 @@ fn hybrid_search_ranks_every_code() {
 )"#,
     )
     .unwrap();
-    let out = txbed(&["hybrid-search", f.to_str().unwrap(), "--seeds", "1,2", "--jobs", "2", "-q", "--out", dir.join("o").to_str().unwrap()]);
+    let out = txbed(&[
+        "hybrid-search",
+        f.to_str().unwrap(),
+        "--seeds",
+        "1,2",
+        "--jobs",
+        "2",
+        "-q",
+        "--out",
+        dir.join("o").to_str().unwrap(),
+    ]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
-    let ranked: Vec<&str> = text.lines().filter(|l| l.trim_start().chars().next().is_some_and(|c| c.is_ascii_digit())).collect();
+    let ranked: Vec<&str> =
+        text.lines().filter(|l| l.trim_start().chars().next().is_some_and(|c| c.is_ascii_digit())).collect();
     assert_eq!(ranked.len(), 16, "NOWAIT has 4 stages, 16 codes:\n{text}");
     assert!(ranked.iter().all(|l| l.ends_with("serializable")), "{text}");
     let summary = std::fs::read_to_string(dir.join("o/summary.csv")).unwrap();
@@ -85,7 +105,16 @@ fn hybrid_search_ranks_every_code() {
     let head: Vec<&str> = summary.lines().next().unwrap().split(',').collect();
     let col = head.iter().position(|h| *h == "throughput_tps_mean").unwrap();
     let mean_of = |code: &str| -> f64 {
-        summary.lines().skip(1).find(|l| l.split(',').next() == Some(code)).unwrap().split(',').nth(col).unwrap().parse().unwrap()
+        summary
+            .lines()
+            .skip(1)
+            .find(|l| l.split(',').next() == Some(code))
+            .unwrap()
+            .split(',')
+            .nth(col)
+            .unwrap()
+            .parse()
+            .unwrap()
     };
     let order: Vec<f64> = ranked.iter().map(|l| mean_of(l.split_whitespace().nth(1).unwrap())).collect();
     assert!(order.windows(2).all(|w| w[0] >= w[1]), "{order:?}");
