@@ -14,7 +14,8 @@
 # inputs per second and builds faster. FUZZ_SANITIZER=address turns ASan on.
 #
 # Environment: FUZZ_TOOLCHAIN=nightly|bootstrap (default: nightly if available),
-# FUZZ_SANITIZER=none|address|... (default none).
+# FUZZ_SANITIZER=none|address|... (default none), FUZZ_TARGET_DIR (default fuzz/target; a
+# directory outside the clone keeps the fuzz build between CI runs).
 set -euo pipefail
 seconds="${1:-60}"
 cd "$(dirname "$0")/.."
@@ -55,7 +56,7 @@ cargo fuzz --version
 # libFuzzer writes new inputs to the first corpus directory only: the scratch one.
 scratch="$root/fuzz/target/corpus/scenario"
 mkdir -p "$scratch" "$root/fuzz/artifacts/scenario"
-export CARGO_TARGET_DIR="$root/fuzz/target"
+export CARGO_TARGET_DIR="${FUZZ_TARGET_DIR:-$root/fuzz/target}"
 # The fuzz crate is its own workspace; start from the project's lock so it builds the same
 # dependency versions as the project (cargo adds libfuzzer-sys). fuzz/Cargo.lock is gitignored.
 cp "$root/Cargo.lock" "$root/fuzz/Cargo.lock"
