@@ -152,6 +152,10 @@ pub enum Bug {
     /// WAITDIE hands a transaction that waited for a lock the tuple as it was when it began
     /// to wait, before the holder's write-back (a stale read: lost updates).
     WaitDieStaleRead,
+    /// CALVIN participants read their records as soon as a transaction is sequenced, without
+    /// waiting for the deterministic lock manager's grant (RCC Sec. 4.6 done wrong): they miss
+    /// the writes of earlier transactions in the order.
+    CalvinReadBeforeLock,
 }
 
 impl NodeState {

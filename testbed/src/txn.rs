@@ -131,7 +131,13 @@ pub fn layout(spec: &TxnRunSpec) -> Layout {
         .map(|t| TableSpec { id: t.id, record_bytes: t.record_bytes, rows_per_node: t.rows_per_node })
         .collect();
     let p = spec.protocol;
-    Layout::with_ext(&tables, store::LOAD_FACTOR, &|r| p.ext_bytes(r)).with_log(spec.nodes, spec.workers, 64 << 10)
+    let l = Layout::with_ext(&tables, store::LOAD_FACTOR, &|r| p.ext_bytes(r));
+    let l = l.with_log(spec.nodes, spec.workers, 64 << 10);
+    if p == Protocol::Calvin {
+        l.with_calvin(spec.nodes, txbed_protocols::calvin::RING_BYTES)
+    } else {
+        l
+    }
 }
 
 /// Loads `node`'s partition of every table into its store region.
