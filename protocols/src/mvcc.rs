@@ -1,33 +1,987 @@
-//! MVCC (RCC Sec. 4.4).
+//! MVCC (RCC Sec. 4.4): timestamp ordering over a fixed number of record versions per tuple.
 //!
-//! Not implemented yet: every attempt fails with a clear message.
+//! Each attempt takes a timestamp `ctts` (local clock in the high bits, node/worker/coroutine
+//! in the low bits, as WAITDIE; the clock is moved ahead whenever a larger `wts` or `rts` is
+//! seen). Committed versions carry their writer's timestamp (`wts`); the serialization order
+//! is timestamp order, and the version counter the history uses follows it (W1 below).
+//!
+//! - READ (read set): an atomic tuple read, then Cond R2 (`tts` is 0 or larger than `ctts`)
+//!   and Cond R1 (the version with the largest `wts` smaller than `ctts`; none among the slots
+//!   is a slot overflow), then `rts` raised to `ctts`. RPC: the handler does all of it at
+//!   once. One-sided: two doorbelled READs of the whole tuple (abort when their `wts` differ),
+//!   then, if the latest version was chosen, an RDMA CAS on `rts` (retried while another
+//!   reader moved it, never a conflict) doorbelled with a READ of lock and version word.
+//! - LOCK (write set): Cond W1 (`ctts` larger than every `wts` and than `rts`, or equal to
+//!   `rts` for its own read) and W2 (not locked). One-sided, the double read: READ of `wts`
+//!   and `rts`, check W1, then CAS lock + READ of the tuple doorbelled, check W1 again
+//!   (abort and release on failure). RPC: the handler.
+//! - LOG: the new values to the backups (`ops::log`).
+//! - COMMIT: the latest version moves into the oldest slot, the new one becomes the latest
+//!   (`wts` = `ctts`), then unlock: one WRITE of the tuple body and one WRITE of the lock,
+//!   only the second signaled; or RPC. RELEASE unlocks the write set on an abort.
+//!
+//! Deviations from the paper (docs/protocols.md has the full list): the latest version lives
+//! at the common tuple offsets and the four slots keep the stale ones (the paper's "four
+//! slots for stale versions"); a one-sided read of the latest version re-reads lock and
+//! version word after raising `rts` (without it, a writer that locked between the tuple read
+//! and the CAS commits under a younger reader: not serializable); the tuple carries a copy of
+//! its version word at the end of the committed body, so a READ torn by a concurrent commit
+//! (atomic per cache line only) is detected; reading an older version does not raise `rts`
+//! (the older version's successor already bounds every later writer).
 
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
 use std::rc::Rc;
 
-use txbed_transport::{Ctx, HandlerFn};
-use txbed_workloads::TxnSpec;
+use txbed_checker::Access;
+use txbed_transport::{Ctx, Handled, HandlerCtx, HandlerFn, HostMemory, LocalBuf, Op, Payload};
+use txbed_workloads::{Executed, TxnSpec};
 
-use crate::node::NodeState;
-use crate::nowait::Attempt;
+use crate::history_key;
+use crate::node::{Bug, NodeState, BUSY, MISSING, OK};
+use crate::nowait::{committed, new_history, Attempt};
+use crate::ops::{self, Rec};
 use crate::stage::Stage;
+use crate::store::{self, split_version_word, version_word, TablePlace, LOCK, META_BYTES, VERSION, WRITER};
 
 /// The stages MVCC has, hence the bits its hybrid code may set.
 pub const STAGES: [Stage; 5] = [Stage::Lock, Stage::Read, Stage::Log, Stage::Release, Stage::Commit];
 
-/// Tuple extension bytes for a record of `record_bytes`.
-pub fn ext_bytes(_record_bytes: u64) -> u64 {
-    0
+/// Stale versions kept per tuple (RCC: "a static number of memory slots (i.e., four)").
+pub const SLOTS: usize = 4;
+
+/// RPC handler ids.
+pub const H_READ: u16 = 30;
+pub const H_LOCK: u16 = 31;
+pub const H_COMMIT: u16 = 32;
+/// Handler names, for traces.
+pub const HANDLER_NAMES: [(u16, &str); 3] = [(H_READ, "MVCC_READ"), (H_LOCK, "MVCC_LOCK"), (H_COMMIT, "MVCC_COMMIT")];
+
+/// Reply status: Cond W1 failed (a younger transaction read or wrote the record).
+pub const TOO_LATE: u8 = 3;
+/// Reply status: Cond R1 failed (no slot holds a version old enough).
+pub const OVERFLOW: u8 = 4;
+
+/// Tuple extension bytes for a record of `record_bytes` (8-byte aligned): four slots of
+/// `wts | version word | writer | record`, then `wts` of the latest version, a copy of its
+/// version word, and `rts`.
+pub fn ext_bytes(record_bytes: u64) -> u64 {
+    SLOTS as u64 * (24 + record_bytes) + 24
 }
 
-/// Participant-side state of MVCC on one node.
+/// Offsets of MVCC's words in a tuple whose record takes `rec` bytes (8-aligned):
+///
+/// ```text
+/// [ lock=tts | version | writer | record | slot 0..4: wts version writer record | wts | seq | rts ]
+/// ```
+///
+/// The common words (lock, version, writer, record at 24) hold the LATEST committed version;
+/// `wts` its writer's timestamp; the slots the stale versions (version word 0 = empty). A
+/// commit rewrites `[version, rts)` in one WRITE whose first word (version) and last (`seq`)
+/// are equal when nothing tore it; `rts` stays outside it, so readers' CAS on it is never
+/// overwritten.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    pub rec: usize,
+}
+
+impl Geometry {
+    pub fn of(place: &TablePlace) -> Geometry {
+        Geometry { rec: (place.ext_at - META_BYTES) as usize }
+    }
+    pub fn ext_at(self) -> usize {
+        META_BYTES as usize + self.rec
+    }
+    pub fn slot_bytes(self) -> usize {
+        24 + self.rec
+    }
+    pub fn slot(self, i: usize) -> usize {
+        self.ext_at() + i * self.slot_bytes()
+    }
+    pub fn wts(self) -> usize {
+        self.slot(SLOTS)
+    }
+    pub fn seq(self) -> usize {
+        self.wts() + 8
+    }
+    pub fn rts(self) -> usize {
+        self.wts() + 16
+    }
+    pub fn tuple_bytes(self) -> usize {
+        self.rts() + 8
+    }
+    /// The bytes a commit writes: `[VERSION, rts)`.
+    pub fn body(self) -> std::ops::Range<usize> {
+        VERSION as usize..self.rts()
+    }
+}
+
+fn u64_at(b: &[u8], i: usize) -> u64 {
+    u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"))
+}
+
+fn put_u64(b: &mut [u8], i: usize, v: u64) {
+    b[i..i + 8].copy_from_slice(&v.to_le_bytes());
+}
+
+/// One committed version of a record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Version {
+    /// Timestamp of the transaction that installed it (0 for the initial load).
+    pub wts: u64,
+    /// Version word (incarnation, counter): the counter is what the history records.
+    pub word: u64,
+    pub writer: u64,
+    pub record: Vec<u8>,
+    /// Whether it is the latest version (at the common offsets).
+    pub latest: bool,
+}
+
+impl Version {
+    pub fn counter(&self) -> u64 {
+        split_version_word(self.word).1
+    }
+}
+
+/// The versions a tuple holds: the latest first, then every non-empty slot.
+pub fn versions(g: Geometry, t: &[u8]) -> Vec<Version> {
+    let at = META_BYTES as usize;
+    let mut v = vec![Version {
+        wts: u64_at(t, g.wts()),
+        word: u64_at(t, VERSION as usize),
+        writer: u64_at(t, WRITER as usize),
+        record: t[at..at + g.rec].to_vec(),
+        latest: true,
+    }];
+    for i in 0..SLOTS {
+        let s = g.slot(i);
+        let word = u64_at(t, s + 8);
+        if word != 0 {
+            v.push(Version {
+                wts: u64_at(t, s),
+                word,
+                writer: u64_at(t, s + 16),
+                record: t[s + 24..s + 24 + g.rec].to_vec(),
+                latest: false,
+            });
+        }
+    }
+    v
+}
+
+/// Whether a tuple read is not torn by a commit: the version word at its start equals the
+/// copy at the end of the committed body (a tuple never committed has no copy yet).
+pub fn consistent(g: Geometry, t: &[u8]) -> bool {
+    let (word, seq) = (u64_at(t, VERSION as usize), u64_at(t, g.seq()));
+    seq == word || (seq == 0 && split_version_word(word).1 == 0 && u64_at(t, g.wts()) == 0)
+}
+
+/// The paper's double-read check: both reads saw the same `wts` of every version.
+pub fn same_wts(g: Geometry, a: &[u8], b: &[u8]) -> bool {
+    (0..SLOTS).map(|i| g.slot(i)).chain([g.wts()]).all(|o| a[o..o + 8] == b[o..o + 8])
+}
+
+/// Cond R2: no uncommitted writer, or one that comes after the reader.
+pub fn r2(lock: u64, ctts: u64) -> bool {
+    lock == 0 || lock > ctts
+}
+
+/// Cond R1: the version with the largest `wts` smaller than `ctts`; `None` is a slot overflow
+/// (every version kept is younger than the reader).
+pub fn r1(g: Geometry, t: &[u8], ctts: u64) -> Option<Version> {
+    versions(g, t).into_iter().filter(|v| v.wts < ctts).max_by_key(|v| v.wts)
+}
+
+/// Cond W1 on a tuple: [`w1_words`] of its latest `wts` and its `rts`.
+pub fn w1(g: Geometry, t: &[u8], ctts: u64) -> bool {
+    w1_words(u64_at(t, g.wts()), u64_at(t, g.rts()), ctts)
+}
+
+/// Cond W1: `ctts` after every committed write (the latest has the largest `wts`) and after
+/// every read. `rts == ctts` is the transaction's own read (timestamps are unique), which
+/// its write may follow.
+pub fn w1_words(wts: u64, rts: u64, ctts: u64) -> bool {
+    ctts > wts && ctts >= rts
+}
+
+/// The bytes `[VERSION, rts)` a commit of `record` by transaction `writer` at `ctts` writes
+/// over the tuple `t` read under its lock: the latest version moves into the oldest slot (an
+/// empty one first), the new one becomes the latest.
+pub fn install(g: Geometry, t: &[u8], ctts: u64, writer: u64, record: &[u8]) -> Vec<u8> {
+    let base = VERSION as usize;
+    let mut b = t[g.body()].to_vec();
+    let word = u64_at(t, VERSION as usize);
+    let (inc, counter) = split_version_word(word);
+    let oldest = (0..SLOTS)
+        .find(|&i| u64_at(t, g.slot(i) + 8) == 0)
+        .unwrap_or_else(|| (0..SLOTS).min_by_key(|&i| u64_at(t, g.slot(i))).expect("slots"));
+    let s = g.slot(oldest) - base;
+    put_u64(&mut b, s, u64_at(t, g.wts()));
+    put_u64(&mut b, s + 8, word);
+    put_u64(&mut b, s + 16, u64_at(t, WRITER as usize));
+    let at = META_BYTES as usize;
+    b[s + 24..s + 24 + g.rec].copy_from_slice(&t[at..at + g.rec]);
+    let new_word = version_word(inc, counter + 1);
+    put_u64(&mut b, 0, new_word);
+    put_u64(&mut b, WRITER as usize - base, writer);
+    let n = record.len().min(g.rec);
+    b[at - base..at - base + n].copy_from_slice(&record[..n]);
+    put_u64(&mut b, g.wts() - base, ctts);
+    put_u64(&mut b, g.seq() - base, new_word);
+    b
+}
+
+/// Low bits of a timestamp holding node/worker and coroutine (WAITDIE's organisation).
+pub const ID_BITS: u32 = 20;
+
+/// A timestamp: `clock` in the high 44 bits, then node x workers + worker (12 bits) and the
+/// coroutine (8 bits). Unique, and never 0 when `clock` > 0 (0 is a free lock).
+pub fn timestamp(clock: u64, node: u16, worker: u16, workers: u16, coroutine: u32) -> u64 {
+    let thread = node as u64 * workers as u64 + worker as u64;
+    ((clock & ((1 << 44) - 1)) << ID_BITS) | ((thread & 0xfff) << 8) | (coroutine as u64 & 0xff)
+}
+
+/// The clock a timestamp carries.
+pub fn clock_of(ts: u64) -> u64 {
+    ts >> ID_BITS
+}
+
+/// Why an attempt aborted.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Abort {
+    /// The two reads of a tuple differ in `wts`, or one was torn by a commit.
+    Torn = 0,
+    /// Cond R2: locked by an older writer.
+    ReadLocked = 1,
+    /// Cond R1: no slot holds a version older than the reader.
+    SlotOverflow = 2,
+    /// After raising `rts`, the tuple was locked by an older writer or had a new version.
+    ReadChanged = 3,
+    /// Cond W1, before or after locking.
+    WriteTooLate = 4,
+    /// Cond W2: locked.
+    WriteLocked = 5,
+}
+
+pub const ABORT_NAMES: [&str; 6] = [
+    "torn read",
+    "read: locked (R2)",
+    "read: slot overflow (R1)",
+    "read: changed",
+    "write: too late (W1)",
+    "write: locked (W2)",
+];
+
+/// Participant-side state of MVCC on one node: each coordinator coroutine's clock
+/// adjustment, and counters.
 #[derive(Default)]
-pub struct Participant {}
+pub struct Participant {
+    /// Per (worker, coroutine): how far its clock was moved ahead of the local clock by
+    /// timestamps seen (RCC 4.4), and the last clock value it used.
+    clocks: RefCell<BTreeMap<(u16, u32), (u64, u64)>>,
+    /// Aborts by [`Abort`] reason.
+    pub aborts: RefCell<[u64; 6]>,
+    /// Reads that returned a version older than the latest.
+    pub old_reads: Cell<u64>,
+}
+
+impl Participant {
+    pub fn aborts(&self) -> Vec<(&'static str, u64)> {
+        ABORT_NAMES.iter().copied().zip(self.aborts.borrow().iter().copied()).collect()
+    }
+}
+
+/// The next timestamp of this coroutine: its adjusted clock, strictly after its last one.
+fn next_ts(ctx: &Ctx, n: &NodeState) -> Result<u64, String> {
+    let (w, c, workers) = (ctx.me().worker, ctx.coroutine(), ctx.workers());
+    if n.me as u64 * workers as u64 + w as u64 >= 1 << 12 || c >= 1 << 8 {
+        return Err("MVCC timestamps hold 12 bits of node x worker and 8 of coroutine".into());
+    }
+    let mut clocks = n.mvcc.clocks.borrow_mut();
+    let (ahead, last) = clocks.entry((w, c)).or_default();
+    let clock = (ctx.now() + *ahead).max(*last + 1);
+    *last = clock;
+    Ok(timestamp(clock, n.me, w, workers, c))
+}
+
+/// Moves this coroutine's clock ahead to a timestamp seen in a tuple (RCC 4.4).
+fn observe(ctx: &Ctx, n: &NodeState, ts: u64) {
+    let mut clocks = n.mvcc.clocks.borrow_mut();
+    let (ahead, _) = clocks.entry((ctx.me().worker, ctx.coroutine())).or_default();
+    let local = ctx.now() + *ahead;
+    if clock_of(ts) > local {
+        *ahead += clock_of(ts) - local;
+    }
+}
+
+/// Trace category of MVCC's instants (abort reasons, older versions read).
+pub const TRACE: &str = "mvcc";
+
+fn abort(ctx: &Ctx, n: &NodeState, why: Abort) -> Attempt {
+    n.mvcc.aborts.borrow_mut()[why as usize] += 1;
+    let now = ctx.now();
+    ctx.trace_slice(ABORT_NAMES[why as usize], TRACE, now, now);
+    Attempt::Conflict
+}
+
+fn geometry(n: &NodeState, table: u16) -> Geometry {
+    n.catalog.layout.table(table).map(Geometry::of).unwrap_or(Geometry { rec: 0 })
+}
+
+pub async fn attempt(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Attempt {
+    let start_ns = ctx.now();
+    let ctts = match next_ts(ctx, n) {
+        Ok(t) => t,
+        Err(e) => return Attempt::Failed(e),
+    };
+    let mut recs = ops::records(n, spec);
+    // Read set: R1/R2 and rts.
+    let seen = match read_set(ctx, n, &mut recs, ctts).await {
+        Ok(Ok(seen)) => seen,
+        Ok(Err(why)) => return abort(ctx, n, why),
+        Err(e) => return Attempt::Failed(e),
+    };
+    // Write set: W1/W2 and the lock.
+    match lock_set(ctx, n, &mut recs, ctts).await {
+        Ok(None) => {}
+        Ok(Some(why)) => {
+            ops::release(ctx, n, &recs, |r| r.write, ctts).await;
+            return abort(ctx, n, why);
+        }
+        Err(e) => return Attempt::Failed(e),
+    }
+    let olds: Vec<&[u8]> = recs
+        .iter()
+        .filter(|r| r.write)
+        .map(|r| &r.tuple[META_BYTES as usize..META_BYTES as usize + geometry(n, r.table).rec])
+        .collect();
+    let reads: Vec<&[u8]> = seen.iter().map(|v| v.record.as_slice()).collect();
+    ctx.compute(spec.compute_ns);
+    let (new_values, delta) = match n.workload.execute(spec, &reads, &olds) {
+        Executed::Commit { new_values, external_delta } => (new_values, external_delta),
+        Executed::UserAbort => {
+            ops::release(ctx, n, &recs, |r| r.write, ctts).await;
+            return Attempt::UserAbort;
+        }
+    };
+    if let Err(e) = ops::log(ctx, n, &recs, &new_values, id).await {
+        return Attempt::Failed(e);
+    }
+    let mut h = new_history(ctx, n, spec, id, start_ns);
+    for (r, v) in recs.iter().filter(|r| !r.write).zip(&seen) {
+        h.reads.push(Access { key: history_key(r.table, r.key), version: v.counter() });
+    }
+    if let Err(e) = commit(ctx, n, &recs, &new_values, ctts, id, &mut h).await {
+        return Attempt::Failed(e);
+    }
+    committed(ctx, n, h, delta);
+    Attempt::Committed
+}
+
+/// Verdict of a stage: `Ok(Err(why))` aborts, `Err` is a failed verb or RPC.
+type Staged<T> = Result<Result<T, Abort>, String>;
+
+/// Scratch areas, as ops.rs: the first half holds the READ and LOCK stages' buffers, the
+/// last quarter commit bodies (the third quarter is the log's). Offsets from the scratch
+/// start: `(stage area length, staging start, staging end)`.
+fn areas(ctx: &Ctx) -> (u64, u64, u64) {
+    let len = ctx.scratch().len as u64;
+    (len / 2, len / 4 * 3, len)
+}
+
+/// READ stage: the version of every read-set record that R1 picks, in read-set order.
+async fn read_set(ctx: &Ctx, n: &NodeState, recs: &mut [Rec], ctts: u64) -> Staged<Vec<Version>> {
+    if recs.iter().all(|r| r.write) {
+        return Ok(Ok(Vec::new()));
+    }
+    let t0 = ctx.now();
+    let out = if n.hybrid.onesided(Stage::Read) {
+        read_onesided(ctx, n, recs, ctts).await?
+    } else {
+        read_rpc(ctx, n, recs, ctts).await?
+    };
+    let (result, round_trips, bytes) = out;
+    ops::account(ctx, n, Stage::Read, t0, round_trips, bytes);
+    if let Ok(seen) = &result {
+        let old = seen.iter().filter(|v| !v.latest).count() as u64;
+        n.mvcc.old_reads.set(n.mvcc.old_reads.get() + old);
+        if old > 0 {
+            let now = ctx.now();
+            ctx.trace_slice_args("older versions read", TRACE, now, now, &[("count", old)]);
+        }
+    }
+    Ok(result)
+}
+
+/// One-sided READ: two doorbelled READs of each tuple, R2 and R1 locally, then for each
+/// record whose latest version was picked, CAS `rts` up to `ctts` with a READ of lock and
+/// version word behind it on the same QP (executed after the CAS).
+async fn read_onesided(
+    ctx: &Ctx,
+    n: &NodeState,
+    recs: &mut [Rec],
+    ctts: u64,
+) -> Result<(Result<Vec<Version>, Abort>, u64, u64), String> {
+    ops::locate_all(ctx, n, recs, |r| !r.write).await?;
+    let s = ctx.scratch();
+    let idx: Vec<usize> = (0..recs.len()).filter(|&i| !recs[i].write).collect();
+    let mut bytes = 0u64;
+    let mut round_trips = 1u64;
+    // (record, first read, second read), filled as each batch completes.
+    let mut snaps: Vec<(usize, Vec<u8>, Vec<u8>)> = Vec::new();
+    let mut posted: Vec<(usize, u64, u64)> = Vec::new();
+    let mut at = s.addr;
+    let (area, _, _) = areas(ctx);
+    for &i in &idx {
+        let len = ops::tuple_bytes(n, recs[i].table) as u64;
+        if 2 * len > area {
+            return Err(format!("MVCC: two reads of a {len}-byte tuple exceed the {area}-byte buffer area"));
+        }
+        if at + 2 * len > s.addr + area {
+            // The area is full: collect what was read, then reuse it.
+            ctx.wait().await.map_err(|c| c.to_string())?;
+            harvest(ctx, &mut posted, &mut snaps)?;
+            at = s.addr;
+            round_trips += 1;
+        }
+        let r = &recs[i];
+        let remote = n.catalog.remote(r.home, r.offset, len as u32);
+        let a = Op::Read { local: LocalBuf { lkey: s.lkey, addr: at, len: len as u32 }, remote };
+        let b = Op::Read { local: LocalBuf { lkey: s.lkey, addr: at + len, len: len as u32 }, remote };
+        // The first READ is confirmed by the second's completion (FIFO on the QP).
+        ops::issue(ctx, n, ops::qp(ctx, r.home)?, vec![(a, false), (b, true)]).await?;
+        if !n.options.speculative {
+            ctx.wait().await.map_err(|c| c.to_string())?;
+        }
+        posted.push((i, at, len));
+        at += 2 * len;
+        bytes += 2 * len;
+    }
+    ctx.wait().await.map_err(|c| c.to_string())?;
+    harvest(ctx, &mut posted, &mut snaps)?;
+    snaps.sort_by_key(|(i, _, _)| *i);
+
+    let mut seen = Vec::with_capacity(snaps.len());
+    // Records whose latest version was picked: (record, rts seen, version word seen).
+    let mut raise: Vec<(usize, u64, u64)> = Vec::new();
+    for (i, a, b) in &snaps {
+        let r = &mut recs[*i];
+        let g = geometry(n, r.table);
+        // RCC: only the wts must match between the two reads; the copy of the version word
+        // catches a READ torn inside (cache-line atomicity only).
+        if !same_wts(g, a, b) || !consistent(g, a) || !consistent(g, b) {
+            return Ok((Err(Abort::Torn), round_trips, bytes));
+        }
+        observe(ctx, n, u64_at(b, g.wts()));
+        observe(ctx, n, u64_at(b, g.rts()));
+        if !r2(u64_at(b, LOCK as usize), ctts) {
+            return Ok((Err(Abort::ReadLocked), round_trips, bytes));
+        }
+        let Some(v) = r1(g, b, ctts) else { return Ok((Err(Abort::SlotOverflow), round_trips, bytes)) };
+        if v.latest {
+            raise.push((*i, u64_at(b, g.rts()), v.word));
+        }
+        r.tuple = b.clone();
+        seen.push(v);
+    }
+    if n.bug == Some(Bug::MvccSkipRts) {
+        raise.clear();
+    }
+    // Raise rts to ctts (CAS, retried while other readers move it), then check that no older
+    // writer locked the tuple and no new version appeared before rts covered ctts.
+    while !raise.is_empty() {
+        round_trips += 1;
+        let mut at = s.addr;
+        let mut slots = Vec::new();
+        for &(i, rts, _) in &raise {
+            let r = &recs[i];
+            let g = geometry(n, r.table);
+            let mut list = Vec::new();
+            if rts < ctts {
+                let cas = Op::Cas {
+                    local: LocalBuf { lkey: s.lkey, addr: at, len: 8 },
+                    remote: n.catalog.remote(r.home, r.offset + g.rts() as u64, 8),
+                    compare: rts,
+                    swap: ctts,
+                };
+                list.push((cas, false));
+                bytes += 8;
+            }
+            let check = Op::Read {
+                local: LocalBuf { lkey: s.lkey, addr: at + 8, len: 16 },
+                remote: n.catalog.remote(r.home, r.offset + LOCK, 16),
+            };
+            list.push((check, true));
+            bytes += 16;
+            ops::issue(ctx, n, ops::qp(ctx, r.home)?, list).await?;
+            slots.push(at);
+            at += 24;
+        }
+        ctx.wait().await.map_err(|c| c.to_string())?;
+        let mut again = Vec::new();
+        for (&(i, rts, word), at) in raise.iter().zip(slots) {
+            if rts < ctts {
+                let old = ctx.load_local(at).map_err(|e| e.to_string())?;
+                observe(ctx, n, old);
+                if old != rts && old < ctts {
+                    // Another reader moved rts, not past ctts: not a conflict, retry.
+                    again.push((i, old, word));
+                    continue;
+                }
+            }
+            let lock = ctx.load_local(at + 8).map_err(|e| e.to_string())?;
+            let now_word = ctx.load_local(at + 16).map_err(|e| e.to_string())?;
+            if !r2(lock, ctts) || now_word != word {
+                return Ok((Err(Abort::ReadChanged), round_trips, bytes));
+            }
+        }
+        raise = again;
+    }
+    Ok((Ok(seen), round_trips, bytes))
+}
+
+/// Copies completed double reads out of the scratch.
+fn harvest(
+    ctx: &Ctx,
+    posted: &mut Vec<(usize, u64, u64)>,
+    snaps: &mut Vec<(usize, Vec<u8>, Vec<u8>)>,
+) -> Result<(), String> {
+    for (i, at, len) in posted.drain(..) {
+        let mut a = vec![0; len as usize];
+        let mut b = vec![0; len as usize];
+        ctx.read_local(at, &mut a).map_err(|e| e.to_string())?;
+        ctx.read_local(at + len, &mut b).map_err(|e| e.to_string())?;
+        snaps.push((i, a, b));
+    }
+    Ok(())
+}
+
+/// Request prefix of the READ and LOCK handlers: table u16 | pad 6 | key u64 | ctts u64.
+fn request(r: &Rec, ctts: u64) -> Vec<u8> {
+    let mut req = Vec::with_capacity(24);
+    req.extend_from_slice(&r.table.to_le_bytes());
+    req.extend_from_slice(&[0; 6]);
+    req.extend_from_slice(&r.key.to_le_bytes());
+    req.extend_from_slice(&ctts.to_le_bytes());
+    req
+}
+
+/// RPC READ: the handler reads the tuple, checks R2 and R1 and raises rts in one go.
+async fn read_rpc(
+    ctx: &Ctx,
+    n: &NodeState,
+    recs: &mut [Rec],
+    ctts: u64,
+) -> Result<(Result<Vec<Version>, Abort>, u64, u64), String> {
+    let mut calls = Vec::new();
+    let mut bytes = 0u64;
+    for (i, r) in recs.iter().enumerate().filter(|(_, r)| !r.write) {
+        calls.push((i, ops::call(ctx, n, r.home, H_READ, &request(r, ctts)).await));
+        if !n.options.speculative {
+            let _ = ctx.wait().await;
+        }
+    }
+    let _ = ctx.wait().await;
+    let mut seen = Vec::new();
+    let mut verdict = Ok(());
+    for (i, call) in calls {
+        let r = &mut recs[i];
+        let rep = match ctx.take_reply(call) {
+            Some(Ok(rep)) => rep,
+            Some(Err(e)) => return Err(e.to_string()),
+            None => return Err("MVCC read reply lost".into()),
+        };
+        if rep.first() == Some(&MISSING) || rep.len() < 17 {
+            return Err(format!("key {} missing on node {}", r.key, r.home));
+        }
+        observe(ctx, n, u64_at(&rep, 1));
+        observe(ctx, n, u64_at(&rep, 9));
+        bytes += 24 + rep.len() as u64;
+        match rep[0] {
+            OK => {
+                r.offset = u64_at(&rep, 17);
+                seen.push(Version {
+                    wts: u64_at(&rep, 25),
+                    word: u64_at(&rep, 33),
+                    writer: u64_at(&rep, 41),
+                    latest: rep[49] == 1,
+                    record: rep[50..].to_vec(),
+                });
+            }
+            BUSY => verdict = verdict.and(Err(Abort::ReadLocked)),
+            _ => verdict = verdict.and(Err(Abort::SlotOverflow)),
+        }
+    }
+    ctx.clear_replies();
+    Ok((verdict.map(|_| seen), 1, bytes))
+}
+
+/// LOCK stage: locks every write-set record after Cond W1 and W2; `Some(why)` aborts (the
+/// caller releases what was locked).
+async fn lock_set(ctx: &Ctx, n: &NodeState, recs: &mut [Rec], ctts: u64) -> Result<Option<Abort>, String> {
+    if !recs.iter().any(|r| r.write) {
+        return Ok(None);
+    }
+    let t0 = ctx.now();
+    let (why, round_trips, bytes) = if n.hybrid.onesided(Stage::Lock) {
+        lock_onesided(ctx, n, recs, ctts).await?
+    } else {
+        lock_rpc(ctx, n, recs, ctts).await?
+    };
+    ops::account(ctx, n, Stage::Lock, t0, round_trips, bytes);
+    Ok(why)
+}
+
+/// One-sided LOCK, the double-read mechanism: READ wts and rts, check W1; CAS the lock and
+/// READ the tuple (doorbelled); check W1 again on what the READ returned.
+async fn lock_onesided(
+    ctx: &Ctx,
+    n: &NodeState,
+    recs: &mut [Rec],
+    ctts: u64,
+) -> Result<(Option<Abort>, u64, u64), String> {
+    ops::locate_all(ctx, n, recs, |r| r.write && r.tuple.is_empty()).await?;
+    let s = ctx.scratch();
+    let idx: Vec<usize> = (0..recs.len()).filter(|&i| recs[i].write).collect();
+    let mut bytes = 0u64;
+    // First read: wts | seq | rts.
+    let mut at = s.addr;
+    for &i in &idx {
+        let r = &recs[i];
+        let g = geometry(n, r.table);
+        let read = Op::Read {
+            local: LocalBuf { lkey: s.lkey, addr: at, len: 24 },
+            remote: n.catalog.remote(r.home, r.offset + g.wts() as u64, 24),
+        };
+        ops::issue(ctx, n, ops::qp(ctx, r.home)?, vec![(read, true)]).await?;
+        at += 24;
+        bytes += 24;
+    }
+    ctx.wait().await.map_err(|c| c.to_string())?;
+    let mut too_late = false;
+    for k in 0..idx.len() {
+        let at = s.addr + 24 * k as u64;
+        let wts = ctx.load_local(at).map_err(|e| e.to_string())?;
+        let rts = ctx.load_local(at + 16).map_err(|e| e.to_string())?;
+        observe(ctx, n, wts);
+        observe(ctx, n, rts);
+        too_late |= !w1_words(wts, rts, ctts);
+    }
+    if too_late {
+        return Ok((Some(Abort::WriteTooLate), 1, bytes));
+    }
+    // Second read: CAS + READ of the whole tuple, in batches that fit the area.
+    let mut round_trips = 2;
+    let mut posted: Vec<(usize, u64, u64)> = Vec::new();
+    let mut at = s.addr;
+    let (area, _, _) = areas(ctx);
+    for &i in &idx {
+        let len = ops::tuple_bytes(n, recs[i].table) as u64;
+        if 8 + len > area {
+            return Err(format!("MVCC: a {len}-byte tuple exceeds the {area}-byte buffer area"));
+        }
+        if at + 8 + len > s.addr + area {
+            ctx.wait().await.map_err(|c| c.to_string())?;
+            harvest_locks(ctx, recs, &mut posted)?;
+            at = s.addr;
+            round_trips += 1;
+        }
+        let r = &recs[i];
+        // A sentinel, so a result that never arrived cannot read as "was free".
+        ctx.store_local(at, u64::MAX).map_err(|e| e.to_string())?;
+        let cas = Op::Cas {
+            local: LocalBuf { lkey: s.lkey, addr: at, len: 8 },
+            remote: n.catalog.remote(r.home, r.offset + LOCK, 8),
+            compare: 0,
+            swap: ctts,
+        };
+        let read = Op::Read {
+            local: LocalBuf { lkey: s.lkey, addr: at + 8, len: len as u32 },
+            remote: n.catalog.remote(r.home, r.offset, len as u32),
+        };
+        ops::issue(ctx, n, ops::qp(ctx, r.home)?, vec![(cas, false), (read, true)]).await?;
+        posted.push((i, at, len));
+        at += 8 + len;
+        bytes += 8 + len;
+    }
+    ctx.wait().await.map_err(|c| c.to_string())?;
+    harvest_locks(ctx, recs, &mut posted)?;
+    let mut why = None;
+    for &i in &idx {
+        let r = &recs[i];
+        let g = geometry(n, r.table);
+        if !r.locked {
+            why = why.or(Some(Abort::WriteLocked));
+            continue;
+        }
+        observe(ctx, n, u64_at(&r.tuple, g.wts()));
+        observe(ctx, n, u64_at(&r.tuple, g.rts()));
+        // Under the lock nothing commits, so the READ after the CAS is not torn; check anyway.
+        if !consistent(g, &r.tuple) {
+            why = why.or(Some(Abort::Torn));
+        } else if !w1(g, &r.tuple, ctts) {
+            why = why.or(Some(Abort::WriteTooLate));
+        }
+    }
+    Ok((why, round_trips, bytes))
+}
+
+fn harvest_locks(ctx: &Ctx, recs: &mut [Rec], posted: &mut Vec<(usize, u64, u64)>) -> Result<(), String> {
+    for (i, at, len) in posted.drain(..) {
+        let r = &mut recs[i];
+        r.locked = ctx.load_local(at).map_err(|e| e.to_string())? == 0;
+        r.tuple = vec![0; len as usize];
+        ctx.read_local(at + 8, &mut r.tuple).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// RPC LOCK: the handler checks W1, locks (W2) and replies with the tuple.
+async fn lock_rpc(ctx: &Ctx, n: &NodeState, recs: &mut [Rec], ctts: u64) -> Result<(Option<Abort>, u64, u64), String> {
+    let mut calls = Vec::new();
+    for (i, r) in recs.iter().enumerate().filter(|(_, r)| r.write) {
+        calls.push((i, ops::call(ctx, n, r.home, H_LOCK, &request(r, ctts)).await));
+    }
+    let _ = ctx.wait().await;
+    let mut why = None;
+    let mut bytes = 0;
+    for (i, call) in calls {
+        let r = &mut recs[i];
+        let rep = match ctx.take_reply(call) {
+            Some(Ok(rep)) => rep,
+            Some(Err(e)) => return Err(e.to_string()),
+            None => return Err("MVCC lock reply lost".into()),
+        };
+        if rep.first() == Some(&MISSING) || rep.len() < 17 {
+            return Err(format!("key {} missing on node {}", r.key, r.home));
+        }
+        observe(ctx, n, u64_at(&rep, 1));
+        observe(ctx, n, u64_at(&rep, 9));
+        bytes += 24 + rep.len() as u64;
+        match rep[0] {
+            OK => {
+                r.locked = true;
+                r.offset = u64_at(&rep, 17);
+                r.tuple = rep[25..].to_vec();
+            }
+            BUSY => why = why.or(Some(Abort::WriteLocked)),
+            _ => why = why.or(Some(Abort::WriteTooLate)),
+        }
+    }
+    ctx.clear_replies();
+    Ok((why, 1, bytes))
+}
+
+/// COMMIT: installs each new value (the latest version into the oldest slot, the new one as
+/// latest with wts = ctts) and unlocks; records the write set in `h`.
+async fn commit(
+    ctx: &Ctx,
+    n: &NodeState,
+    recs: &[Rec],
+    new_values: &[Vec<u8>],
+    ctts: u64,
+    id: u64,
+    h: &mut txbed_checker::Txn,
+) -> Result<(), String> {
+    let t0 = ctx.now();
+    let mut bytes = 0u64;
+    let writes: Vec<(&Rec, &Vec<u8>)> = recs.iter().filter(|r| r.write).zip(new_values).collect();
+    for (r, _) in &writes {
+        let key = history_key(r.table, r.key);
+        let ver = r.version().1;
+        h.reads.push(Access { key, version: ver });
+        h.writes.push(Access { key, version: ver + 1 });
+    }
+    if writes.is_empty() {
+        return Ok(());
+    }
+    if n.hybrid.onesided(Stage::Commit) {
+        let s = ctx.scratch();
+        let bodies: Vec<Vec<u8>> =
+            writes.iter().map(|(r, v)| install(geometry(n, r.table), &r.tuple, ctts, id, v)).collect();
+        // Staging positions; a body that does not fit waits for everything before it, so
+        // every WRITE before such a wrap is signaled.
+        let mut plan = Vec::new();
+        let (_, from, to) = areas(ctx);
+        let mut at = s.addr + from;
+        for b in &bodies {
+            let len = (b.len() as u64).div_ceil(8) * 8;
+            if from + len > to {
+                return Err(format!("MVCC: a {len}-byte commit body exceeds the {}-byte staging area", to - from));
+            }
+            let wrap = b.len() > 64 && at + len > s.addr + to;
+            if wrap {
+                at = s.addr + from;
+            }
+            plan.push((wrap, at));
+            if b.len() > 64 {
+                at += len;
+            }
+        }
+        let wraps = plan.iter().any(|(w, _)| *w);
+        for (k, ((r, _), body)) in writes.iter().zip(&bodies).enumerate() {
+            let (wrap, at) = plan[k];
+            if wrap {
+                ctx.wait().await.map_err(|c| c.to_string())?;
+            }
+            bytes += body.len() as u64 + 8;
+            let src = if body.len() <= 64 {
+                Payload::Inline(body.clone())
+            } else {
+                ctx.write_local(at, body).map_err(|e| e.to_string())?;
+                Payload::Local(LocalBuf { lkey: s.lkey, addr: at, len: body.len() as u32 })
+            };
+            let write = Op::Write { src, remote: n.catalog.remote(r.home, r.offset + VERSION, body.len() as u32) };
+            let unlock = Op::Write {
+                src: Payload::Inline(0u64.to_le_bytes().to_vec()),
+                remote: n.catalog.remote(r.home, r.offset + LOCK, 8),
+            };
+            let q = ops::qp(ctx, r.home)?;
+            // Passive ACK (DrTM+H Sec. 3.2), as ops::write_back: signal anyway before the send
+            // queue fills, or when the staging area will be reused.
+            let depth = ctx.qp_info(q).map_or(2, |i| i.max_outstanding);
+            let signal = !n.options.passive_ack || ctx.outstanding(q) + 4 >= depth / 2 || wraps;
+            ops::issue(ctx, n, q, vec![(write, false), (unlock, signal)]).await?;
+        }
+    } else {
+        for (r, v) in &writes {
+            let mut req = Vec::with_capacity(32 + v.len());
+            req.extend_from_slice(&r.table.to_le_bytes());
+            req.extend_from_slice(&[0; 6]);
+            req.extend_from_slice(&r.offset.to_le_bytes());
+            req.extend_from_slice(&ctts.to_le_bytes());
+            req.extend_from_slice(&id.to_le_bytes());
+            req.extend_from_slice(v);
+            bytes += req.len() as u64;
+            if n.options.passive_ack {
+                ctx.call_oneway(ops::endpoint(ctx, r.home), H_COMMIT, &req);
+            } else {
+                ops::call(ctx, n, r.home, H_COMMIT, &req).await;
+            }
+        }
+    }
+    let _ = ctx.wait().await;
+    ctx.clear_replies();
+    ops::account(ctx, n, Stage::Commit, t0, 1, bytes);
+    Ok(())
+}
+
+/// The table and tuple offset a `table u16 | pad 6 | key u64` prefix names.
+fn find(n: &NodeState, mem: &dyn HostMemory, req: &[u8]) -> Option<(Geometry, u64)> {
+    if req.len() < 16 {
+        return None;
+    }
+    let table = u16::from_le_bytes([req[0], req[1]]);
+    let place = n.catalog.layout.table(table)?;
+    Some((Geometry::of(place), store::find_local(mem, n.base(), place, u64_at(req, 8))?))
+}
+
+fn read_tuple(n: &NodeState, mem: &dyn HostMemory, g: Geometry, off: u64) -> Vec<u8> {
+    let mut t = vec![0u8; g.tuple_bytes()];
+    let _ = mem.read(n.base() + off, &mut t);
+    t
+}
+
+/// READ handler: R2, R1 and rts, atomically at the participant.
+/// Request: table | pad | key | ctts. Reply: status | wts | rts, then on OK: offset | the
+/// version's wts | version word | writer | latest u8 | record.
+fn read_handler(n: &NodeState, mem: &dyn HostMemory, req: &[u8], reply: &mut Vec<u8>) {
+    let Some((g, off)) = find(n, mem, req) else { return reply.push(MISSING) };
+    let ctts = u64_at(req, 16);
+    let t = read_tuple(n, mem, g, off);
+    let (wts, rts) = (u64_at(&t, g.wts()), u64_at(&t, g.rts()));
+    let head = |reply: &mut Vec<u8>, status: u8| {
+        reply.push(status);
+        reply.extend_from_slice(&wts.to_le_bytes());
+        reply.extend_from_slice(&rts.to_le_bytes());
+    };
+    if !r2(u64_at(&t, LOCK as usize), ctts) {
+        return head(reply, BUSY);
+    }
+    let Some(v) = r1(g, &t, ctts) else { return head(reply, OVERFLOW) };
+    if v.latest && rts < ctts && n.bug != Some(Bug::MvccSkipRts) {
+        let _ = mem.store_u64(n.base() + off + g.rts() as u64, ctts);
+    }
+    head(reply, OK);
+    for w in [off, v.wts, v.word, v.writer] {
+        reply.extend_from_slice(&w.to_le_bytes());
+    }
+    reply.push(v.latest as u8);
+    reply.extend_from_slice(&v.record);
+}
+
+/// LOCK handler: W1, then W2 by CAS, then W1 again on the tuple read under the lock (the
+/// double read; a no-op when the handler runs atomically, not on every backend).
+/// Request: table | pad | key | ctts. Reply: status | wts | rts, then on OK: offset | tuple.
+fn lock_handler(n: &NodeState, mem: &dyn HostMemory, req: &[u8], reply: &mut Vec<u8>) {
+    let Some((g, off)) = find(n, mem, req) else { return reply.push(MISSING) };
+    let ctts = u64_at(req, 16);
+    let base = n.base() + off;
+    let t = read_tuple(n, mem, g, off);
+    let head = |reply: &mut Vec<u8>, status: u8, t: &[u8]| {
+        reply.push(status);
+        reply.extend_from_slice(&t[g.wts()..g.wts() + 8]);
+        reply.extend_from_slice(&t[g.rts()..g.rts() + 8]);
+    };
+    if !w1(g, &t, ctts) {
+        return head(reply, TOO_LATE, &t);
+    }
+    if mem.cas_u64(base + LOCK, 0, ctts).unwrap_or(u64::MAX) != 0 {
+        return head(reply, BUSY, &t);
+    }
+    let t = read_tuple(n, mem, g, off);
+    if !w1(g, &t, ctts) || !consistent(g, &t) {
+        let _ = mem.cas_u64(base + LOCK, ctts, 0);
+        return head(reply, TOO_LATE, &t);
+    }
+    head(reply, OK, &t);
+    reply.extend_from_slice(&off.to_le_bytes());
+    reply.extend_from_slice(&t);
+}
+
+/// COMMIT handler: installs the new version over the tuple (held under `ctts`'s lock) and
+/// unlocks. Request: table | pad | offset | ctts | writer | record.
+fn commit_handler(n: &NodeState, mem: &dyn HostMemory, req: &[u8]) {
+    if req.len() < 32 {
+        return;
+    }
+    let table = u16::from_le_bytes([req[0], req[1]]);
+    let Some(place) = n.catalog.layout.table(table) else { return };
+    let g = Geometry::of(place);
+    let (off, ctts, writer) = (u64_at(req, 8), u64_at(req, 16), u64_at(req, 24));
+    let base = n.base() + off;
+    let t = read_tuple(n, mem, g, off);
+    if u64_at(&t, LOCK as usize) != ctts {
+        return; // not ours: a duplicate or a bug; never overwrite another's version
+    }
+    let _ = mem.write(base + VERSION, &install(g, &t, ctts, writer, &req[32..]));
+    let _ = mem.store_u64(base + LOCK, 0);
+}
 
 /// MVCC's RPC handlers (ids 30..=39).
-pub fn handlers(_n: &Rc<NodeState>) -> Vec<(u16, Rc<HandlerFn>)> {
-    Vec::new()
-}
-
-pub async fn attempt(_ctx: &Ctx, _n: &NodeState, _spec: &TxnSpec, _id: u64) -> Attempt {
-    Attempt::Failed("MVCC is not implemented yet".into())
+pub fn handlers(n: &Rc<NodeState>) -> Vec<(u16, Rc<HandlerFn>)> {
+    let (a, b, c) = (n.clone(), n.clone(), n.clone());
+    vec![
+        (
+            H_READ,
+            Rc::new(move |ctx: &mut HandlerCtx<'_>, req: &[u8]| {
+                read_handler(&a, ctx.mem, req, ctx.reply);
+                Handled::Reply
+            }) as Rc<HandlerFn>,
+        ),
+        (
+            H_LOCK,
+            Rc::new(move |ctx: &mut HandlerCtx<'_>, req: &[u8]| {
+                lock_handler(&b, ctx.mem, req, ctx.reply);
+                Handled::Reply
+            }),
+        ),
+        (
+            H_COMMIT,
+            Rc::new(move |ctx: &mut HandlerCtx<'_>, req: &[u8]| {
+                commit_handler(&c, ctx.mem, req);
+                Handled::Reply
+            }),
+        ),
+    ]
 }

@@ -156,6 +156,9 @@ pub enum Bug {
     /// waiting for the deterministic lock manager's grant (RCC Sec. 4.6 done wrong): they miss
     /// the writes of earlier transactions in the order.
     CalvinReadBeforeLock,
+    /// MVCC reads never raise the tuple's `rts` (RCC Sec. 4.4 done wrong): a writer older than
+    /// a reader can still install the version after the one the reader saw (write skew).
+    MvccSkipRts,
 }
 
 impl NodeState {

@@ -106,7 +106,11 @@ pub(crate) fn check_spec(spec: &TxnRunSpec) -> Result<(), String> {
     spec.hybrid.check(spec.protocol.name(), spec.protocol.stages())?;
     // IBV_ATOMIC_HCA makes NIC atomics atomic only among QPs of one HCA: with two NICs per
     // node, two coordinators can CAS the same lock through different NICs and both win.
-    if spec.hybrid.onesided(txbed_protocols::stage::Stage::Lock)
+    // MVCC's one-sided READ CASes rts the same way (a lost raise is a write skew).
+    use txbed_protocols::stage::Stage;
+    let cas =
+        spec.hybrid.onesided(Stage::Lock) || (spec.protocol == Protocol::Mvcc && spec.hybrid.onesided(Stage::Read));
+    if cas
         && spec.profile.atomicity == txbed_sim::profile::Atomicity::Hca
         && spec.profile.nics_per_node > 1
         && !spec.allow_unsafe_atomics
