@@ -4,6 +4,8 @@
 //! - [`locate`]: finding records with one-sided READs and a bucket-caching location cache.
 //! - [`stage`]: transaction stages and RCC's per-stage hybrid code.
 //! - [`node`]: what a node shares (catalog, cache, history) and the participant's handlers.
+//! - [`index`]: lookups before a transaction (data-dependent keys), answered by the node that
+//!   owns the rows from its records and ordered index.
 //! - [`log`]: the LOG stage (ring buffers on backups, or RPC).
 //! - [`ops`]: the operations protocols are built from, each in RPC and one-sided form.
 //! - [`nowait`]: NOWAIT (RCC Sec. 4.2); [`waitdie`]: WAIT-DIE (4.3); [`mvcc`]: MVCC (4.4);
@@ -16,6 +18,7 @@
 //! lives in the tuple's extension after the record (`Protocol::ext_bytes`, `TablePlace::ext_at`).
 
 pub mod calvin;
+pub mod index;
 pub mod locate;
 pub mod log;
 pub mod mvcc;

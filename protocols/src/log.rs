@@ -95,24 +95,67 @@ pub fn drain_ring(n: &NodeState, mem: &dyn HostMemory, sender: u16, worker: u16)
     n.set_ring_reader(slot, pos, seq);
 }
 
-/// Sends `record` to every node in `backups` and waits until all have it.
+/// Largest RPC log record: one UD datagram of 4 KiB less the frame header.
+const RPC_MAX: usize = 4096 - 16;
+
+/// Splits a log record (`id | entries`) into records of at most `max` bytes, at entry
+/// boundaries; each applies on its own, since entries carry their key and version.
+fn split(record: &[u8], max: usize) -> Result<Vec<Vec<u8>>, String> {
+    let mut out: Vec<Vec<u8>> = Vec::new();
+    let mut at = 8;
+    while at + 24 <= record.len() {
+        let len = u16::from_le_bytes([record[at + 2], record[at + 3]]) as usize;
+        let e = (24 + len).div_ceil(8) * 8;
+        if 8 + e > max {
+            return Err(format!("a log entry of {e} B does not fit a {max} B log record"));
+        }
+        if out.last().is_none_or(|c| c.len() + e > max) {
+            out.push(record[..8].to_vec());
+        }
+        out.last_mut().expect("a chunk").extend_from_slice(&record[at..(at + e).min(record.len())]);
+        at += e;
+    }
+    Ok(out)
+}
+
+/// Sends `record` to every node in `backups` and waits until all have it. A record larger
+/// than the staging area (one-sided) or a datagram (RPC) goes as several, one after another.
 pub async fn append(ctx: &Ctx, n: &NodeState, backups: &[u16], record: &[u8]) -> Result<(), String> {
+    let copies = backups.len().max(1) as u64;
+    let (fits, max) = if n.hybrid.onesided(Stage::Log) {
+        let area = crate::ops::log_area(ctx).1.min(n.catalog.layout.ring_bytes);
+        let framed = (record.len() as u64 + FRAME).div_ceil(8) * 8;
+        (framed * copies <= area, (area / copies).saturating_sub(FRAME + 8) as usize)
+    } else {
+        (record.len() <= RPC_MAX, RPC_MAX)
+    };
+    if fits {
+        return append_one(ctx, n, backups, record).await;
+    }
+    for chunk in split(record, max)? {
+        append_one(ctx, n, backups, &chunk).await?;
+    }
+    Ok(())
+}
+
+async fn append_one(ctx: &Ctx, n: &NodeState, backups: &[u16], record: &[u8]) -> Result<(), String> {
     let worker = ctx.me().worker;
     if n.hybrid.onesided(Stage::Log) {
         let framed_len = (record.len() as u64 + FRAME).div_ceil(8) * 8;
         let ring = n.catalog.layout.ring_bytes;
-        if framed_len > ring || framed_len > 4096 {
-            return Err(format!("log record of {} B exceeds the ring or the 4 KiB staging area", record.len()));
+        let (area_at, area) = crate::ops::log_area(ctx);
+        if framed_len > ring || framed_len > area {
+            return Err(format!("log record of {} B exceeds the ring or the {area} B staging area", record.len()));
         }
         let s = ctx.scratch();
-        // Scratch [8, 12) KiB stages one framed copy per backup (they differ in the sequence
+        // The log area stages one framed copy per backup (they differ in the sequence
         // number): the NIC reads each when it runs that WRITE, so copies must not overlap.
-        if framed_len * backups.len() as u64 > 4096 {
-            return Err(format!("{} log copies of {} B exceed the 4 KiB staging area", backups.len(), framed_len));
+        if framed_len * backups.len() as u64 > area {
+            return Err(format!("{} log copies of {} B exceed the {area} B staging area", backups.len(), framed_len));
         }
         let mut reclaims = Vec::new();
         for (i, &b) in backups.iter().enumerate() {
-            let src_at = s.addr + 8 * 1024 + i as u64 * framed_len;
+            let src_at = area_at + i as u64 * framed_len;
             // Room first (a wrap marker and the record), so no other coroutine of this worker
             // reserves and posts a later ring position in between.
             let q = ctx.rc_qp(NodeId(b), ctx.coroutine() as usize).ok_or("no QP to backup")?;

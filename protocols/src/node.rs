@@ -128,6 +128,8 @@ pub struct NodeState {
     pub mvcc: crate::mvcc::Participant,
     pub sundial: crate::sundial::Participant,
     pub calvin: crate::calvin::Participant,
+    /// The ordered index lookups are answered from (`index`).
+    pub index: crate::index::NodeIndex,
 }
 
 /// Where a log entry goes in a ring.
@@ -313,6 +315,7 @@ pub fn handlers(n: &Rc<NodeState>) -> Vec<(u16, Rc<HandlerFn>)> {
     hs.extend(crate::mvcc::handlers(n));
     hs.extend(crate::sundial::handlers(n));
     hs.extend(crate::calvin::handlers(n));
+    hs.extend(crate::index::handlers(n));
     hs
 }
 

@@ -10,8 +10,9 @@
 //! | write back + unlock (COMMIT) | WRITE body, then WRITE lock = 0, only the second signaled | `H_COMMIT` |
 //! | unlock (RELEASE) | WRITE lock = 0 | `H_RELEASE` |
 //!
-//! Scratch layout per coroutine: [0, 8) KiB lock/fetch/validate buffers and index buckets,
-//! [8, 12) KiB the log record, [12, 16) KiB write-back staging.
+//! Scratch layout per coroutine (`buffers_end`, `log_area`, `staging_at`): the first half
+//! lock/fetch/validate buffers and index buckets, the third quarter the log record, the last
+//! write-back staging ([0, 8), [8, 12), [12, 16) KiB of the default 16 KiB).
 
 use txbed_checker::{Access, Txn};
 use txbed_transport::{CallId, Ctx, Endpoint, LocalBuf, NodeId, Op, Payload, QpId};
@@ -67,6 +68,36 @@ pub fn records(n: &NodeState, spec: &TxnSpec) -> Vec<Rec> {
             tuple: Vec::new(),
         })
         .collect()
+}
+
+/// A coroutine's scratch, in quarters: LOCK/READ/VALIDATE buffers (and index buckets) in the
+/// first half, the log record's staging in the third quarter, write-back staging in the last
+/// (0, 8 and 12 KiB of the default 16 KiB; the runner gives a workload with larger
+/// transactions a larger scratch, `Workload::max_accesses`).
+pub fn buffers_end(ctx: &Ctx) -> u64 {
+    let s = ctx.scratch();
+    s.addr + s.len as u64 / 2
+}
+
+/// The log staging area (address, bytes).
+pub fn log_area(ctx: &Ctx) -> (u64, u64) {
+    let s = ctx.scratch();
+    (s.addr + s.len as u64 / 2, s.len as u64 / 4)
+}
+
+/// Where write-back staging starts.
+pub fn staging_at(ctx: &Ctx) -> u64 {
+    let s = ctx.scratch();
+    s.addr + s.len as u64 / 4 * 3
+}
+
+/// Fails (rather than overrun the next coroutine's scratch) when `bytes` of buffers do not fit.
+fn check_buffers(ctx: &Ctx, bytes: u64) -> Result<(), String> {
+    let s = ctx.scratch();
+    if s.addr + bytes > buffers_end(ctx) {
+        return Err(format!("{bytes} B of record buffers exceed the {} B scratch half", s.len / 2));
+    }
+    Ok(())
 }
 
 pub fn endpoint(ctx: &Ctx, node: u16) -> Endpoint {
@@ -166,6 +197,7 @@ pub async fn lock_and_read(
     let bytes: u64 = recs.iter().filter(|r| which(r)).map(|r| 8 + tuple_bytes(n, r.table) as u64).sum();
     if n.hybrid.onesided(Stage::Lock) {
         locate_all(ctx, n, recs, |r| which(r) && r.tuple.is_empty()).await?;
+        check_buffers(ctx, bytes)?;
         let mut at = scratch.addr;
         let mut slots = Vec::new();
         for (i, r) in recs.iter().enumerate().filter(|(_, r)| which(r)) {
@@ -227,6 +259,7 @@ pub async fn fetch(ctx: &Ctx, n: &NodeState, recs: &mut [Rec]) -> Result<(), Str
     let bytes: u64 = recs.iter().map(|r| tuple_bytes(n, r.table) as u64).sum();
     if n.hybrid.onesided(Stage::Read) {
         locate_all(ctx, n, recs, |_| true).await?;
+        check_buffers(ctx, bytes)?;
         // Speculative parallel fetch: every READ posted, one wait (DrTM+H Sec. 6.1).
         let mut at = scratch.addr;
         let mut slots = Vec::new();
@@ -294,6 +327,7 @@ pub async fn validate(
     let t0 = ctx.now();
     let mut now: Vec<(usize, u64, u64)> = Vec::new();
     if n.hybrid.onesided(Stage::Validate) {
+        check_buffers(ctx, 16 * recs.iter().filter(|r| which(r)).count() as u64)?;
         let mut at = scratch.addr;
         let mut slots = Vec::new();
         for (i, r) in recs.iter().enumerate().filter(|(_, r)| which(r)) {
@@ -393,7 +427,7 @@ pub async fn write_back(
     }
     let t0 = ctx.now();
     let mut bytes = 0u64;
-    let mut staging = ctx.scratch().addr + 12 * 1024;
+    let mut staging = staging_at(ctx);
     for (r, v) in recs.iter().filter(|r| r.write).zip(new_values) {
         bytes += 16 + v.len() as u64 + 8;
         let (inc, ver) = r.version();

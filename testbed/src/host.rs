@@ -234,7 +234,7 @@ impl WorkerSeed {
             },
             seed: cfg_seed(&spec, node, wk),
             scratch: self.scratch,
-            scratch_per_coroutine: 16 << 10,
+            scratch_per_coroutine: crate::txn::scratch_per_coroutine(&spec, &catalog.layout),
         };
         let loss = (spec.profile.reliability.ud_drop_probability, cfg_seed(&spec, node, wk) ^ 0x10_55);
         let (mut w, mem): (Box<dyn WorkerTransport>, Rc<dyn HostMemory>) = match self.link {
@@ -269,6 +269,7 @@ impl WorkerSeed {
                 aborted: 0,
                 latency_ns: Histogram::new(3).expect("histogram"),
                 window_ns: spec.duration_ns,
+                per_kind: Default::default(),
             })),
             failures: Rc::default(),
         };
@@ -347,7 +348,8 @@ pub fn run_real_node(
     }
     let node = me.rank as u16;
     let layout = layout(spec);
-    let scratch_per_worker = crate::txn::coroutines_per_worker(spec) as u64 * (16 << 10);
+    let scratch_per_worker =
+        crate::txn::coroutines_per_worker(spec) as u64 * crate::txn::scratch_per_coroutine(spec, &layout) as u64;
     let rkey = |i: u32| 0x5000_0000 | ((node as u32) << 12) | i;
     let keys = [
         (scratch_per_worker * spec.workers as u64, rkey(0), 0x6000_0000 | ((node as u32) << 12)),

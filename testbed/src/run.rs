@@ -148,11 +148,19 @@ pub struct TxnReport {
     pub user_aborts: u64,
     /// Commit latency, first attempt to commit, microseconds.
     pub latency_us: Latency,
+    /// Committed transactions in the window and per second, per transaction type.
+    pub per_type: BTreeMap<String, TypeReport>,
     /// Per stage: mean time per execution (us), round trips and bytes per execution.
     pub stages: BTreeMap<&'static str, StageReport>,
     pub verbs: BTreeMap<&'static str, u64>,
     pub sim: SimInfo,
     pub check: CheckReport,
+}
+
+#[derive(Debug, Serialize)]
+pub struct TypeReport {
+    pub committed: u64,
+    pub tps: f64,
 }
 
 #[derive(Debug, Serialize)]
@@ -181,6 +189,7 @@ pub fn txn_spec(s: &Scenario, profile: &NicProfile, seed: u64) -> Result<TxnRunS
         Workload::SmallBank(w) => std::sync::Arc::new(w.clone()),
         Workload::Ycsb(w) => std::sync::Arc::new(w.prepare(c.nodes)),
         Workload::Tpce(w) => std::sync::Arc::new(w.prepare(c.nodes)),
+        Workload::Tpcc(w) => std::sync::Arc::new(w.prepare(c.nodes, c.workers, c.coroutines)),
         Workload::Verbs(_) => return Err("not a transactional workload".into()),
     };
     let mut profile = profile.clone();
@@ -415,6 +424,7 @@ fn txn_report(
         }
     }
     let (committed, aborted) = (r.measured.committed, r.measured.aborted);
+    let window_s = (r.measured.window_ns as f64 * 1e-9).max(1e-12);
     TxnReport {
         scenario: s.name.clone(),
         resolved_scenario: s.to_ron(),
@@ -429,6 +439,12 @@ fn txn_report(
         abort_rate: aborted as f64 / (committed + aborted).max(1) as f64,
         user_aborts: r.stats.aborted_user,
         latency_us: Latency::from_ns(h),
+        per_type: r
+            .measured
+            .per_kind
+            .iter()
+            .map(|(k, &n)| (k.clone(), TypeReport { committed: n, tps: n as f64 / window_s }))
+            .collect(),
         stages,
         verbs,
         sim: SimInfo { events: r.events, events_per_s: r.events as f64 / wall.max(1e-9), simulated_ns: r.simulated_ns },
@@ -532,8 +548,9 @@ pub fn txn_text(s: &Scenario, r: &TxnReport) -> String {
         .map(|(k, v)| format!("{k} {:.2} us / {:.1} RTT / {:.0} B", v.mean_us, v.round_trips, v.bytes))
         .collect();
     let verbs: Vec<String> = r.verbs.iter().map(|(k, n)| format!("{k} {n}")).collect();
+    let types: Vec<String> = r.per_type.iter().map(|(k, t)| format!("{k} {:.0}/s", t.tps)).collect();
     let mut out = format!(
-        "scenario {:?}, seed {}: {} ({}) on {}\n  cluster    {} nodes x {} workers x {} coroutines, NIC {}\n  throughput {:.0} transactions/s ({:.0} per node), {} committed in the window\n  latency    p50 {:.2} us  p90 {:.2} us  p99 {:.2} us  mean {:.2} us\n  aborts     {:.1}% ({} conflicts in the window), {} user aborts\n  stages     {}\n  verbs      {}\n{}  serializable: {}{}; {} transactions checked, invariants {}\n",
+        "scenario {:?}, seed {}: {} ({}) on {}\n  cluster    {} nodes x {} workers x {} coroutines, NIC {}\n  throughput {:.0} transactions/s ({:.0} per node), {} committed in the window\n  latency    p50 {:.2} us  p90 {:.2} us  p99 {:.2} us  mean {:.2} us\n  aborts     {:.1}% ({} conflicts in the window), {} user aborts\n  types      {}\n  stages     {}\n  verbs      {}\n{}  serializable: {}{}; {} transactions checked, invariants {}\n",
         r.scenario,
         r.seed,
         r.protocol,
@@ -542,6 +559,7 @@ pub fn txn_text(s: &Scenario, r: &TxnReport) -> String {
             Workload::SmallBank(_) => "SmallBank",
             Workload::Ycsb(_) => "YCSB",
             Workload::Tpce(_) => "TPC-E",
+            Workload::Tpcc(_) => "TPC-C",
             Workload::Verbs(_) => "verbs",
         },
         c.nodes,
@@ -558,6 +576,7 @@ pub fn txn_text(s: &Scenario, r: &TxnReport) -> String {
         r.abort_rate * 100.0,
         r.aborted,
         r.user_aborts,
+        types.join(" | "),
         stages.join(" | "),
         verbs.join(", "),
         if r.backend == "sim" {

@@ -13,6 +13,7 @@ use txbed_sim::bench_verbs::{rpc_max_payload, RawVerb};
 use txbed_sim::profile::Atomicity;
 use txbed_sim::NicProfile;
 use txbed_workloads::smallbank::SmallBank;
+use txbed_workloads::tpcc::Tpcc;
 use txbed_workloads::tpce::Tpce;
 use txbed_workloads::ycsb::Ycsb;
 
@@ -312,6 +313,10 @@ pub enum Workload {
     /// (docs/workloads.md).
     #[serde(alias = "tpce", alias = "TPCE", alias = "TpcE")]
     Tpce(Tpce),
+    /// TPC-C: the nine tables, the five transactions, consistency conditions checked after
+    /// every run (docs/workloads.md).
+    #[serde(alias = "tpcc", alias = "TPCC", alias = "TpcC")]
+    Tpcc(Tpcc),
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -391,6 +396,13 @@ fn workload_field(f: &'static str) -> &'static str {
         "securities_per_node" => "workload.securities_per_node",
         "remote_fraction" => "workload.remote_fraction",
         "feed_batch" => "workload.feed_batch",
+        "warehouses_per_node" => "workload.warehouses_per_node",
+        "remote_item" => "workload.remote_item",
+        "remote_payment" => "workload.remote_payment",
+        "items" => "workload.items",
+        "customers_per_district" => "workload.customers_per_district",
+        "order_headroom" => "workload.order_headroom",
+        "history_per_terminal" => "workload.history_per_terminal",
         _ => "workload",
     }
 }
@@ -524,6 +536,7 @@ impl Scenario {
             Workload::SmallBank(w) => w.validate().map_err(|(f, m)| (workload_field(f), m))?,
             Workload::Ycsb(w) => w.validate().map_err(|(f, m)| (workload_field(f), m))?,
             Workload::Tpce(w) => w.validate().map_err(|(f, m)| (workload_field(f), m))?,
+            Workload::Tpcc(w) => w.validate().map_err(|(f, m)| (workload_field(f), m))?,
         }
         if !matches!(self.workload, Workload::Verbs(_)) {
             let Some(p) = &self.protocol else {

@@ -20,9 +20,21 @@ use txbed_protocols::stage::Hybrid;
 use txbed_protocols::store::{self, split_version_word, Layout, TableSpec, VERSION};
 use txbed_sim::{NicProfile, Sim, SimConfig};
 use txbed_transport::{Ctx, HostMemory, MemoryRegion, TraceEvent};
-use txbed_workloads::{Key, Workload};
+use txbed_workloads::{Consistency, Key, Terminal, Workload};
 
 pub use txbed_protocols::Protocol;
+
+/// Scratch memory per coroutine: 16 KiB, or four times the record buffers of the workload's
+/// largest transaction (`Workload::max_accesses`; `ops::buffers_end` and the areas after it).
+pub fn scratch_per_coroutine(spec: &TxnRunSpec, layout: &Layout) -> u32 {
+    let need: u64 = spec
+        .workload
+        .max_accesses()
+        .iter()
+        .map(|&(t, n)| n as u64 * (8 + layout.table(t).map_or(0, |p| p.tuple_bytes)))
+        .sum();
+    (4 * need).next_multiple_of(4096).clamp(16 << 10, 64 << 20) as u32
+}
 
 /// Coroutines each worker runs: the coordinators, plus the protocol's background one.
 pub fn coroutines_per_worker(spec: &TxnRunSpec) -> u32 {
@@ -65,6 +77,8 @@ pub struct Measured {
     /// Commit latency (first attempt to commit), nanoseconds.
     pub latency_ns: Histogram<u64>,
     pub window_ns: u64,
+    /// Committed in the window, per transaction type (`TxnSpec::kind`).
+    pub per_kind: std::collections::BTreeMap<String, u64>,
 }
 
 pub struct TxnRunResult {
@@ -186,6 +200,7 @@ pub(crate) fn node_state(spec: &TxnRunSpec, me: u16, catalog: &Rc<Catalog>) -> R
         mvcc: Default::default(),
         sundial: Default::default(),
         calvin: Default::default(),
+        index: Default::default(),
     })
 }
 
@@ -204,16 +219,38 @@ pub(crate) struct Shared {
 pub(crate) async fn coordinator(ctx: Ctx, st: Rc<NodeState>, sh: Shared, c: u32) {
     let (n, wk) = (st.me, ctx.me().worker);
     let mut seq = 0u64;
+    let mut drawn = 0u64;
     while ctx.now() < sh.end {
-        let t = ctx.with_rng(|r| st.workload.generate(r, n, st.nodes));
+        let terminal = Terminal { worker: wk, coroutine: c, seq: drawn };
+        drawn += 1;
+        let drawn_spec = ctx.with_rng(|r| st.workload.generate_at(r, n, st.nodes, terminal));
+        let lookups = st.workload.lookups(&drawn_spec);
         let mut tries = 0u32;
         let first = ctx.now();
         let in_window = |now: u64| now >= sh.from && now < sh.end;
         loop {
+            // Data-dependent read and write sets: ask the owners first, on every attempt.
+            let resolved = if lookups.is_empty() {
+                None
+            } else {
+                let answers = txbed_protocols::index::lookup(&ctx, &st, &lookups).await;
+                match answers.and_then(|a| st.workload.resolve(&drawn_spec, &a)) {
+                    Ok(t) => Some(t),
+                    Err(e) => {
+                        sh.failures.borrow_mut().push(format!("node {n} worker {wk}: {e}"));
+                        return;
+                    }
+                }
+            };
+            let t = resolved.as_ref().unwrap_or(&drawn_spec);
             seq += 1;
             let id = txn_id(n, wk, c, seq);
             let began = ctx.now();
-            let outcome = txbed_protocols::attempt(sh.protocol, &ctx, &st, &t, id).await;
+            let mut outcome = txbed_protocols::attempt(sh.protocol, &ctx, &st, t, id).await;
+            // Answers gone stale by the time the transaction read its rows: a conflict.
+            if outcome == Attempt::UserAbort && st.workload.retry_on_user_abort(t) {
+                outcome = Attempt::Conflict;
+            }
             if ctx.tracing() {
                 let how = match outcome {
                     Attempt::Committed => "commit",
@@ -232,6 +269,12 @@ pub(crate) async fn coordinator(ctx: Ctx, st: Rc<NodeState>, sh: Shared, c: u32)
                     if in_window(now) {
                         let mut m = sh.measured.borrow_mut();
                         m.committed += 1;
+                        match m.per_kind.get_mut(t.kind) {
+                            Some(k) => *k += 1,
+                            None => {
+                                m.per_kind.insert(t.kind.to_string(), 1);
+                            }
+                        }
                         let _ = m.latency_ns.record((now - first).max(1));
                     }
                     break;
@@ -284,6 +327,12 @@ pub struct NodeResult {
     /// Work requests posted by this node's workers, by opcode (sockets backend only).
     #[serde(default)]
     pub verbs: [u64; 7],
+    /// Committed in the window per transaction type.
+    #[serde(default)]
+    pub per_kind: std::collections::BTreeMap<String, u64>,
+    /// The workload's consistency conditions over this node's records.
+    #[serde(default)]
+    pub consistency: Vec<Consistency>,
 }
 
 /// Collects a node's history, final versions (its primaries and the replicas it keeps), and
@@ -330,6 +379,19 @@ pub(crate) fn node_result(
         let nth = (node + spec.nodes - w.home(key, spec.nodes)) % spec.nodes;
         r.finals.push(Final { replica: format!("backup{nth}"), key: k, version });
     }
+    // Records are loaded in key order, so a key's tuple is at its row's position.
+    let read = |key: Key| {
+        let place = layout.table(key.table)?;
+        let per = place.spec.rows_per_node;
+        if key.row / per != node as u64 {
+            return None;
+        }
+        let mut rec = vec![0u8; place.spec.record_bytes as usize];
+        let off = base + place.tuples_at + (key.row - node as u64 * per) * place.tuple_bytes;
+        mem.read(off + store::META_BYTES, &mut rec).ok()?;
+        Some(rec)
+    };
+    r.consistency = w.check_consistency(node, spec.nodes, &read);
     r.committed = stats.committed;
     r.aborted_conflict = stats.aborted_conflict;
     r.aborted_user = stats.aborted_user;
@@ -344,6 +406,9 @@ pub(crate) fn node_result(
 pub(crate) fn add_measured(r: &mut NodeResult, m: &Measured) {
     r.measured_committed += m.committed;
     r.measured_aborted += m.aborted;
+    for (k, v) in &m.per_kind {
+        *r.per_kind.entry(k.clone()).or_default() += v;
+    }
     r.latency.extend(m.latency_ns.iter_recorded().map(|v| (v.value_iterated_to(), v.count_at_value())));
 }
 
@@ -364,9 +429,11 @@ pub(crate) fn assemble(
         aborted: 0,
         latency_ns: Histogram::new(3).expect("histogram"),
         window_ns: spec.duration_ns,
+        per_kind: Default::default(),
     };
     let (mut conserved, mut initial) = (0i64, 0i64);
     let mut failures = Vec::new();
+    let mut consistency: Vec<Consistency> = Vec::new();
     for r in results {
         h.txns.extend(r.txns);
         h.finals.extend(r.finals);
@@ -387,7 +454,29 @@ pub(crate) fn assemble(
         for (v, c) in r.latency {
             let _ = measured.latency_ns.record_n(v.max(1), c);
         }
+        for (k, v) in r.per_kind {
+            *measured.per_kind.entry(k).or_default() += v;
+        }
+        for c in r.consistency {
+            match consistency.iter_mut().find(|x| x.name == c.name) {
+                Some(x) => {
+                    x.checked += c.checked;
+                    x.violations += c.violations;
+                    x.first = x.first.take().or(c.first);
+                }
+                None => consistency.push(c),
+            }
+        }
         failures.extend(r.failures);
+    }
+    // Each consistency condition is an invariant: zero violations expected.
+    for c in consistency {
+        let first = c.first.map(|f| format!(" (first: {f})")).unwrap_or_default();
+        h.invariants.push(Invariant {
+            name: format!("{}: violations among {} checked{first}", c.name, c.checked),
+            expected: 0,
+            actual: c.violations as i64,
+        });
     }
     h.invariants.push(Invariant {
         name: format!("{}: conserved total", spec.workload.name()),
@@ -409,7 +498,7 @@ pub fn run_txns_with(spec: &TxnRunSpec, progress: &mut dyn FnMut(u64, u64)) -> R
     check_spec(spec)?;
     let mut cfg = SimConfig::new(spec.nodes, spec.workers, spec.profile.clone(), spec.seed);
     cfg.max_coroutines = coroutines_per_worker(spec);
-    cfg.scratch_per_coroutine = 16 << 10;
+    cfg.scratch_per_coroutine = scratch_per_coroutine(spec, &layout(spec));
     cfg.loopback = true;
     cfg.link_delay_ps = spec.link_delay_ns.iter().map(|d| d * 1000).collect();
     // Two-sided passive ACK piggybacks replies on requests; doorbell batching applies to the
@@ -436,6 +525,7 @@ pub fn run_txns_with(spec: &TxnRunSpec, progress: &mut dyn FnMut(u64, u64)) -> R
             aborted: 0,
             latency_ns: Histogram::new(3).expect("histogram"),
             window_ns: spec.duration_ns,
+            per_kind: Default::default(),
         })),
         failures: Rc::default(),
     };
@@ -446,6 +536,7 @@ pub fn run_txns_with(spec: &TxnRunSpec, progress: &mut dyn FnMut(u64, u64)) -> R
                 for (id, name) in node::HANDLER_NAMES {
                     sim.worker(n, wk).name_handler(id, name);
                 }
+                sim.worker(n, wk).name_handler(txbed_protocols::index::H_LOOKUP, "LOOKUP");
             }
             for (id, h) in node::handlers(&states[n as usize]) {
                 sim.worker(n, wk).register_handler(id, h);

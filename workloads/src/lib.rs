@@ -7,6 +7,7 @@
 //! generator is a pure function of the run's seed.
 
 pub mod smallbank;
+pub mod tpcc;
 pub mod tpce;
 pub mod ycsb;
 
@@ -83,17 +84,126 @@ pub trait Workload: Send + Sync {
     fn conserved(&self, _key: Key, _value: &[u8]) -> i64 {
         0
     }
+
+    // Extensions for workloads whose read and write sets depend on the data (TPC-C, TPC-E).
+    // Every method has a default that keeps a workload without them exactly as before.
+
+    /// [`Workload::generate`] for a known coordinator ("terminal"): lets a workload give each
+    /// terminal rows of its own (TPC-C's HISTORY ring). The coordinator calls this one.
+    fn generate_at(&self, rng: &mut ChaCha8Rng, node: u16, nodes: u16, _terminal: Terminal) -> TxnSpec {
+        self.generate(rng, node, nodes)
+    }
+    /// Questions to answer before `spec` can run (reconnaissance, Calvin's OLLP): the
+    /// coordinator sends each to the node that owns its key, where [`Workload::answer`]
+    /// replies, and runs [`Workload::resolve`]'s spec. None (the default): run `spec` as drawn.
+    fn lookups(&self, _spec: &TxnSpec) -> Vec<Lookup> {
+        Vec::new()
+    }
+    /// Answers a lookup's `args` at the node that owns its key, from `read` (that node's
+    /// committed records: possibly mid-update, so a hint the transaction must validate) and
+    /// the node's ordered `index` (one-sided verbs cannot search a sorted structure).
+    fn answer(&self, _args: &[i64], _index: &mut OrderedIndex, _read: &dyn Fn(Key) -> Option<Vec<u8>>) -> Vec<i64> {
+        Vec::new()
+    }
+    /// The spec to run, from the drawn one and the answers to its lookups (same order).
+    /// `Err` stops the coordinator with that message (e.g. pre-allocated rows exhausted).
+    fn resolve(&self, spec: &TxnSpec, _answers: &[Vec<i64>]) -> Result<TxnSpec, String> {
+        Ok(spec.clone())
+    }
+    /// Whether a user abort of this resolved spec means its answers went stale (execute saw
+    /// other values than the lookups did) rather than a decision of the logic: the coordinator
+    /// then counts a conflict and retries with fresh lookups.
+    fn retry_on_user_abort(&self, _spec: &TxnSpec) -> bool {
+        false
+    }
+    /// The most records of each table (id, count) one transaction accesses, when more than a
+    /// few dozen: the runner sizes each coordinator's scratch memory for them.
+    fn max_accesses(&self) -> Vec<(u16, u32)> {
+        Vec::new()
+    }
+    /// Checks the workload's consistency conditions (TPC-C 3.3.2) over the records `node`
+    /// owns, at the end of a run; `read` returns a record of this node (None for others).
+    fn check_consistency(&self, _node: u16, _nodes: u16, _read: &dyn Fn(Key) -> Option<Vec<u8>>) -> Vec<Consistency> {
+        Vec::new()
+    }
+}
+
+/// A coordinator and how many transactions it has drawn before this one.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Terminal {
+    pub worker: u16,
+    pub coroutine: u32,
+    pub seq: u64,
+}
+
+/// A question for the node that owns `key` (see [`Workload::lookups`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lookup {
+    pub key: Key,
+    pub args: Vec<i64>,
+}
+
+/// A node's ordered secondary indexes, kept by the node that owns the rows and searched by
+/// [`Workload::answer`]: entries in byte order (big-endian keys sort numerically), and marks
+/// (e.g. how far an index has caught up with inserts it learns of from the store).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OrderedIndex {
+    pub entries: std::collections::BTreeMap<Vec<u8>, u64>,
+    pub marks: std::collections::BTreeMap<Vec<u8>, u64>,
+}
+
+impl OrderedIndex {
+    /// The entries whose key starts with `prefix`, in order.
+    pub fn prefixed<'a>(&'a self, prefix: &'a [u8]) -> impl Iterator<Item = (&'a Vec<u8>, &'a u64)> + 'a {
+        self.entries.range(prefix.to_vec()..).take_while(move |(k, _)| k.starts_with(prefix))
+    }
+}
+
+/// One consistency condition over a node's share of the database at the end of a run.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Consistency {
+    /// What is checked, e.g. "TPC-C 3.3.2.1: W_YTD = sum(D_YTD)".
+    pub name: String,
+    /// Units checked (warehouses, districts) and how many violate the condition.
+    pub checked: u64,
+    pub violations: u64,
+    /// The first violation, explained.
+    pub first: Option<String>,
 }
 
 /// A deterministic serial executor over an in-memory map, for tests and as the reference a
 /// protocol's results can be compared with.
 pub struct SerialStore {
     pub values: std::collections::BTreeMap<Key, Vec<u8>>,
+    /// The ordered index lookups are answered from (one for the whole store).
+    pub index: OrderedIndex,
 }
 
 impl SerialStore {
     pub fn new() -> Self {
-        SerialStore { values: std::collections::BTreeMap::new() }
+        SerialStore { values: std::collections::BTreeMap::new(), index: OrderedIndex::default() }
+    }
+    /// The current value of `k` (its initial value until written).
+    pub fn value(&self, w: &dyn Workload, k: Key) -> Vec<u8> {
+        self.values.get(&k).cloned().unwrap_or_else(|| w.initial(k))
+    }
+    /// Answers `spec`'s lookups from this store and resolves it (a drawn spec without lookups
+    /// comes back unchanged).
+    pub fn resolve(&mut self, w: &dyn Workload, spec: &TxnSpec) -> Result<TxnSpec, String> {
+        let lookups = w.lookups(spec);
+        if lookups.is_empty() {
+            return Ok(spec.clone());
+        }
+        let values = &self.values;
+        let read = |k: Key| Some(values.get(&k).cloned().unwrap_or_else(|| w.initial(k)));
+        let answers: Vec<Vec<i64>> = lookups.iter().map(|l| w.answer(&l.args, &mut self.index, &read)).collect();
+        w.resolve(spec, &answers)
+    }
+    /// Resolves a drawn spec, then runs it.
+    pub fn run_drawn(&mut self, w: &dyn Workload, spec: &TxnSpec) -> Result<(TxnSpec, Executed), String> {
+        let t = self.resolve(w, spec)?;
+        let out = self.run(w, &t);
+        Ok((t, out))
     }
     fn get(&mut self, w: &dyn Workload, k: Key) -> Vec<u8> {
         self.values.entry(k).or_insert_with(|| w.initial(k)).clone()

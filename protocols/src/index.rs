@@ -1,0 +1,136 @@
+//! Lookups before a transaction (reconnaissance): secondary and ordered access served by the
+//! node that owns the rows, whatever the protocol.
+//!
+//! A workload whose read and write sets depend on data (TPC-C's D_NEXT_O_ID, customers by
+//! last name, a customer's newest order) names [`Lookup`]s; the coordinator sends each to the
+//! node that owns its key (`H_LOOKUP`, or a direct call when that is itself), where
+//! `Workload::answer` replies from the node's committed records and its ordered index: one
+//! per node (`NodeState::index`), kept by that node's CPU, since one-sided verbs cannot
+//! search a sorted structure. Answers are hints: the transaction reads the rows they name and
+//! its logic checks them (`docs/workloads.md` says why that keeps the run serializable).
+//!
+//! Request: `args` as i64s; reply: the answer as i64s (both little-endian).
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+
+use txbed_transport::{Ctx, Handled, HandlerCtx, HandlerFn, HostMemory, MemError, MemoryRegion};
+use txbed_workloads::{Key, Lookup, OrderedIndex};
+
+use crate::node::NodeState;
+use crate::ops::endpoint;
+use crate::store::{self, META_BYTES, VERSION};
+
+/// Handler ids 60..=69 belong to lookups.
+pub const H_LOOKUP: u16 = 60;
+
+/// CPU time of answering: a fixed part and a part per record read (a local hash lookup and
+/// copy), ns.
+const ANSWER_NS: u64 = 150;
+const ROW_NS: u64 = 40;
+
+/// A node's ordered index (one per protocol state: per node, or per worker where workers keep
+/// their own state; each is built from the same store).
+#[derive(Default)]
+pub struct NodeIndex(pub RefCell<OrderedIndex>);
+
+fn encode(xs: &[i64]) -> Vec<u8> {
+    xs.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn decode(b: &[u8]) -> Vec<i64> {
+    b.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes"))).collect()
+}
+
+/// Reads `key`'s committed record from this node's store (None if the node does not hold
+/// it, or a write kept changing it): the version word before and after must agree.
+fn read_record(n: &NodeState, mem: &dyn HostMemory, key: Key) -> Option<Vec<u8>> {
+    if n.workload.home(key, n.nodes) != n.me {
+        return None;
+    }
+    let place = n.catalog.layout.table(key.table)?;
+    let at = n.base() + store::find_local(mem, n.base(), place, key.row)?;
+    let mut rec = vec![0u8; place.spec.record_bytes as usize];
+    for _ in 0..3 {
+        let before = mem.load_u64(at + VERSION).ok()?;
+        mem.read(at + META_BYTES, &mut rec).ok()?;
+        if mem.load_u64(at + VERSION).ok()? == before {
+            return Some(rec);
+        }
+    }
+    None
+}
+
+/// Answers `args` at node `n`; returns the answer and the CPU time it took.
+fn answer(n: &NodeState, mem: &dyn HostMemory, args: &[i64]) -> (Vec<i64>, u64) {
+    let rows = Cell::new(0u64);
+    let read = |k: Key| {
+        rows.set(rows.get() + 1);
+        read_record(n, mem, k)
+    };
+    let out = n.workload.answer(args, &mut n.index.0.borrow_mut(), &read);
+    (out, ANSWER_NS + ROW_NS * rows.get())
+}
+
+/// The lookup handlers of `n`.
+pub fn handlers(n: &Rc<NodeState>) -> Vec<(u16, Rc<HandlerFn>)> {
+    let n = n.clone();
+    let h: Rc<HandlerFn> = Rc::new(move |ctx: &mut HandlerCtx<'_>, req: &[u8]| {
+        let (out, ns) = answer(&n, ctx.mem, &decode(req));
+        ctx.compute(ns);
+        ctx.reply.extend_from_slice(&encode(&out));
+        Handled::Reply
+    });
+    vec![(H_LOOKUP, h)]
+}
+
+/// This node's memory through a coroutine (for answering its own lookups without a message).
+struct CtxMem<'a>(&'a Ctx);
+
+impl HostMemory for CtxMem<'_> {
+    fn regions(&self) -> Vec<MemoryRegion> {
+        self.0.regions()
+    }
+    fn read(&self, addr: u64, out: &mut [u8]) -> Result<(), MemError> {
+        self.0.read_local(addr, out)
+    }
+    fn write(&self, addr: u64, data: &[u8]) -> Result<(), MemError> {
+        self.0.write_local(addr, data)
+    }
+    fn cas_u64(&self, addr: u64, compare: u64, swap: u64) -> Result<u64, MemError> {
+        self.0.cas_local(addr, compare, swap)
+    }
+    fn faa_u64(&self, addr: u64, add: u64) -> Result<u64, MemError> {
+        self.0.faa_local(addr, add)
+    }
+}
+
+/// Asks every lookup at the node owning its key, all in parallel; the answers come back in
+/// order. A lookup of this node's own rows is answered in place.
+pub async fn lookup(ctx: &Ctx, n: &NodeState, lookups: &[Lookup]) -> Result<Vec<Vec<i64>>, String> {
+    let t0 = ctx.now();
+    let mut answers: Vec<Option<Vec<i64>>> = vec![None; lookups.len()];
+    let mut calls = Vec::new();
+    for (i, l) in lookups.iter().enumerate() {
+        let home = n.workload.home(l.key, n.nodes);
+        if home == n.me {
+            let (out, ns) = answer(n, &CtxMem(ctx), &l.args);
+            ctx.compute(ns);
+            answers[i] = Some(out);
+        } else {
+            calls.push((i, ctx.call(endpoint(ctx, home), H_LOOKUP, &encode(&l.args))));
+        }
+    }
+    if !calls.is_empty() {
+        let _ = ctx.wait().await;
+    }
+    for (i, call) in calls {
+        match ctx.take_reply(call) {
+            Some(Ok(rep)) => answers[i] = Some(decode(&rep)),
+            Some(Err(e)) => return Err(format!("lookup: {e}")),
+            None => return Err("lookup reply lost".into()),
+        }
+    }
+    ctx.trace_slice("lookup", txbed_transport::trace::STAGE, t0, ctx.now());
+    Ok(answers.into_iter().map(|a| a.unwrap_or_default()).collect())
+}

@@ -1,0 +1,337 @@
+//! TPC-C on every protocol of `Protocol::ALL`, in RPC and one-sided form, on small clusters:
+//! every run is checked serializable with nothing lost, W_YTD - C_YTD_PAYMENT conserved, and
+//! TPC-C's consistency conditions 1-4 holding at the end. A protocol that is not implemented
+//! yet (its attempts fail saying so) is skipped. Failures print the shape to replay.
+
+use std::sync::Arc;
+
+use proptest::prelude::*;
+use txbed::txn::{run_txns, Protocol, TxnRunResult, TxnRunSpec};
+use txbed_protocols::node::Options;
+use txbed_protocols::stage::Hybrid;
+use txbed_sim::NicProfile;
+use txbed_workloads::tpcc::{PreparedTpcc, Tpcc, KINDS};
+use txbed_workloads::*;
+
+#[derive(Copy, Clone, Debug, PartialEq)]
+enum Mix {
+    /// 45/43/4/4/4.
+    Full,
+    /// New-order only, every one distributed (DrTM+H's TPC-C/no).
+    NewOrder,
+    /// 20% of each type: the rare ones get exercised in a short run.
+    Even,
+}
+
+fn tpcc(mix: Mix, w: u32) -> Tpcc {
+    Tpcc {
+        warehouses_per_node: w,
+        mix: if mix == Mix::Even { [20; 5] } else { [45, 43, 4, 4, 4] },
+        new_order_only: mix == Mix::NewOrder,
+        distributed: if mix == Mix::NewOrder { 1.0 } else { 0.0 },
+        items: 500,
+        customers_per_district: 30,
+        order_headroom: 500,
+        history_per_terminal: 16,
+        ..Tpcc::default()
+    }
+}
+
+fn cx4_one_nic() -> NicProfile {
+    let mut p = NicProfile::load("cx4").unwrap();
+    p.nics_per_node = 1;
+    p
+}
+
+#[derive(Clone, Debug)]
+struct Shape {
+    protocol: Protocol,
+    mix: Mix,
+    nodes: u16,
+    warehouses: u32,
+    workers: u16,
+    coroutines: u32,
+    hybrid: Hybrid,
+    seed: u64,
+    duration_ns: u64,
+}
+
+impl Shape {
+    fn new(protocol: Protocol, mix: Mix, hybrid: Hybrid, seed: u64) -> Shape {
+        Shape { protocol, mix, nodes: 3, warehouses: 2, workers: 2, coroutines: 3, hybrid, seed, duration_ns: 300_000 }
+    }
+    fn workload(&self) -> PreparedTpcc {
+        tpcc(self.mix, self.warehouses).prepare(self.nodes, self.workers, self.coroutines)
+    }
+    fn spec(&self, workload: Arc<dyn Workload>) -> TxnRunSpec {
+        TxnRunSpec {
+            protocol: self.protocol,
+            nodes: self.nodes,
+            workers: self.workers,
+            coroutines: self.coroutines,
+            profile: cx4_one_nic(),
+            seed: self.seed,
+            hybrid: self.hybrid,
+            replication: 3.min(self.nodes),
+            workload,
+            warmup_ns: 0,
+            duration_ns: self.duration_ns,
+            cache_bytes: 1 << 20,
+            options: Options::default(),
+            bug: None,
+            allow_unsafe_atomics: false,
+            link_delay_ns: Vec::new(),
+            trace: false,
+        }
+    }
+    fn replay(&self) -> String {
+        format!(
+            "replay: {} {:?} nodes={} W={} workers={} coroutines={} hybrid={} seed={}",
+            self.protocol.name(),
+            self.mix,
+            self.nodes,
+            self.warehouses,
+            self.workers,
+            self.coroutines,
+            self.hybrid,
+            self.seed
+        )
+    }
+    /// The run, or None when the protocol is not implemented yet.
+    fn run(&self) -> Option<TxnRunResult> {
+        let r = run_txns(&self.spec(Arc::new(self.workload()))).unwrap_or_else(|e| panic!("{e}\n{}", self.replay()));
+        if r.failures.iter().any(|f| f.contains("not implemented")) {
+            return None;
+        }
+        Some(r)
+    }
+}
+
+fn explain(s: &Shape, r: &TxnRunResult) -> String {
+    let bad: Vec<String> = r
+        .history
+        .invariants
+        .iter()
+        .filter(|i| i.expected != i.actual)
+        .map(|i| format!("{}: expected {}, found {}", i.name, i.expected, i.actual))
+        .collect();
+    format!(
+        "{}\nserializable={} nothing_lost={:?} invariants_ok={} failures={:?}\n{}\n{}",
+        s.replay(),
+        r.report.serializable,
+        r.report.nothing_lost,
+        r.report.invariants_ok,
+        r.failures.iter().take(3).collect::<Vec<_>>(),
+        bad.join("\n"),
+        r.report.anomalies.iter().take(2).map(|a| a.explanation.as_str()).collect::<Vec<_>>().join("\n")
+    )
+}
+
+/// CALVIN's batch messages hold 2 KiB (`calvin.rs`, MAX_MSG) and a stock-level's input (~400
+/// keys) does not fit, so its coordinators stop. Until CALVIN splits large inputs that failure
+/// is tolerated, but what the run committed must still check clean.
+fn calvin_input_too_large(s: &Shape, r: &TxnRunResult) -> bool {
+    s.protocol == Protocol::Calvin
+        && !r.failures.is_empty()
+        && r.failures.iter().all(|f| f.contains("exceeds a batch message"))
+}
+
+/// Clean, or CALVIN's known limitation with everything else clean.
+fn clean(s: &Shape, r: &TxnRunResult) -> bool {
+    if calvin_input_too_large(s, r) {
+        eprintln!("known limitation, {}: {}", s.replay(), r.failures[0]);
+        return r.report.serializable && r.report.nothing_lost == Some(true) && r.report.invariants_ok;
+    }
+    r.clean()
+}
+
+fn assert_clean(s: &Shape, r: &TxnRunResult) {
+    assert!(clean(s, r), "{}", explain(s, r));
+    // The four conditions and the conserved total were all checked.
+    let tpcc = r.history.invariants.iter().filter(|i| i.name.starts_with("TPC-C 3.3.2.")).count();
+    assert_eq!(tpcc, 4, "{}", s.replay());
+    assert!(r.stats.committed > 10, "{}: only {} commits", s.replay(), r.stats.committed);
+}
+
+/// Committed transactions per type, from the history (the window may miss long ones).
+fn committed_kinds(r: &TxnRunResult) -> std::collections::BTreeMap<String, u64> {
+    let mut kinds = std::collections::BTreeMap::new();
+    for t in &r.history.txns {
+        *kinds.entry(t.label.clone()).or_default() += 1;
+    }
+    kinds
+}
+
+/// Every protocol, RPC and one-sided, full mix and new-order only: serializable, nothing
+/// lost, the consistency conditions hold.
+#[test]
+fn every_protocol_and_mode_runs_tpcc() {
+    let mut ran = Vec::new();
+    for protocol in Protocol::ALL {
+        for hybrid in [Hybrid::RPC, Hybrid::full(protocol.stages())] {
+            for mix in [Mix::Full, Mix::NewOrder] {
+                let s = Shape::new(protocol, mix, hybrid, 1);
+                let Some(r) = s.run() else { continue };
+                assert_clean(&s, &r);
+                let kinds = committed_kinds(&r);
+                if mix == Mix::NewOrder {
+                    assert_eq!(kinds.keys().collect::<Vec<_>>(), ["new-order"], "{}", s.replay());
+                } else if !calvin_input_too_large(&s, &r) {
+                    assert!(kinds.len() >= 3, "{}: {kinds:?}", s.replay());
+                }
+                ran.push(protocol.name());
+            }
+        }
+    }
+    ran.dedup();
+    eprintln!("TPC-C ran on {ran:?}");
+    assert!(ran.contains(&"NOWAIT") && ran.contains(&"OCC"), "{ran:?}");
+}
+
+/// With every type at 20%, each commits, on both primitives, under locking and OCC.
+#[test]
+fn every_transaction_type_commits() {
+    for protocol in [Protocol::NoWait, Protocol::Occ] {
+        for hybrid in [Hybrid::RPC, Hybrid::full(protocol.stages())] {
+            let s = Shape { duration_ns: 500_000, ..Shape::new(protocol, Mix::Even, hybrid, 2) };
+            let r = s.run().unwrap();
+            assert_clean(&s, &r);
+            let kinds = committed_kinds(&r);
+            for k in KINDS {
+                assert!(kinds.get(k).copied().unwrap_or(0) > 0, "{}: no {k} committed: {kinds:?}", s.replay());
+            }
+        }
+    }
+}
+
+proptest! {
+    // Random small shapes, protocols, hybrid codes, mixes and seeds.
+    #![proptest_config(ProptestConfig { cases: 16, failure_persistence: None, ..ProptestConfig::default() })]
+    #[test]
+    fn random_shapes_keep_tpcc_consistent(
+        p in 0usize..Protocol::ALL.len(),
+        nodes in 2u16..=3,
+        warehouses in 1u32..=2,
+        workers in 1u16..=2,
+        coroutines in 1u32..=4,
+        code in 0u32..512,
+        new_order in any::<bool>(),
+        seed in 0u64..1_000_000,
+    ) {
+        let protocol = Protocol::ALL[p];
+        let codes = Hybrid::all_codes(protocol.stages());
+        let hybrid = codes[code as usize % codes.len()];
+        let mix = if new_order { Mix::NewOrder } else { Mix::Full };
+        let s = Shape { nodes, warehouses, workers, coroutines, duration_ns: 200_000, ..Shape::new(protocol, mix, hybrid, seed) };
+        if let Some(r) = s.run() {
+            prop_assert!(clean(&s, &r), "{}", explain(&s, &r));
+        }
+    }
+}
+
+/// A new-order that forgets to bump D_NEXT_O_ID (its write of the district is dropped): the
+/// history stays serializable, but consistency condition 2 catches it.
+struct ForgetsNextOrderId(PreparedTpcc);
+
+impl Workload for ForgetsNextOrderId {
+    fn name(&self) -> &'static str {
+        self.0.name()
+    }
+    fn tables(&self) -> Vec<Table> {
+        self.0.tables()
+    }
+    fn home(&self, key: Key, nodes: u16) -> u16 {
+        self.0.home(key, nodes)
+    }
+    fn initial(&self, key: Key) -> Vec<u8> {
+        self.0.initial(key)
+    }
+    fn generate(&self, rng: &mut rand_chacha::ChaCha8Rng, node: u16, nodes: u16) -> TxnSpec {
+        self.0.generate(rng, node, nodes)
+    }
+    fn generate_at(&self, rng: &mut rand_chacha::ChaCha8Rng, node: u16, nodes: u16, t: Terminal) -> TxnSpec {
+        self.0.generate_at(rng, node, nodes, t)
+    }
+    fn lookups(&self, spec: &TxnSpec) -> Vec<Lookup> {
+        self.0.lookups(spec)
+    }
+    fn answer(&self, args: &[i64], index: &mut OrderedIndex, read: &dyn Fn(Key) -> Option<Vec<u8>>) -> Vec<i64> {
+        self.0.answer(args, index, read)
+    }
+    fn resolve(&self, spec: &TxnSpec, answers: &[Vec<i64>]) -> Result<TxnSpec, String> {
+        self.0.resolve(spec, answers)
+    }
+    fn retry_on_user_abort(&self, spec: &TxnSpec) -> bool {
+        self.0.retry_on_user_abort(spec)
+    }
+    fn max_accesses(&self) -> Vec<(u16, u32)> {
+        self.0.max_accesses()
+    }
+    fn check_consistency(&self, node: u16, nodes: u16, read: &dyn Fn(Key) -> Option<Vec<u8>>) -> Vec<Consistency> {
+        self.0.check_consistency(node, nodes, read)
+    }
+    fn conserved(&self, key: Key, value: &[u8]) -> i64 {
+        self.0.conserved(key, value)
+    }
+    fn execute(&self, spec: &TxnSpec, reads: &[&[u8]], old: &[&[u8]]) -> Executed {
+        match self.0.execute(spec, reads, old) {
+            Executed::Commit { mut new_values, external_delta } if spec.kind == "new-order" => {
+                // The district is the last write: keep its old D_NEXT_O_ID.
+                *new_values.last_mut().unwrap() = old.last().unwrap().to_vec();
+                Executed::Commit { new_values, external_delta }
+            }
+            other => other,
+        }
+    }
+}
+
+#[test]
+fn a_new_order_that_forgets_d_next_o_id_fails_condition_two() {
+    for protocol in [Protocol::NoWait, Protocol::Occ] {
+        for hybrid in [Hybrid::RPC, Hybrid::full(protocol.stages())] {
+            let s = Shape::new(protocol, Mix::NewOrder, hybrid, 3);
+            let r = run_txns(&s.spec(Arc::new(ForgetsNextOrderId(s.workload())))).unwrap();
+            assert!(r.report.serializable, "{}", explain(&s, &r));
+            assert!(!r.report.invariants_ok, "{}: the lost D_NEXT_O_ID went unnoticed", s.replay());
+            let cond2 = r.history.invariants.iter().find(|i| i.name.starts_with("TPC-C 3.3.2.2")).unwrap();
+            assert!(cond2.actual > 0 && cond2.name.contains("max(O_ID)"), "{}: {cond2:?}", s.replay());
+            assert!(r.report.anomalies.iter().any(|a| a.explanation.contains("3.3.2.2")), "{}", s.replay());
+        }
+    }
+}
+
+/// Per-type throughput adds up to the total, for TPC-C and for a workload that has no types
+/// of its own to speak of.
+#[test]
+fn throughput_is_reported_per_type() {
+    let s = Shape::new(Protocol::Occ, Mix::Full, Hybrid::RPC, 4);
+    let r = s.run().unwrap();
+    let sum: u64 = r.measured.per_kind.values().sum();
+    assert_eq!(sum, r.measured.committed);
+    assert!(r.measured.per_kind["new-order"] > 0 && r.measured.per_kind["payment"] > 0);
+}
+
+/// The scenario files load, and `--set workload.name=tpcc` gives TPC-C with every default.
+#[test]
+fn tpcc_scenarios_load_and_fit() {
+    use txbed::scenario::{Scenario, Workload as W};
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    for f in ["scenarios/tpcc/quick.ron", "scenarios/tpcc/full-mix-8.ron", "scenarios/drtmh/tpcc-no-16.ron"] {
+        let (s, _) = Scenario::load(&root.join(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
+        let W::Tpcc(t) = &s.workload else { panic!("{f}: not TPC-C") };
+        let c = &s.cluster;
+        // The whole cluster's stores, as the simulator holds them in one process.
+        let spec = Shape::new(Protocol::Occ, Mix::Full, Hybrid::RPC, 1);
+        let mut spec = spec.spec(Arc::new(t.prepare(c.nodes, c.workers, c.coroutines)));
+        spec.nodes = c.nodes;
+        spec.workers = c.workers;
+        let bytes = txbed::txn::layout(&spec).bytes * c.nodes as u64;
+        eprintln!("{f}: {:.2} GiB of stores", bytes as f64 / (1u64 << 30) as f64);
+        assert!(bytes < 16 << 30, "{f}: {bytes} B of stores do not fit a 24 GiB machine");
+    }
+    let (s, _) = Scenario::load_with(&root.join("scenarios/quickstart.ron"), &["workload.name=tpcc".into()]).unwrap();
+    assert_eq!(s.workload, W::Tpcc(Tpcc::default()));
+    let err =
+        Scenario::load_with(&root.join("scenarios/tpcc/quick.ron"), &["workload.remote_item=2".into()]).unwrap_err();
+    assert!(err.0.contains("workload.remote_item"), "{}", err.0);
+}

@@ -1,0 +1,431 @@
+//! TPC-C under the serial executor: the initial database and every run keep consistency
+//! conditions 1-4, each transaction does what Clause 2 says, stale lookups are caught inside
+//! the transaction, and a planted bug breaks a condition.
+
+use std::collections::BTreeMap;
+
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use txbed_workloads::tpcc::field::*;
+use txbed_workloads::tpcc::*;
+use txbed_workloads::*;
+
+fn small() -> Tpcc {
+    Tpcc {
+        warehouses_per_node: 2,
+        items: 200,
+        customers_per_district: 30,
+        order_headroom: 300,
+        history_per_terminal: 8,
+        ..Tpcc::default()
+    }
+}
+
+const NODES: u16 = 2;
+
+fn prepared(t: &Tpcc) -> PreparedTpcc {
+    t.prepare(NODES, 1, 2)
+}
+
+fn get(v: &[u8], at: usize, n: usize) -> u64 {
+    let mut b = [0u8; 8];
+    b[..n].copy_from_slice(&v[at..at + n]);
+    u64::from_le_bytes(b)
+}
+
+/// Every consistency condition on every node, with the first violation of each.
+fn violations(w: &PreparedTpcc, store: &SerialStore) -> Vec<String> {
+    let mut out = Vec::new();
+    for node in 0..NODES {
+        let read = |k: Key| (w.home(k, NODES) == node).then(|| store.value(w, k));
+        for c in w.check_consistency(node, NODES, &read) {
+            assert!(c.checked > 0, "{} checked nothing", c.name);
+            if c.violations > 0 {
+                out.push(format!("{}: {}", c.name, c.first.unwrap_or_default()));
+            }
+        }
+    }
+    out
+}
+
+fn conserved(w: &PreparedTpcc, store: &SerialStore) -> i64 {
+    let mut total = 0;
+    for t in w.tables() {
+        if t.id == WAREHOUSE || t.id == CUSTOMER {
+            for row in 0..t.rows_per_node * NODES as u64 {
+                let k = Key { table: t.id, row };
+                total += w.conserved(k, &store.value(w, k));
+            }
+        }
+    }
+    total
+}
+
+#[test]
+fn records_have_the_specification_row_lengths() {
+    let w = prepared(&small());
+    let lengths: BTreeMap<&str, u32> = w.tables().iter().map(|t| (t.name, t.record_bytes)).collect();
+    let spec = [
+        ("warehouse", 89),
+        ("district", 95),
+        ("customer", 655),
+        ("history", 46),
+        ("new-order", 8),
+        ("order", 24),
+        ("order-line", 54),
+        ("item", 82),
+        ("stock", 306),
+    ];
+    for (name, len) in spec {
+        assert_eq!(lengths[name], len, "{name}");
+    }
+    for t in w.tables() {
+        assert_eq!(w.initial(Key { table: t.id, row: 0 }).len(), t.record_bytes as usize, "{}", t.name);
+    }
+    // Warehouses partitioned: W per node; ITEM replicated on every node.
+    assert_eq!(w.home(w.warehouse(1), NODES), 0);
+    assert_eq!(w.home(w.warehouse(2), NODES), 1);
+    assert_eq!(w.home(w.stock(3, 17), NODES), 1);
+    assert_eq!(w.home(w.item(1, 5), NODES), 1);
+    assert_eq!(w.home(w.order_line(2, 9, w.slots(), 15), NODES), 1);
+}
+
+#[test]
+fn initial_database_meets_the_consistency_conditions() {
+    for t in [small(), Tpcc { customers_per_district: 3000, items: 1000, order_headroom: 10, ..small() }] {
+        let w = prepared(&t);
+        let store = SerialStore::new();
+        assert!(violations(&w, &store).is_empty(), "{:?}", violations(&w, &store));
+        // Clause 4.3.3.1: orders 1..=3000, the last 900 undelivered; every last name once
+        // among the first 1,000 customers.
+        let d = store.value(&w, w.district(0, 0));
+        assert_eq!(get(&d, D_NEXT_O_ID, 4), t.customers_per_district as u64 + 1);
+        let undelivered = (1..=t.customers_per_district as u64)
+            .filter(|&o| store.value(&w, w.new_order(0, 0, o))[NO_STATE] == NO_PRESENT)
+            .count();
+        assert_eq!(undelivered, t.customers_per_district as usize * 3 / 10);
+        let c = store.value(&w, w.customer(0, 0, 7));
+        assert_eq!(name_number(&c[C_LAST..C_LAST + 16]), Some(7));
+    }
+}
+
+#[test]
+fn full_mix_keeps_every_condition_and_the_money() {
+    let w = prepared(&small());
+    let mut store = SerialStore::new();
+    let before = conserved(&w, &store);
+    let mut r = ChaCha8Rng::seed_from_u64(1);
+    let mut kinds: BTreeMap<&str, (u32, u32)> = BTreeMap::new();
+    for seq in 0..3000u64 {
+        let node = (seq % NODES as u64) as u16;
+        let t = w.generate_at(&mut r, node, NODES, Terminal { worker: 0, coroutine: (seq % 2) as u32, seq });
+        let (resolved, out) = store.run_drawn(&w, &t).unwrap();
+        let e = kinds.entry(t.kind).or_default();
+        match out {
+            Executed::Commit { .. } => e.0 += 1,
+            Executed::UserAbort => {
+                // Serially, answers are never stale: only new-order's invalid item aborts.
+                assert!(!w.retry_on_user_abort(&resolved), "{} aborted serially: {resolved:?}", t.kind);
+                e.1 += 1;
+            }
+        }
+    }
+    let total: u32 = kinds.values().map(|v| v.0 + v.1).sum();
+    for (k, pct) in KINDS.iter().zip([45, 43, 4, 4, 4]) {
+        let got = (kinds[k].0 + kinds[k].1) as f64 / total as f64 * 100.0;
+        assert!((got - pct as f64).abs() < 3.0, "{k}: {got:.1}% vs {pct}%");
+    }
+    let (no, aborted) = kinds["new-order"];
+    assert!(
+        aborted > 0 && (aborted as f64) < 0.03 * (no + aborted) as f64,
+        "invalid items: {aborted} of {}",
+        no + aborted
+    );
+    assert!(violations(&w, &store).is_empty(), "{:?}", violations(&w, &store));
+    assert_eq!(conserved(&w, &store), before, "W_YTD - C_YTD_PAYMENT changed");
+}
+
+#[test]
+fn new_order_inserts_the_next_order_and_only_new_orders_run_when_asked() {
+    let t = Tpcc { new_order_only: true, ..small() };
+    let w = prepared(&t);
+    let mut store = SerialStore::new();
+    let mut r = ChaCha8Rng::seed_from_u64(2);
+    let mut committed = 0;
+    for seq in 0..400 {
+        let spec = w.generate_at(&mut r, 0, NODES, Terminal { seq, ..Terminal::default() });
+        assert_eq!(spec.kind, "new-order");
+        let (wh, d) = (spec.params[0] as u64, spec.params[1] as u64);
+        let next = get(&store.value(&w, w.district(wh, d)), D_NEXT_O_ID, 4);
+        let (resolved, out) = store.run_drawn(&w, &spec).unwrap();
+        assert_eq!(*resolved.params.last().unwrap() as u64, next, "the lookup named D_NEXT_O_ID");
+        let after = get(&store.value(&w, w.district(wh, d)), D_NEXT_O_ID, 4);
+        if let Executed::Commit { .. } = out {
+            committed += 1;
+            assert_eq!(after, next + 1);
+            let o = store.value(&w, w.order(wh, d, next));
+            assert_eq!(get(&o, O_ID, 4), next);
+            assert_eq!(get(&o, O_C_ID, 2), spec.params[2] as u64 + 1);
+            let lines = get(&o, O_OL_CNT, 1);
+            assert!((5..=15).contains(&lines));
+            let l = store.value(&w, w.order_line(wh, d, next, lines));
+            assert_eq!(get(&l, OL_NUMBER, 1), lines);
+            assert_eq!(store.value(&w, w.new_order(wh, d, next))[NO_STATE], NO_PRESENT);
+        } else {
+            assert_eq!(after, next, "a rolled-back new-order leaves the district alone");
+            assert_eq!(spec.params[3], 1, "only the invalid item aborts");
+        }
+    }
+    assert!(committed > 350);
+    assert!(violations(&w, &store).is_empty(), "{:?}", violations(&w, &store));
+}
+
+#[test]
+fn stale_lookups_are_caught_inside_the_transaction() {
+    let w = prepared(&Tpcc { new_order_only: true, ..small() });
+    let mut store = SerialStore::new();
+    let mut r = ChaCha8Rng::seed_from_u64(3);
+    // Two new-orders on one district: resolve both, run the first, then the second is stale.
+    let draw = |r: &mut ChaCha8Rng| loop {
+        let s = w.generate(r, 0, NODES);
+        if s.params[0] == 0 && s.params[1] == 4 && s.params[3] == 0 {
+            return s;
+        }
+    };
+    let (a, b) = (draw(&mut r), draw(&mut r));
+    let (ra, rb) = (store.resolve(&w, &a).unwrap(), store.resolve(&w, &b).unwrap());
+    assert_eq!(ra.params.last(), rb.params.last(), "both were told the same order id");
+    assert!(matches!(store.run(&w, &ra), Executed::Commit { .. }));
+    assert_eq!(store.run(&w, &rb), Executed::UserAbort);
+    assert!(w.retry_on_user_abort(&rb), "a stale order id is a conflict to retry, not a user abort");
+    // Resolved again, it commits with the next id.
+    let (rb2, out) = store.run_drawn(&w, &b).unwrap();
+    assert!(matches!(out, Executed::Commit { .. }));
+    assert_eq!(*rb2.params.last().unwrap(), *ra.params.last().unwrap() + 1);
+}
+
+/// Draws specs of one kind (on node 0, warehouse 0) until `keep` says yes.
+fn draw_kind(w: &PreparedTpcc, r: &mut ChaCha8Rng, kind: &str, keep: impl Fn(&TxnSpec) -> bool) -> TxnSpec {
+    loop {
+        let s = w.generate(r, 0, NODES);
+        if s.kind == kind && s.params[0] == 0 && keep(&s) {
+            return s;
+        }
+    }
+}
+
+#[test]
+fn delivery_takes_the_oldest_orders_in_order_and_stale_ones_retry() {
+    let w = prepared(&small());
+    let mut store = SerialStore::new();
+    let mut r = ChaCha8Rng::seed_from_u64(4);
+    let first = 30 - 30 * 3 / 10 + 1;
+    for k in 0..3u64 {
+        let s = draw_kind(&w, &mut r, "delivery", |_| true);
+        let balance = get(&store.value(&w, w.customer(0, 3, 0)), C_BALANCE, 8);
+        let _ = balance;
+        let (resolved, out) = store.run_drawn(&w, &s).unwrap();
+        assert!(matches!(out, Executed::Commit { .. }), "{resolved:?}");
+        for d in 0..10 {
+            let o = first + k;
+            assert_eq!(store.value(&w, w.new_order(0, d, o))[NO_STATE], NO_DELIVERED, "district {d} order {o}");
+            assert_eq!(store.value(&w, w.new_order(0, d, o + 1))[NO_STATE], NO_PRESENT);
+            let carrier = get(&store.value(&w, w.order(0, d, o)), O_CARRIER_ID, 1);
+            assert_eq!(carrier, s.params[1] as u64);
+            assert_ne!(get(&store.value(&w, w.order_line(0, d, o, 1)), OL_DELIVERY_D, 4), 0);
+        }
+    }
+    // Two deliveries resolved together: the second one's oldest orders are gone.
+    let (a, b) = (draw_kind(&w, &mut r, "delivery", |_| true), draw_kind(&w, &mut r, "delivery", |_| true));
+    let (ra, rb) = (store.resolve(&w, &a).unwrap(), store.resolve(&w, &b).unwrap());
+    assert!(matches!(store.run(&w, &ra), Executed::Commit { .. }));
+    assert_eq!(store.run(&w, &rb), Executed::UserAbort);
+    assert!(w.retry_on_user_abort(&rb));
+    assert!(violations(&w, &store).is_empty(), "{:?}", violations(&w, &store));
+}
+
+#[test]
+fn delivery_skips_districts_without_new_orders() {
+    let w = prepared(&Tpcc { customers_per_district: 10, ..small() });
+    let mut store = SerialStore::new();
+    let mut r = ChaCha8Rng::seed_from_u64(5);
+    // 3 undelivered orders per district: 5 deliveries empty them and 2 find nothing.
+    for _ in 0..5 {
+        let s = draw_kind(&w, &mut r, "delivery", |_| true);
+        let (resolved, out) = store.run_drawn(&w, &s).unwrap();
+        assert!(matches!(out, Executed::Commit { .. }), "{resolved:?}");
+    }
+    for d in 0..10 {
+        for o in 1..=10 {
+            assert_eq!(store.value(&w, w.new_order(0, d, o))[NO_STATE], NO_DELIVERED);
+        }
+    }
+    // A new order after that is delivered by the next delivery.
+    let no = draw_kind(&w, &mut r, "new-order", |s| s.params[1] == 2 && s.params[3] == 0);
+    assert!(matches!(store.run_drawn(&w, &no).unwrap().1, Executed::Commit { .. }));
+    let s = draw_kind(&w, &mut r, "delivery", |_| true);
+    assert!(matches!(store.run_drawn(&w, &s).unwrap().1, Executed::Commit { .. }));
+    assert_eq!(store.value(&w, w.new_order(0, 2, 11))[NO_STATE], NO_DELIVERED);
+    assert!(violations(&w, &store).is_empty(), "{:?}", violations(&w, &store));
+}
+
+#[test]
+fn order_status_finds_the_newest_order_by_id_and_by_name() {
+    let w = prepared(&small());
+    let mut store = SerialStore::new();
+    let mut r = ChaCha8Rng::seed_from_u64(6);
+    // A new order for customer 5 of district 1, then order-status for that customer.
+    let no = draw_kind(&w, &mut r, "new-order", |s| s.params[1] == 1 && s.params[3] == 0);
+    let mut no = no;
+    no.params[2] = 5;
+    let (resolved, out) = store.run_drawn(&w, &no).unwrap();
+    assert!(matches!(out, Executed::Commit { .. }));
+    let o = *resolved.params.last().unwrap();
+    for by_name in [0, 1] {
+        // Customers 0..30 have last names 0..30, each once.
+        let os = TxnSpec {
+            kind: "order-status",
+            reads: vec![],
+            writes: vec![],
+            params: vec![0, 1, by_name, 5],
+            compute_ns: 0,
+        };
+        let (resolved, out) = store.run_drawn(&w, &os).unwrap();
+        assert!(matches!(out, Executed::Commit { .. }));
+        assert_eq!(resolved.params[4..6], [5, o], "customer 5's newest order");
+    }
+    // Another new order for the same customer makes an earlier answer stale.
+    let os = TxnSpec { kind: "order-status", reads: vec![], writes: vec![], params: vec![0, 1, 0, 5], compute_ns: 0 };
+    let stale = store.resolve(&w, &os).unwrap();
+    assert!(matches!(store.run_drawn(&w, &no).unwrap().1, Executed::Commit { .. }));
+    assert_eq!(store.run(&w, &stale), Executed::UserAbort);
+    assert!(w.retry_on_user_abort(&stale));
+}
+
+#[test]
+fn payment_by_last_name_picks_the_middle_customer_by_first_name() {
+    // 3,000 customers: names 0..999 once each among the first 1,000, then NURand.
+    let w = prepared(&Tpcc { customers_per_district: 3000, items: 200, order_headroom: 10, ..small() });
+    let store = SerialStore::new();
+    let mut index = OrderedIndex::default();
+    let read = |k: Key| Some(store.value(&w, k));
+    let mut by_name: BTreeMap<u64, Vec<(Vec<u8>, u64)>> = BTreeMap::new();
+    for c in 0..3000 {
+        let v = store.value(&w, w.customer(1, 2, c));
+        let n = name_number(&v[C_LAST..C_LAST + 16]).unwrap();
+        by_name.entry(n).or_default().push((v[C_FIRST..C_FIRST + 16].to_vec(), c));
+    }
+    for (name, mut list) in by_name.into_iter().take(40) {
+        list.sort();
+        let want = list[(list.len() + 1) / 2 - 1].1;
+        let spec = TxnSpec {
+            kind: "payment",
+            reads: vec![],
+            writes: vec![],
+            params: vec![1, 2, 1, 2, 1, name as i64, 500, 0],
+            compute_ns: 0,
+        };
+        let l = &w.lookups(&spec)[0];
+        let got = w.answer(&l.args, &mut index, &read);
+        assert_eq!(got, vec![want as i64], "name {name}: {} customers", list.len());
+    }
+}
+
+#[test]
+fn stock_level_reads_the_last_twenty_orders_lines() {
+    let w = prepared(&small());
+    let mut store = SerialStore::new();
+    let mut r = ChaCha8Rng::seed_from_u64(7);
+    let s = draw_kind(&w, &mut r, "stock-level", |_| true);
+    let (resolved, out) = store.run_drawn(&w, &s).unwrap();
+    assert!(matches!(out, Executed::Commit { .. }));
+    let d = s.params[1] as u64;
+    let lines: u64 = (11..=30).map(|o| get(&store.value(&w, w.order(0, d, o)), O_OL_CNT, 1)).sum();
+    let stock = resolved.reads.iter().filter(|k| k.table == STOCK).count() as u64;
+    let ol = resolved.reads.iter().filter(|k| k.table == ORDER_LINE).count() as u64;
+    assert!(stock > 0 && stock <= lines, "{stock} stock rows for {lines} lines");
+    assert!(ol >= lines && ol <= lines + 20, "order lines {ol} for {lines}");
+    // A new order in the district makes the answer stale.
+    let stale = store.resolve(&w, &s).unwrap();
+    let no = draw_kind(&w, &mut r, "new-order", |x| x.params[1] == d as i64 && x.params[3] == 0);
+    assert!(matches!(store.run_drawn(&w, &no).unwrap().1, Executed::Commit { .. }));
+    assert_eq!(store.run(&w, &stale), Executed::UserAbort);
+}
+
+#[test]
+fn remote_fractions_and_the_distributed_knob() {
+    let w = prepared(&Tpcc { warehouses_per_node: 4, ..small() });
+    let mut r = ChaCha8Rng::seed_from_u64(8);
+    let (mut lines, mut remote_lines, mut pays, mut remote_pays) = (0u32, 0u32, 0u32, 0u32);
+    for _ in 0..20_000 {
+        let s = w.generate(&mut r, 1, NODES);
+        let home = s.params[0];
+        assert!((4..8).contains(&home), "home warehouse on the coordinator's node");
+        match s.kind {
+            "new-order" => {
+                for k in 0..s.params[4] as usize {
+                    lines += 1;
+                    remote_lines += (s.params[6 + 3 * k] != home) as u32;
+                }
+            }
+            "payment" => {
+                pays += 1;
+                remote_pays += (s.params[2] != home) as u32;
+            }
+            _ => {}
+        }
+    }
+    let (fl, fp) = (remote_lines as f64 / lines as f64, remote_pays as f64 / pays as f64);
+    assert!((fl - 0.01).abs() < 0.003, "remote items {fl}");
+    assert!((fp - 0.15).abs() < 0.015, "remote payments {fp}");
+    // Always distributed: every new-order has a line supplied from the other node.
+    let w = prepared(&Tpcc { new_order_only: true, distributed: 1.0, ..small() });
+    for _ in 0..2000 {
+        let s = w.generate(&mut r, 0, NODES);
+        let other = (0..s.params[4] as usize).any(|k| w.home(w.warehouse(s.params[6 + 3 * k] as u64), NODES) != 0);
+        assert!(other, "{s:?}");
+    }
+}
+
+#[test]
+fn a_planted_lost_d_next_o_id_breaks_condition_two() {
+    let w = prepared(&Tpcc { new_order_only: true, ..small() });
+    let mut store = SerialStore::new();
+    let mut r = ChaCha8Rng::seed_from_u64(9);
+    let s = draw_kind(&w, &mut r, "new-order", |s| s.params[3] == 0);
+    let before = store.value(&w, w.district(0, s.params[1] as u64));
+    assert!(matches!(store.run_drawn(&w, &s).unwrap().1, Executed::Commit { .. }));
+    // The district's write is lost: D_NEXT_O_ID falls behind the order just inserted.
+    store.values.insert(w.district(0, s.params[1] as u64), before);
+    let v = violations(&w, &store);
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert!(v[0].starts_with("TPC-C 3.3.2.2") && v[0].contains("D_NEXT_O_ID - 1 = 30"), "{v:?}");
+}
+
+#[test]
+fn generation_is_deterministic_and_nurand_skews() {
+    let w = prepared(&Tpcc { items: 100_000, customers_per_district: 3000, order_headroom: 10, ..small() });
+    let draw = |seed| {
+        let mut r = ChaCha8Rng::seed_from_u64(seed);
+        (0..200).map(|_| w.generate(&mut r, 1, NODES)).collect::<Vec<_>>()
+    };
+    assert_eq!(draw(11), draw(11));
+    assert_ne!(draw(11), draw(12));
+    // NURand(8191, 1, 100000): the item ids are skewed (some drawn far more than uniform).
+    let mut r = ChaCha8Rng::seed_from_u64(13);
+    let mut count: BTreeMap<i64, u32> = BTreeMap::new();
+    let mut n = 0;
+    while n < 100_000 {
+        let s = w.generate(&mut r, 0, NODES);
+        if s.kind == "new-order" {
+            for k in 0..s.params[4] as usize {
+                let i = s.params[5 + 3 * k];
+                assert!((1..=100_000).contains(&i));
+                *count.entry(i).or_default() += 1;
+                n += 1;
+            }
+        }
+    }
+    let max = *count.values().max().unwrap();
+    assert!(max > 20, "hottest item drawn {max} times in 100,000 (uniform: ~1)");
+}
