@@ -158,6 +158,10 @@ pub enum Bug {
     /// waiting for the deterministic lock manager's grant (RCC Sec. 4.6 done wrong): they miss
     /// the writes of earlier transactions in the order.
     CalvinReadBeforeLock,
+    /// SUNDIAL renews a read lease without checking the tuple's lock (RCC Sec. 4.5's renewal
+    /// condition (2) dropped): a lease grows under a writer that already fixed its commit
+    /// timestamp, so two transactions can each read what the other overwrites (write skew).
+    SundialRenewIgnoresLock,
     /// MVCC reads never raise the tuple's `rts` (RCC Sec. 4.4 done wrong): a writer older than
     /// a reader can still install the version after the one the reader saw (write skew).
     MvccSkipRts,
