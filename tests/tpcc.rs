@@ -335,3 +335,35 @@ fn tpcc_scenarios_load_and_fit() {
         Scenario::load_with(&root.join("scenarios/tpcc/quick.ron"), &["workload.remote_item=2".into()]).unwrap_err();
     assert!(err.0.contains("workload.remote_item"), "{}", err.0);
 }
+
+/// The same workload on the sockets backend (every node a thread of this process, loopback
+/// TCP and UDP): lookups over real datagrams, an index per worker thread, consistency checked
+/// on every node and gathered at rank 0.
+#[test]
+fn tpcc_runs_on_the_sockets_backend() {
+    use std::net::{SocketAddr, TcpListener};
+    for (protocol, mix, onesided) in [(Protocol::Occ, Mix::Full, false), (Protocol::NoWait, Mix::NewOrder, true)] {
+        let hybrid = if onesided { Hybrid::full(protocol.stages()) } else { Hybrid::RPC };
+        let s = Shape { duration_ns: 200_000_000, ..Shape::new(protocol, mix, hybrid, 5) };
+        let mut spec = s.spec(Arc::new(s.workload()));
+        spec.warmup_ns = 20_000_000;
+        let addr: SocketAddr = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let nodes: Vec<_> = (0..s.nodes as u32)
+            .map(|rank| {
+                let (spec, size) = (spec.clone(), s.nodes as u32);
+                std::thread::spawn(move || {
+                    let me = txbed::bootstrap::Rank { rank, size };
+                    txbed::host::run_sockets_node(&spec, me, addr, "127.0.0.1".parse().unwrap())
+                })
+            })
+            .collect();
+        let mut out = None;
+        for (rank, h) in nodes.into_iter().enumerate() {
+            let r = h.join().unwrap().unwrap_or_else(|e| panic!("rank {rank}: {e}"));
+            out = out.or(r);
+        }
+        let r = out.unwrap();
+        assert_clean(&s, &r);
+        assert!(r.measured.per_kind.contains_key("new-order"), "{}", s.replay());
+    }
+}

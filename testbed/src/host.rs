@@ -509,6 +509,10 @@ pub fn run_real_node(
             merged.finals = r.finals.iter().filter(|f| f.replica == "primary").cloned().collect();
             merged.conserved = r.conserved;
             merged.initial = r.initial;
+            merged.consistency = r.consistency.clone();
+        }
+        for (k, v) in &r.per_kind {
+            *merged.per_kind.entry(k.clone()).or_default() += v;
         }
         merged.finals.extend(r.finals.into_iter().filter(|f| f.replica != "primary"));
         merged.txns.extend(r.txns);

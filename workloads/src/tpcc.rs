@@ -1083,8 +1083,8 @@ impl Workload for PreparedTpcc {
                     }
                 }
                 let at = format!("warehouse {} district {}", w + 1, d + 1);
-                for k in 1..4 {
-                    c[k].checked += 1;
+                for x in c.iter_mut().skip(1) {
+                    x.checked += 1;
                 }
                 if next.wrapping_sub(1) != max_o || (no_rows > 0 && no_max != max_o) {
                     let no = if no_rows > 0 { no_max.to_string() } else { "none (no new orders)".into() };

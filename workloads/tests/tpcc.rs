@@ -317,7 +317,7 @@ fn payment_by_last_name_picks_the_middle_customer_by_first_name() {
     }
     for (name, mut list) in by_name.into_iter().take(40) {
         list.sort();
-        let want = list[(list.len() + 1) / 2 - 1].1;
+        let want = list[list.len().div_ceil(2) - 1].1;
         let spec = TxnSpec {
             kind: "payment",
             reads: vec![],
