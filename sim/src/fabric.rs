@@ -225,6 +225,9 @@ struct SimQp {
     resp_order: u64,
     /// Requester side: completions are delivered in order.
     last_completion: u64,
+    /// Responder side: requests deferred behind an atomic, in arrival order; only the head
+    /// has an event scheduled, later arrivals queue behind it (per-QP FIFO).
+    waiting: std::collections::VecDeque<u32>,
 }
 
 struct Worker {
@@ -889,8 +892,26 @@ impl Sim {
             }
             return;
         }
+        // A request waits behind the QP's deferred ones: an event already scheduled for the
+        // tick a deferred request was moved to would otherwise run before it.
+        {
+            let q = &mut self.nodes[dst as usize].qps[dst_qp as usize];
+            match q.waiting.front() {
+                Some(&head) if head != id => {
+                    if !q.waiting.contains(&id) {
+                        q.waiting.push_back(id);
+                    }
+                    return;
+                }
+                Some(_) => {
+                    q.waiting.pop_front();
+                }
+                None => {}
+            }
+        }
         let ordered_after = self.nodes[dst as usize].qps[dst_qp as usize].ordered_after;
         if now_ps < ordered_after {
+            self.nodes[dst as usize].qps[dst_qp as usize].waiting.push_front(id);
             self.q.schedule(ceil_ns(ordered_after), Ev::ReqArrive { op: id });
             return;
         }
@@ -907,9 +928,14 @@ impl Sim {
                 // followers must still wait past it (the CAS runs again after the commit event).
                 let q = &mut self.nodes[dst as usize].qps[dst_qp as usize];
                 q.ordered_after = q.ordered_after.max(until.max(now_ps + 1));
+                q.waiting.push_front(id);
                 self.q.schedule(ceil_ns(until), Ev::ReqArrive { op: id });
                 return;
             }
+        }
+        // This request goes ahead: the next one waiting (if any) is looked at after it.
+        if let Some(&next) = self.nodes[dst as usize].qps[dst_qp as usize].waiting.front() {
+            self.q.schedule(self.q.now(), Ev::ReqArrive { op: next });
         }
         let cls = class(&self.ops[id as usize].wr.op);
         let (miss_work, miss_lat) = self.qp_miss(dst, dnic, dst_qp);
@@ -1215,6 +1241,7 @@ impl SimQp {
             issue_order: 0,
             tx_order: 0,
             ordered_after: 0,
+            waiting: Default::default(),
             resp_order: 0,
             last_completion: 0,
         }
