@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 use txbed::txn::{run_txns, Protocol, TxnRunResult, TxnRunSpec};
-use txbed_protocols::node::{stage_index, Options};
+use txbed_protocols::node::{stage_index, Bug, Options};
 use txbed_protocols::stage::{Hybrid, Stage};
 use txbed_sim::NicProfile;
 use txbed_workloads::tpce::{Tpce, KINDS};
@@ -37,6 +37,8 @@ fn cx4_one_nic() -> NicProfile {
 
 #[derive(Clone, Debug)]
 struct Shape {
+    bug: Option<Bug>,
+    options: Options,
     protocol: Protocol,
     hybrid: Hybrid,
     nodes: u16,
@@ -48,7 +50,17 @@ struct Shape {
 
 impl Shape {
     fn new(protocol: Protocol, hybrid: Hybrid, seed: u64) -> Shape {
-        Shape { protocol, hybrid, nodes: 3, workers: 2, coroutines: 4, seed, w: tpce() }
+        Shape {
+            bug: None,
+            options: Options::default(),
+            protocol,
+            hybrid,
+            nodes: 3,
+            workers: 2,
+            coroutines: 4,
+            seed,
+            w: tpce(),
+        }
     }
     fn spec(&self) -> TxnRunSpec {
         TxnRunSpec {
@@ -64,8 +76,8 @@ impl Shape {
             warmup_ns: 0,
             duration_ns: 400_000,
             cache_bytes: 1 << 20,
-            options: Options::default(),
-            bug: None,
+            options: self.options,
+            bug: self.bug,
             allow_unsafe_atomics: false,
             link_delay_ns: Vec::new(),
             trace: false,
@@ -129,6 +141,8 @@ fn every_protocol_and_mode_is_serializable() {
                     continue 'protocols;
                 };
                 assert_clean(&s, &r);
+                let conditions = r.history.invariants.iter().filter(|i| i.name.starts_with("TPC-E")).count();
+                assert_eq!(conditions, 4, "{}: the consistency conditions were not checked", s.replay());
                 let kinds = committed_by_kind(&r);
                 for k in KINDS {
                     assert!(kinds.get(k).copied().unwrap_or(0) > 0, "{}: no {k} committed: {kinds:?}", s.replay());
@@ -169,8 +183,7 @@ fn occ_runs_customer_position_on_the_read_only_path() {
 /// coordinator's node) fit the send queues a worker's coroutines share.
 #[test]
 fn customer_position_reads_prices_across_nodes_at_default_size() {
-    let base =
-        Tpce { customers_per_node: 500, securities_per_node: 400, mix: [90, 9, 1], feed_batch: 10, ..Tpce::default() };
+    let base = Tpce { customers_per_node: 500, securities_per_node: 400, mix: [90, 9, 1], ..Tpce::default() };
     for (remote, hybrid) in [(None, Hybrid(38)), (None, Hybrid::full(Protocol::Occ.stages())), (Some(0.0), Hybrid(38))]
     {
         let w = Tpce { remote_fraction: remote, ..base.clone() };
@@ -189,6 +202,64 @@ fn customer_position_reads_prices_across_nodes_at_default_size() {
         let share = remote_prices as f64 / prices as f64;
         let want = if remote.is_none() { 0.75 } else { 0.0 };
         assert!((share - want).abs() < 0.05, "{}: {share} of prices remote", s.replay());
+    }
+}
+
+/// OCC that skips validation lets customer-position read prices from before and after a
+/// market-feed: the checker catches it within a few seeds, in RPC and one-sided form. Records
+/// are fetched one after another (no speculation), so a customer-position's reads span
+/// market-feeds.
+#[test]
+fn skipped_validation_is_caught() {
+    for hybrid in [Hybrid::RPC, Hybrid::full(Protocol::Occ.stages())] {
+        let caught = (1..=30u64).find(|&seed| {
+            let s = Shape {
+                bug: Some(Bug::SkipValidation),
+                options: Options { speculative: false, ..Options::default() },
+                ..Shape::new(Protocol::Occ, hybrid, seed)
+            };
+            let r = s.run().unwrap();
+            if !r.report.serializable {
+                eprintln!("caught: {}\n{}", s.replay(), r.report.anomalies[0].explanation);
+            }
+            !r.report.serializable
+        });
+        assert!(caught.is_some(), "OCC without validation not caught in 30 seeds ({hybrid})");
+    }
+}
+
+/// The same workload on the sockets backend (real threads, TCP and UDP on loopback, every
+/// node in this process): checked like a simulated run.
+#[test]
+fn tpce_runs_on_the_sockets_backend() {
+    use std::net::{SocketAddr, TcpListener};
+    for hybrid in [Hybrid::RPC, Hybrid::full(Protocol::Occ.stages())] {
+        let s = Shape::new(Protocol::Occ, hybrid, 1);
+        let mut spec = s.spec();
+        spec.warmup_ns = 10_000_000;
+        spec.duration_ns = 100_000_000;
+        let addr: SocketAddr = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let nodes: Vec<_> = (0..3u32)
+            .map(|rank| {
+                let spec = spec.clone();
+                std::thread::spawn(move || {
+                    txbed::host::run_sockets_node(
+                        &spec,
+                        txbed::bootstrap::Rank { rank, size: 3 },
+                        addr,
+                        "127.0.0.1".parse().unwrap(),
+                    )
+                })
+            })
+            .collect();
+        let mut out = None;
+        for (rank, h) in nodes.into_iter().enumerate() {
+            out = out.or(h.join().unwrap().unwrap_or_else(|e| panic!("rank {rank}: {e}")));
+        }
+        let r = out.expect("rank 0 reports");
+        assert_clean(&s, &r);
+        let kinds = committed_by_kind(&r);
+        assert!(kinds.len() == 3 && r.stats.committed > 100, "{}: {kinds:?}", s.replay());
     }
 }
 

@@ -29,7 +29,7 @@ use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::{get_i64, Executed, Key, Table, TxnSpec, Workload};
+use crate::{get_i64, Consistency, Executed, Key, Table, TxnSpec, Workload};
 
 pub const CUSTOMER: u16 = 0;
 pub const CUSTOMER_ACCOUNT: u16 = 1;
@@ -47,10 +47,9 @@ pub const TRADE_QTY: [i64; 4] = [100, 200, 400, 800];
 pub const COMMISSION_BP: [i64; 3] = [40, 30, 20];
 /// Share of trade-orders that roll back on purpose (TPC-E: 1%).
 pub const ROLLBACK_PERCENT: u32 = 1;
-/// Bytes a coroutine can fetch into (the protocols' per-coroutine READ buffer), and each
-/// tuple's header (lock, version, writer).
-const FETCH_BUFFER: u64 = 8 << 10;
-const TUPLE_HEADER: u64 = 24;
+/// Most holding summaries per account: keeps a customer-position's read set (2 x 10 x 100
+/// records at most) within what a coordinator's scratch is sized for.
+pub const MAX_HOLDINGS: u32 = 100;
 
 pub const KINDS: [&str; 3] = ["customer-position", "trade-order", "market-feed"];
 
@@ -146,22 +145,13 @@ impl Tpce {
         if self.securities_per_node == 0 || self.securities_per_node > 1 << 32 {
             return Err(("securities_per_node", format!("must be 1..=2^32, got {}", self.securities_per_node)));
         }
-        if self.holdings_per_account == 0 || self.holdings_per_account as u64 > self.securities_per_node {
+        let most = (MAX_HOLDINGS as u64).min(self.securities_per_node);
+        if self.holdings_per_account == 0 || self.holdings_per_account as u64 > most {
             return Err((
                 "holdings_per_account",
                 format!(
-                    "must be 1..=securities_per_node ({}), got {}",
-                    self.securities_per_node, self.holdings_per_account
-                ),
-            ));
-        }
-        let bytes = self.customer_position_bytes();
-        if bytes > FETCH_BUFFER {
-            return Err((
-                "holdings_per_account",
-                format!(
-                    "a customer-position reads {} records, {bytes} B with tuple headers: more than a coroutine's {FETCH_BUFFER} B fetch buffer; lower accounts_per_customer x holdings_per_account",
-                    self.customer_position_records()
+                    "must be 1..={most} (at most {MAX_HOLDINGS} and securities_per_node), got {}",
+                    self.holdings_per_account
                 ),
             ));
         }
@@ -187,13 +177,6 @@ impl Tpce {
     pub fn customer_position_records(&self) -> u64 {
         let holdings = self.accounts_per_customer as u64 * self.holdings_per_account as u64;
         1 + self.accounts_per_customer as u64 + 2 * holdings
-    }
-
-    /// Bytes of the tuples a customer-position fetches at most, headers included.
-    pub fn customer_position_bytes(&self) -> u64 {
-        let (a, h) = (self.accounts_per_customer as u64, self.holdings_per_account as u64);
-        let t = |table: u16| TUPLE_HEADER + record_bytes(table) as u64;
-        t(CUSTOMER) + a * t(CUSTOMER_ACCOUNT) + a * h * (t(HOLDING_SUMMARY) + t(LAST_TRADE))
     }
 
     /// A generator bound to a cluster of `nodes` (holdings are drawn over its securities).
@@ -494,6 +477,77 @@ impl Workload for PreparedTpce {
             _ => 0,
         }
     }
+
+    fn max_accesses(&self) -> Vec<(u16, u32)> {
+        let (a, h) = (self.cfg.accounts_per_customer, self.cfg.holdings_per_account);
+        let m = &self.cfg.mix;
+        let mut max = [0u32; 6];
+        let per_kind: [&[(u16, u32)]; 3] = [
+            &[(CUSTOMER, 1), (CUSTOMER_ACCOUNT, a), (HOLDING_SUMMARY, a * h), (LAST_TRADE, a * h)],
+            &[(CUSTOMER, 1), (SECURITY, 1), (LAST_TRADE, 1), (CUSTOMER_ACCOUNT, 1), (HOLDING_SUMMARY, 1), (BROKER, 1)],
+            &[(LAST_TRADE, self.cfg.feed_batch)],
+        ];
+        for (k, list) in per_kind.iter().enumerate() {
+            if m[k] > 0 {
+                for &(t, n) in list.iter() {
+                    max[t as usize] = max[t as usize].max(n);
+                }
+            }
+        }
+        (0..6u16).map(|t| (t, max[t as usize])).filter(|&(_, n)| n > 0).collect()
+    }
+
+    /// Conditions every serializable run keeps (TPC-E's own consistency conditions need the
+    /// TRADE and HOLDING tables this subset leaves out): cash accounts never overdraw and
+    /// holdings never go short (trade-order checks both under its isolation, so lost updates
+    /// or write skew break them), holding rows keep their security, prices stay in the
+    /// market-feed's range and volumes only grow.
+    fn check_consistency(&self, node: u16, _nodes: u16, read: &dyn Fn(Key) -> Option<Vec<u8>>) -> Vec<Consistency> {
+        let mut c = [
+            Consistency { name: "TPC-E: CA_BAL >= 0 (cash accounts never overdraw)".into(), ..Default::default() },
+            Consistency { name: "TPC-E: HS_QTY >= 0 (no short sales)".into(), ..Default::default() },
+            Consistency { name: "TPC-E: HS_S_ID is the holding slot's security".into(), ..Default::default() },
+            Consistency {
+                name: "TPC-E: LT_PRICE in [$10, $50], LT_VOL at least its initial volume".into(),
+                ..Default::default()
+            },
+        ];
+        let fail = |c: &mut Consistency, why: String| {
+            c.violations += 1;
+            c.first.get_or_insert(why);
+        };
+        let h = self.cfg.holdings_per_account as u64;
+        let per = self.accounts_per_node();
+        for a in node as u64 * per..(node as u64 + 1) * per {
+            let Some(ca) = read(Key { table: CUSTOMER_ACCOUNT, row: a }) else { continue };
+            c[0].checked += 1;
+            if field(&ca, 0) < 0 {
+                fail(&mut c[0], format!("account {a}: CA_BAL = {} cents", field(&ca, 0)));
+            }
+            for (j, s) in self.holdings_of(a).into_iter().enumerate() {
+                let Some(hs) = read(Key { table: HOLDING_SUMMARY, row: a * h + j as u64 }) else { continue };
+                c[1].checked += 1;
+                c[2].checked += 1;
+                if field(&hs, 0) < 0 {
+                    fail(&mut c[1], format!("account {a} security {s}: HS_QTY = {}", field(&hs, 0)));
+                }
+                if field(&hs, 1) != s as i64 {
+                    fail(&mut c[2], format!("account {a} slot {j}: HS_S_ID = {}, expected {s}", field(&hs, 1)));
+                }
+            }
+        }
+        let per = self.cfg.securities_per_node;
+        for s in node as u64 * per..(node as u64 + 1) * per {
+            let key = Key { table: LAST_TRADE, row: s };
+            let Some(lt) = read(key) else { continue };
+            c[3].checked += 1;
+            let (p, vol, vol0) = (field(&lt, 0), field(&lt, 2), field(&self.initial(key), 2));
+            if !(1_000..=5_000).contains(&p) || vol < vol0 {
+                fail(&mut c[3], format!("security {s}: LT_PRICE = {p} cents, LT_VOL = {vol} (initially {vol0})"));
+            }
+        }
+        c.to_vec()
+    }
 }
 
 #[cfg(test)]
@@ -515,9 +569,11 @@ mod tests {
         let t = Tpce::default();
         assert_eq!(t.validate(), Ok(()));
         assert_eq!(t.customer_position_records(), 106);
-        assert!(t.customer_position_bytes() <= FETCH_BUFFER);
-        let big = Tpce { accounts_per_customer: 10, holdings_per_account: 10, ..Tpce::default() };
+        assert_eq!(Tpce { accounts_per_customer: 10, holdings_per_account: 100, ..Tpce::default() }.validate(), Ok(()));
+        let big = Tpce { holdings_per_account: 101, ..Tpce::default() };
         assert_eq!(big.validate().unwrap_err().0, "holdings_per_account");
+        let few = Tpce { securities_per_node: 8, feed_batch: 8, ..Tpce::default() };
+        assert_eq!(few.validate().unwrap_err().0, "holdings_per_account");
         assert_eq!(Tpce { mix: [80, 19, 2], ..Tpce::default() }.validate().unwrap_err().0, "mix");
         assert_eq!(Tpce { remote_fraction: Some(1.5), ..Tpce::default() }.validate().unwrap_err().0, "remote_fraction");
         assert_eq!(
@@ -642,6 +698,39 @@ mod tests {
         assert!(kinds.iter().all(|&k| k > 1_000), "{kinds:?}");
         let (sum, delta, _) = run(Some(7));
         assert_ne!(sum, delta, "a lost update must break the invariant");
+    }
+
+    /// The consistency conditions hold after a serial run and catch a planted overdraft,
+    /// short sale and price out of range.
+    #[test]
+    fn consistency_conditions() {
+        let w = Tpce { mix: [0, 90, 10], ..small() }.prepare(2);
+        let mut store = SerialStore::new();
+        let mut r = rng(13);
+        for i in 0..5_000 {
+            let t = w.generate(&mut r, (i % 2) as u16, 2);
+            store.run(&w, &t);
+        }
+        let check = |store: &SerialStore, node| {
+            let read = |k: Key| (w.home(k, 2) == node).then(|| store.value(&w, k));
+            w.check_consistency(node, 2, &read)
+        };
+        for node in 0..2 {
+            let c = check(&store, node);
+            assert_eq!(c.len(), 4);
+            assert!(c.iter().all(|c| c.violations == 0 && c.checked > 0), "{c:?}");
+        }
+        let mut plant = |k: Key, i: usize, x: i64| {
+            let mut v = store.value(&w, k);
+            set_field(&mut v, i, x);
+            store.values.insert(k, v);
+        };
+        plant(Key { table: CUSTOMER_ACCOUNT, row: 3 }, 0, -1);
+        plant(Key { table: HOLDING_SUMMARY, row: 7 }, 0, -100);
+        plant(Key { table: LAST_TRADE, row: 5 }, 0, 999);
+        let c = check(&store, 0);
+        assert_eq!(c.iter().map(|c| c.violations).collect::<Vec<_>>(), [1, 1, 0, 1], "{c:?}");
+        assert!(c[0].first.as_deref().unwrap().contains("account 3"));
     }
 
     #[test]
