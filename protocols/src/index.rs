@@ -72,6 +72,12 @@ fn answer(n: &NodeState, mem: &dyn HostMemory, args: &[i64]) -> (Vec<i64>, u64) 
     (out, ANSWER_NS + ROW_NS * rows.get())
 }
 
+/// Builds `n`'s index from its loaded store (`Workload::build_index`), before the run.
+pub fn build(n: &NodeState, mem: &dyn HostMemory) {
+    let read = |k: Key| read_record(n, mem, k);
+    n.workload.build_index(n.me, n.nodes, &mut n.index.0.borrow_mut(), &read);
+}
+
 /// The lookup handlers of `n`.
 pub fn handlers(n: &Rc<NodeState>) -> Vec<(u16, Rc<HandlerFn>)> {
     let n = n.clone();

@@ -257,6 +257,7 @@ impl WorkerSeed {
                 (Box::new(w), Rc::new(mem))
             }
         };
+        txbed_protocols::index::build(&st, &*mem);
         for (id, h) in node::handlers(&st) {
             w.core().register_handler(id, h);
         }

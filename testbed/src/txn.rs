@@ -516,6 +516,9 @@ pub fn run_txns_with(spec: &TxnRunSpec, progress: &mut dyn FnMut(u64, u64)) -> R
     let catalog = Rc::new(Catalog { layout: layout.clone(), regions });
     // In the simulator a node's workers share one protocol state (one thread runs them all).
     let states: Vec<Rc<NodeState>> = (0..spec.nodes).map(|n| node_state(spec, n, &catalog)).collect();
+    for (n, st) in states.iter().enumerate() {
+        txbed_protocols::index::build(st, &*sim.memory(n as u16));
+    }
     let sh = Shared {
         protocol: spec.protocol,
         from: spec.warmup_ns,

@@ -105,6 +105,9 @@ pub trait Workload: Send + Sync {
     fn answer(&self, _args: &[i64], _index: &mut OrderedIndex, _read: &dyn Fn(Key) -> Option<Vec<u8>>) -> Vec<i64> {
         Vec::new()
     }
+    /// Builds a node's ordered index from its freshly loaded records, before the run (a
+    /// database has its secondary indexes when it opens): `read` as in [`Workload::answer`].
+    fn build_index(&self, _node: u16, _nodes: u16, _index: &mut OrderedIndex, _read: &dyn Fn(Key) -> Option<Vec<u8>>) {}
     /// The spec to run, from the drawn one and the answers to its lookups (same order).
     /// `Err` stops the coordinator with that message (e.g. pre-allocated rows exhausted).
     fn resolve(&self, spec: &TxnSpec, _answers: &[Vec<i64>]) -> Result<TxnSpec, String> {

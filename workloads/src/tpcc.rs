@@ -162,6 +162,7 @@ impl Tpcc {
             cfg: self.clone(),
             nodes,
             coroutines: coroutines.max(1),
+            workers: workers.max(1) as u64,
             terminals: (workers as u64 * coroutines as u64).max(1),
             w_per_node: self.warehouses_per_node as u64,
             warehouses: self.warehouses_per_node as u64 * nodes as u64,
@@ -203,6 +204,7 @@ pub struct PreparedTpcc {
     pub cfg: Tpcc,
     nodes: u16,
     coroutines: u32,
+    workers: u64,
     terminals: u64,
     w_per_node: u64,
     warehouses: u64,
@@ -756,9 +758,12 @@ impl Workload for PreparedTpcc {
     }
 
     fn generate_at(&self, rng: &mut ChaCha8Rng, node: u16, _nodes: u16, t: Terminal) -> TxnSpec {
-        // Coordinators are not bound to a warehouse: each transaction picks its home
-        // warehouse among the node's, so every warehouse sees traffic.
-        let w = node as u64 * self.w_per_node + rng.gen_range(0..self.w_per_node);
+        // As in DrTM+H's TPC-C, each worker serves a share of its node's warehouses (one when
+        // workers >= W) and a transaction's home warehouse is drawn from that share.
+        let (n, k) = (self.w_per_node, t.worker as u64 % self.workers);
+        let (lo, hi) =
+            if self.workers >= n { (k % n, k % n + 1) } else { (k * n / self.workers, (k + 1) * n / self.workers) };
+        let w = node as u64 * n + rng.gen_range(lo..hi);
         let roll = rng.gen_range(0..100u32);
         let mut acc = 0;
         let kind = self.cfg.effective_mix().iter().position(|&m| {
@@ -859,6 +864,26 @@ impl Workload for PreparedTpcc {
                 [vec![n as i64, lo as i64], cnts, items].concat()
             }
             _ => Vec::new(),
+        }
+    }
+
+    /// The indexes the mix uses, for every district of the node: customers by name, orders by
+    /// customer, the oldest undelivered order.
+    fn build_index(&self, node: u16, _nodes: u16, ix: &mut OrderedIndex, read: &dyn Fn(Key) -> Option<Vec<u8>>) {
+        let mix = self.cfg.effective_mix();
+        let node = node as u64;
+        for w in node * self.w_per_node..(node + 1) * self.w_per_node {
+            for d in 0..DISTRICTS {
+                if mix[1] + mix[2] > 0 {
+                    self.by_name(ix, read, w, d, 0);
+                }
+                if mix[2] > 0 {
+                    self.catch_up_orders(ix, read, w, d);
+                }
+            }
+            if mix[3] > 0 {
+                self.answer(&[Q_DELIVERY, w as i64], ix, read);
+            }
         }
     }
 

@@ -429,3 +429,20 @@ fn generation_is_deterministic_and_nurand_skews() {
     let max = *count.values().max().unwrap();
     assert!(max > 20, "hottest item drawn {max} times in 100,000 (uniform: ~1)");
 }
+
+#[test]
+fn each_worker_serves_its_share_of_the_warehouses() {
+    let mut r = ChaCha8Rng::seed_from_u64(14);
+    for (workers, expect) in
+        [(4u16, [vec![4], vec![5], vec![6], vec![7]]), (2, [vec![4, 5], vec![6, 7], vec![], vec![]])]
+    {
+        let w = Tpcc { warehouses_per_node: 4, ..small() }.prepare(NODES, workers, 3);
+        for (k, want) in expect.iter().enumerate().take(workers as usize) {
+            let t = Terminal { worker: k as u16, coroutine: 1, seq: 0 };
+            let mut seen: Vec<i64> = (0..200).map(|_| w.generate_at(&mut r, 1, NODES, t).params[0]).collect();
+            seen.sort();
+            seen.dedup();
+            assert_eq!(seen, *want, "{workers} workers, worker {k}");
+        }
+    }
+}
