@@ -394,6 +394,10 @@ fn sweep_cmd(file: &std::path::Path, jobs: Option<usize>, out: Option<PathBuf>, 
     for (p, r) in points.iter().zip(&reports) {
         let label = format!("[{}] seed {}", p.values.join(", "), p.seed);
         match r {
+            Ok(r) if !r.failures.is_empty() => {
+                bad += 1;
+                eprintln!("run {label}: {}", txbed::run::failure_summary(&r.failures));
+            }
             Ok(r) if r.check.serializable && r.check.nothing_lost != Some(false) && r.check.invariants_ok => {}
             Ok(_) => {
                 bad += 1;

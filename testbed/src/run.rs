@@ -155,6 +155,8 @@ pub struct TxnReport {
     pub verbs: BTreeMap<&'static str, u64>,
     pub sim: SimInfo,
     pub check: CheckReport,
+    /// Coordinators that stopped on an error (a failed verb or RPC), with the reason.
+    pub failures: Vec<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -334,6 +336,9 @@ pub fn run_sim(s: &Scenario, profile: &NicProfile, seed: u64, out: RunOutput<'_>
     if let Err(e) = out.finish(s, &r, &txn_text(s, &r)) {
         return fail(e);
     }
+    if !r.failures.is_empty() {
+        return fail(failure_summary(&r.failures));
+    }
     // A run the checker rejects is a failed run.
     if r.check.serializable && r.check.nothing_lost != Some(false) && r.check.invariants_ok {
         ExitCode::SUCCESS
@@ -448,6 +453,7 @@ fn txn_report(
         stages,
         verbs,
         sim: SimInfo { events: r.events, events_per_s: r.events as f64 / wall.max(1e-9), simulated_ns: r.simulated_ns },
+        failures: r.failures.clone(),
         check: CheckReport {
             serializable: r.report.serializable,
             checked_txns: r.report.checked_txns,
@@ -519,14 +525,7 @@ pub fn run_real(
                 );
             }
             if !r.failures.is_empty() {
-                let mut distinct: Vec<&String> = r.failures.iter().collect();
-                distinct.sort();
-                distinct.dedup();
-                eprintln!("error: {} coordinators failed; {} distinct reasons:", r.failures.len(), distinct.len());
-                for f in distinct.iter().take(5) {
-                    eprintln!("  {f}");
-                }
-                return ExitCode::from(2);
+                return fail(failure_summary(&r.failures));
             }
             let clean = rep.check.serializable && rep.check.nothing_lost != Some(false) && rep.check.invariants_ok;
             if clean {
@@ -537,6 +536,18 @@ pub fn run_real(
         }
         Err(e) => fail(format!("rank {}: {e}", me.rank)),
     }
+}
+
+/// Coordinator failures, one line per distinct reason (at most five).
+pub fn failure_summary(failures: &[String]) -> String {
+    let mut distinct: Vec<&String> = failures.iter().collect();
+    distinct.sort();
+    distinct.dedup();
+    let mut out = format!("{} coordinators failed; {} distinct reasons:", failures.len(), distinct.len());
+    for f in distinct.iter().take(5) {
+        out.push_str(&format!("\n  {f}"));
+    }
+    out
 }
 
 pub fn txn_text(s: &Scenario, r: &TxnReport) -> String {

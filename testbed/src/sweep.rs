@@ -199,7 +199,10 @@ pub fn write_csvs(
                 row.push(r.committed.to_string());
                 row.push(r.aborted.to_string());
                 row.extend(stages.iter().map(|s| r.stages.get(s).map_or(String::new(), |x| format!("{}", x.mean_us))));
-                let clean = r.check.serializable && r.check.nothing_lost != Some(false) && r.check.invariants_ok;
+                let clean = r.check.serializable
+                    && r.check.nothing_lost != Some(false)
+                    && r.check.invariants_ok
+                    && r.failures.is_empty();
                 row.push(clean.to_string());
                 row.push(r.digest.clone());
                 row.push(String::new());
@@ -378,9 +381,12 @@ pub fn rank(points: &[Point], reports: &[Result<TxnReport, String>]) -> Vec<Rank
                 p99: col(&|r| r.latency_us.p99),
                 abort_rate: col(&|r| r.abort_rate).0,
                 clean: ok.len() == group.len()
-                    && ok
-                        .iter()
-                        .all(|r| r.check.serializable && r.check.nothing_lost != Some(false) && r.check.invariants_ok),
+                    && ok.iter().all(|r| {
+                        r.check.serializable
+                            && r.check.nothing_lost != Some(false)
+                            && r.check.invariants_ok
+                            && r.failures.is_empty()
+                    }),
             }
         })
         .collect();
