@@ -418,7 +418,10 @@ pub async fn background(ctx: Ctx, n: Rc<NodeState>, end: u64) {
     if ctx.me().worker != 0 {
         return;
     }
-    let epoch_ns = n.calvin.epoch_ns();
+    let epoch_ns = match n.options.calvin_epoch_ns {
+        0 => n.calvin.epoch_ns(),
+        ns => ns,
+    };
     n.calvin.e.borrow_mut().init(n.nodes);
     loop {
         if let Err(e) = step(&ctx, &n, epoch_ns, end) {

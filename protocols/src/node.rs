@@ -93,11 +93,20 @@ pub struct Options {
     /// OCC only: lock and read the write set during execution, when the read/write set is
     /// known up front, instead of at validation (FaSST's variant, DrTM+H Sec. 6.3).
     pub lock_in_execution: bool,
+    /// CALVIN only: epoch length in ns (0: `calvin::DEFAULT_EPOCH_NS`).
+    pub calvin_epoch_ns: u64,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { outstanding: true, doorbell: true, passive_ack: false, speculative: true, lock_in_execution: false }
+        Options {
+            outstanding: true,
+            doorbell: true,
+            passive_ack: false,
+            speculative: true,
+            lock_in_execution: false,
+            calvin_epoch_ns: 0,
+        }
     }
 }
 

@@ -173,6 +173,7 @@ impl OccPreset {
             passive_ack: false,
             speculative: false,
             lock_in_execution: false,
+            calvin_epoch_ns: 0,
         };
         match self {
             // FaRM: one-sided READ to execute and validate, one-sided WRITE to log; locking and
@@ -203,6 +204,8 @@ pub struct OptionsSpec {
     pub speculative: bool,
     /// OCC: lock the write set during execution (FaSST).
     pub lock_in_execution: bool,
+    /// CALVIN: epoch length, us (how often each sequencer closes and broadcasts its batch).
+    pub calvin_epoch_us: u64,
 }
 
 impl Default for OptionsSpec {
@@ -214,6 +217,7 @@ impl Default for OptionsSpec {
             passive_ack: d.passive_ack,
             speculative: d.speculative,
             lock_in_execution: d.lock_in_execution,
+            calvin_epoch_us: txbed_protocols::calvin::DEFAULT_EPOCH_NS / 1000,
         }
     }
 }
@@ -226,6 +230,7 @@ impl From<OptionsSpec> for txbed_protocols::node::Options {
             passive_ack: o.passive_ack,
             speculative: o.speculative,
             lock_in_execution: o.lock_in_execution,
+            calvin_epoch_ns: o.calvin_epoch_us * 1000,
         }
     }
 }
@@ -545,6 +550,12 @@ impl Scenario {
                     "a transactional workload needs a protocol, e.g. protocol: (name: Occ)".into(),
                 ));
             };
+            if p.options.calvin_epoch_us == 0 || p.options.calvin_epoch_us > 1_000_000 {
+                return Err((
+                    "protocol.options.calvin_epoch_us",
+                    format!("must be 1..=1000000 (1 us to 1 s), got {}", p.options.calvin_epoch_us),
+                ));
+            }
             if p.preset.is_some() && p.name != ProtocolName::Occ {
                 return Err(("protocol.preset", "presets emulate prior OCC systems: use them with name: Occ".into()));
             }

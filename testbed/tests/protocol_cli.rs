@@ -121,3 +121,30 @@ fn hybrid_search_ranks_every_code() {
     let out = txbed(&["hybrid-search", "scenarios/verbs-read.ron"]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// CALVIN's epoch length is a scenario option: commit latency follows it.
+#[test]
+fn calvin_epoch_length_is_configurable() {
+    let p50 = |epoch: &str| {
+        let e = format!("protocol.options.calvin_epoch_us={epoch}");
+        let r = json(&txbed(&[
+            "run",
+            "scenarios/quickstart.ron",
+            "--set",
+            "protocol.name=calvin",
+            "--set",
+            "protocol.mode=rpc",
+            "--set",
+            &e,
+            "--set",
+            "run.measure_us=300",
+            "--json",
+        ]));
+        assert_eq!(r["check"]["serializable"], true);
+        r["latency_us"]["p50"].as_f64().unwrap()
+    };
+    let (short, long) = (p50("10"), p50("50"));
+    assert!(long > short + 20.0, "p50 {short} us with 10 us epochs, {long} us with 50 us epochs");
+    let out = txbed(&["run", "scenarios/quickstart.ron", "--set", "protocol.options.calvin_epoch_us=0"]);
+    assert_eq!(out.status.code(), Some(2));
+}
