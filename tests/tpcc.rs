@@ -1,4 +1,5 @@
-//! TPC-C on every protocol of `Protocol::ALL`, in RPC and one-sided form, on small clusters:
+//! TPC-C on every protocol of `Protocol::ALL`, in RPC and one-sided form and every hybrid
+//! code, on small clusters:
 //! every run is checked serializable with nothing lost, W_YTD - C_YTD_PAYMENT conserved, and
 //! TPC-C's consistency conditions 1-4 holding at the end. A protocol that is not implemented
 //! yet (its attempts fail saying so) is skipped. Failures print the shape to replay.
@@ -376,4 +377,28 @@ fn tpcc_runs_are_deterministic() {
     assert_eq!(a.digest, b.digest);
     assert_eq!(a.history, b.history);
     assert_ne!(a.digest, Shape { seed: 7, ..s }.run().unwrap().digest);
+}
+
+/// Every hybrid code of every protocol, on a tiny cluster with every transaction type in the
+/// mix: serializable, nothing lost, the conditions hold.
+#[test]
+fn every_hybrid_code_of_every_protocol_runs_tpcc() {
+    let t0 = std::time::Instant::now();
+    let mut runs = 0;
+    for protocol in Protocol::ALL {
+        for (k, hybrid) in Hybrid::all_codes(protocol.stages()).into_iter().enumerate() {
+            let s = Shape {
+                nodes: 2,
+                warehouses: 1,
+                workers: 1,
+                coroutines: 3,
+                duration_ns: 150_000,
+                ..Shape::new(protocol, Mix::Even, hybrid, 10 + k as u64)
+            };
+            let Some(r) = s.run() else { continue };
+            assert!(clean(&s, &r) && r.stats.committed > 0, "{}", explain(&s, &r));
+            runs += 1;
+        }
+    }
+    eprintln!("{runs} runs in {:.1} s", t0.elapsed().as_secs_f64());
 }
