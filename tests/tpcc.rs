@@ -1,8 +1,8 @@
 //! TPC-C on every protocol of `Protocol::ALL`, in RPC and one-sided form and every hybrid
-//! code, on small clusters:
-//! every run is checked serializable with nothing lost, W_YTD - C_YTD_PAYMENT conserved, and
-//! TPC-C's consistency conditions 1-4 holding at the end. A protocol that is not implemented
-//! yet (its attempts fail saying so) is skipped. Failures print the shape to replay.
+//! code, on small clusters: every run is checked serializable with nothing lost, W_YTD -
+//! C_YTD_PAYMENT conserved, and TPC-C's consistency conditions 1-4 holding at the end. A
+//! protocol that is not implemented yet (its attempts fail saying so) is skipped. Failures
+//! print the shape to replay.
 
 use std::sync::Arc;
 
