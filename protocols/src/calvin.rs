@@ -64,8 +64,9 @@ const POLL_NS: u64 = 500;
 /// Epochs a sequencer may close beyond those its node has scheduled.
 const LAG: u64 = 2;
 /// Largest message (a batch part, a forward): fits a datagram and, framed, a quarter ring.
+/// Larger batches span several parts.
 const MAX_MSG: usize = 2048;
-/// Largest RPC payload of several frames.
+/// Largest RPC payload of several frames, and of an input's fragment.
 const MAX_RPC: usize = 3 * 1024;
 
 /// RPC handler ids.
@@ -165,6 +166,8 @@ struct Engine {
     // Sequencer.
     /// Inputs submitted since the last epoch closed, in arrival order.
     queue: Vec<Vec<u8>>,
+    /// Fragments of inputs not yet whole, by transaction id.
+    submitting: BTreeMap<u64, BTreeMap<u16, Vec<u8>>>,
     /// Coordinators waiting for their transaction's outcome, by id.
     waiting: BTreeMap<u64, ReplyToken>,
     /// Outcomes other nodes reported, to pass on to the coordinators.
@@ -336,15 +339,23 @@ pub fn handlers(n: &Rc<NodeState>) -> Vec<(u16, Rc<HandlerFn>)> {
         (
             H_SUBMIT,
             Rc::new(move |ctx: &mut HandlerCtx<'_>, req: &[u8]| {
-                // The sequencer takes the input; the coordinator hears back once it ran.
+                // The sequencer takes the input, once all its fragments are here; the
+                // coordinator hears back on the fragment that completed it, once it ran.
                 ctx.compute((req.len() as u64).div_ceil(10));
                 let mut e = submit.calvin.e.borrow_mut();
-                let Some(id) = wire::Reader::new(req).u64() else { return Handled::Reply };
+                let Some((id, frag, frags, bytes)) = wire::decode_submit(req) else { return Handled::Reply };
                 if e.sealed {
+                    e.submitting.remove(&id);
                     ctx.reply.extend_from_slice(&wire::encode_result(id, TOO_LATE, 0, &[]));
                     return Handled::Reply;
                 }
-                e.queue.push(req.to_vec());
+                let got = e.submitting.entry(id).or_default();
+                got.insert(frag, bytes.to_vec());
+                if got.len() < frags as usize {
+                    return Handled::Reply; // an empty reply acknowledges a fragment
+                }
+                let input = e.submitting.remove(&id).expect("fragments").into_values().flatten().collect();
+                e.queue.push(input);
                 e.waiting.insert(id, ctx.token());
                 Handled::Defer
             }),
@@ -381,13 +392,16 @@ pub async fn attempt(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Attem
     let start_ns = ctx.now();
     let mut input = Vec::new();
     wire::encode_input(&mut input, id, spec);
-    if input.len() + 24 > max_msg(n) {
-        return Attempt::Failed(format!("CALVIN input of {} B exceeds a batch message", input.len()));
+    let mut reply = Vec::new();
+    for frag in wire::submit_fragments(id, &input, MAX_RPC) {
+        reply = match ctx.rpc(worker0(n.me), H_SUBMIT, &frag).await {
+            Ok(r) => r,
+            Err(e) => return Attempt::Failed(e.to_string()),
+        };
+        if !reply.is_empty() {
+            break; // the outcome, or a refusal of the run's end
+        }
     }
-    let reply = match ctx.rpc(worker0(n.me), H_SUBMIT, &input).await {
-        Ok(r) => r,
-        Err(e) => return Attempt::Failed(e.to_string()),
-    };
     let Some((_, status, delta, versions)) = wire::decode_result(&reply) else {
         return Attempt::Failed("malformed CALVIN result".into());
     };
@@ -518,13 +532,10 @@ fn step(ctx: &Ctx, n: &NodeState, epoch_ns: u64, end: u64) -> Result<(), String>
             if parts.fin {
                 e.fin[s as usize] = Some(epoch);
             }
-            let mut pos = 0;
-            for m in parts.got.values() {
-                let inputs = wire::part_inputs(m, &mut |k| e.intern(k)).ok_or("malformed batch")?;
-                for (id, spec) in inputs {
-                    schedule(ctx, n, e, gseq(epoch, s, pos), s, id, spec);
-                    pos += 1;
-                }
+            let batch = parts.got.values().map(|m| m.as_slice());
+            let inputs = wire::batch_inputs(batch, &mut |k| e.intern(k)).ok_or("malformed batch")?;
+            for (pos, (id, spec)) in inputs.into_iter().enumerate() {
+                schedule(ctx, n, e, gseq(epoch, s, pos as u64), s, id, spec);
             }
         }
     }

@@ -4,9 +4,13 @@
 //! | message | layout |
 //! | --- | --- |
 //! | input (one transaction) | `id u64 | compute_ns u64 | kind len u16 | reads u16 | writes u16 | params u16 | kind (padded) | keys u64 (reads, then writes) | params i64` |
-//! | batch part | `epoch u64 | part u16 | parts u16 | final u16 | pad 2 | inputs u32 | pad 4 | inputs` |
+//! | submission (an input's fragment) | `id u64 | fragment u16 | fragments u16 | pad 4 | bytes` |
+//! | batch part | `epoch u64 | part u16 | parts u16 | final u16 | pad 2 | len u32 | pad 4 | chunk` |
 //! | forwarded values | `id u64 | entries u32 | pad 4 | entries: key u64 | version word u64 | len u32 | pad 4 | record (padded)` |
 //! | result | `id u64 | status u8 | pad 7 | external delta i64 | versions u32 | pad 4 | version read u64 per key (reads, then writes)` |
+//!
+//! A batch is the stream `inputs u32 | pad 4 | inputs`, cut into chunks of whatever size fits a
+//! message: one input may span several parts.
 //!
 //! Several messages to one peer travel together as frames `len u32 | pad 4 | message (padded)`.
 
@@ -95,35 +99,33 @@ pub(crate) fn decode_input(r: &mut Reader<'_>, intern: &mut dyn FnMut(&str) -> &
 const PART_HEADER: usize = 24;
 
 /// Splits an epoch's inputs (each encoded alone) into batch parts of at most `max` bytes
-/// each (at least one part, possibly empty: an empty batch still closes the epoch). `fin`
-/// marks the sequencer's last batch.
+/// each. The batch is one byte stream (`inputs u32 | pad 4 | inputs`) cut into chunks, so an
+/// input larger than a message (a TPC-C stock-level reads ~400 records) spans parts; the
+/// receiver joins the chunks in part order. There is always at least one part: an empty batch
+/// still closes the epoch. `fin` marks the sequencer's last batch.
 pub(crate) fn batch_parts(epoch: u64, fin: bool, inputs: &[Vec<u8>], max: usize) -> Vec<Vec<u8>> {
-    let mut groups: Vec<Vec<&Vec<u8>>> = vec![Vec::new()];
-    let mut size = PART_HEADER;
+    let mut stream = Vec::with_capacity(8 + inputs.iter().map(|i| i.len()).sum::<usize>());
+    stream.extend_from_slice(&(inputs.len() as u32).to_le_bytes());
+    stream.extend_from_slice(&[0; 4]);
     for i in inputs {
-        if size + i.len() > max && !groups.last().is_some_and(|g| g.is_empty()) {
-            groups.push(Vec::new());
-            size = PART_HEADER;
-        }
-        size += i.len();
-        groups.last_mut().expect("one group").push(i);
+        stream.extend_from_slice(i);
     }
-    let parts = groups.len() as u16;
-    groups
+    let chunk = (max.saturating_sub(PART_HEADER) / 8 * 8).max(8);
+    let chunks: Vec<&[u8]> = stream.chunks(chunk).collect();
+    let parts = chunks.len() as u16;
+    chunks
         .into_iter()
         .enumerate()
-        .map(|(p, g)| {
-            let mut m = Vec::with_capacity(16 + g.iter().map(|i| i.len()).sum::<usize>());
+        .map(|(p, c)| {
+            let mut m = Vec::with_capacity(PART_HEADER + c.len());
             m.extend_from_slice(&epoch.to_le_bytes());
             m.extend_from_slice(&(p as u16).to_le_bytes());
             m.extend_from_slice(&parts.to_le_bytes());
             m.extend_from_slice(&(fin as u16).to_le_bytes());
             m.extend_from_slice(&[0; 2]);
-            m.extend_from_slice(&(g.len() as u32).to_le_bytes());
+            m.extend_from_slice(&(c.len() as u32).to_le_bytes());
             m.extend_from_slice(&[0; 4]);
-            for i in g {
-                m.extend_from_slice(i);
-            }
+            m.extend_from_slice(c);
             m
         })
         .collect()
@@ -135,13 +137,55 @@ pub(crate) fn part_header(m: &[u8]) -> Option<(u64, u16, u16, bool)> {
     Some((r.u64()?, r.u16()?, r.u16()?, r.u16()? != 0))
 }
 
-/// The inputs of a batch part.
-pub(crate) fn part_inputs(m: &[u8], intern: &mut dyn FnMut(&str) -> &'static str) -> Option<Vec<(u64, TxnSpec)>> {
-    let mut r = Reader::new(m);
-    r.bytes(16)?;
+/// The inputs of a whole batch, from its parts in order.
+pub(crate) fn batch_inputs<'a>(
+    parts: impl IntoIterator<Item = &'a [u8]>,
+    intern: &mut dyn FnMut(&str) -> &'static str,
+) -> Option<Vec<(u64, TxnSpec)>> {
+    let mut stream = Vec::new();
+    for m in parts {
+        let mut r = Reader::new(m);
+        r.bytes(16)?;
+        let len = r.u32()? as usize;
+        r.u32()?;
+        stream.extend_from_slice(r.bytes(len)?);
+    }
+    let mut r = Reader::new(&stream);
     let n = r.u32()?;
     r.u32()?;
-    (0..n).map(|_| decode_input(&mut r, intern)).collect()
+    let inputs = (0..n).map(|_| decode_input(&mut r, intern)).collect::<Option<Vec<_>>>()?;
+    r.done().then_some(inputs)
+}
+
+const SUBMIT_HEADER: usize = 16;
+
+/// A transaction's input as submissions to its sequencer of at most `max` bytes each:
+/// `id u64 | fragment u16 | fragments u16 | pad 4 | bytes` (an input may exceed an RPC).
+pub(crate) fn submit_fragments(id: u64, input: &[u8], max: usize) -> Vec<Vec<u8>> {
+    let chunk = (max.saturating_sub(SUBMIT_HEADER) / 8 * 8).max(8);
+    let chunks: Vec<&[u8]> = input.chunks(chunk).collect();
+    let n = chunks.len() as u16;
+    chunks
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let mut m = Vec::with_capacity(SUBMIT_HEADER + c.len());
+            m.extend_from_slice(&id.to_le_bytes());
+            m.extend_from_slice(&(i as u16).to_le_bytes());
+            m.extend_from_slice(&n.to_le_bytes());
+            m.extend_from_slice(&[0; 4]);
+            m.extend_from_slice(c);
+            m
+        })
+        .collect()
+}
+
+/// A submission: (id, fragment, fragments, bytes).
+pub(crate) fn decode_submit(m: &[u8]) -> Option<(u64, u16, u16, &[u8])> {
+    let mut r = Reader::new(m);
+    let (id, i, n) = (r.u64()?, r.u16()?, r.u16()?);
+    r.u32()?;
+    (i < n).then(|| (id, i, n, &m[SUBMIT_HEADER..]))
 }
 
 /// A record's value as forwarded: version word and record bytes.
@@ -259,28 +303,51 @@ mod tests {
 
     #[test]
     fn inputs_round_trip_through_batch_parts() {
+        let mut big = spec();
+        big.reads = (0..400).map(|row| Key { table: 3, row }).collect();
+        let small = spec();
         let mut inputs = Vec::new();
         for id in 1..=40u64 {
             let mut b = Vec::new();
-            encode_input(&mut b, id, &spec());
+            encode_input(&mut b, id, if id == 17 { &big } else { &small });
             inputs.push(b);
         }
+        assert!(inputs[16].len() > 3000);
         let parts = batch_parts(9, false, &inputs, 400);
-        assert!(parts.len() > 1 && parts.iter().all(|p| p.len() <= 400));
+        assert!(parts.len() > 10 && parts.iter().all(|p| p.len() <= 400));
         let mut intern = |s: &str| if s == "send-payment" { "send-payment" } else { "?" };
-        let mut ids = Vec::new();
         for (i, p) in parts.iter().enumerate() {
             assert_eq!(part_header(p), Some((9, i as u16, parts.len() as u16, false)));
-            for (id, s) in part_inputs(p, &mut intern).unwrap() {
-                assert_eq!(s, spec());
-                ids.push(id);
-            }
         }
-        assert_eq!(ids, (1..=40).collect::<Vec<_>>());
+        let back = batch_inputs(parts.iter().map(|p| p.as_slice()), &mut intern).unwrap();
+        assert_eq!(back.iter().map(|(id, _)| *id).collect::<Vec<_>>(), (1..=40).collect::<Vec<_>>());
+        assert!(back.iter().all(|(id, s)| *s == if *id == 17 { big.clone() } else { spec() }));
+        // A missing or reordered part does not decode.
+        assert!(batch_inputs(parts[1..].iter().map(|p| p.as_slice()), &mut intern).is_none());
+        let mut swapped: Vec<&[u8]> = parts.iter().map(|p| p.as_slice()).collect();
+        swapped.swap(0, 1);
+        assert_ne!(batch_inputs(swapped, &mut intern).as_ref(), Some(&back));
         let empty = batch_parts(3, true, &[], 400);
         assert_eq!(empty.len(), 1);
         assert_eq!(part_header(&empty[0]), Some((3, 0, 1, true)));
-        assert_eq!(part_inputs(&empty[0], &mut intern).unwrap().len(), 0);
+        assert_eq!(batch_inputs([empty[0].as_slice()], &mut intern).unwrap().len(), 0);
+    }
+
+    #[test]
+    fn large_inputs_are_submitted_in_fragments() {
+        let input: Vec<u8> = (0..5000u32).map(|i| i as u8).collect();
+        let frags = submit_fragments(42, &input, 1024);
+        assert_eq!(frags.len(), 5);
+        assert!(frags.iter().all(|f| f.len() <= 1024));
+        let mut joined = Vec::new();
+        for (i, f) in frags.iter().enumerate() {
+            let (id, k, n, bytes) = decode_submit(f).unwrap();
+            assert_eq!((id, k, n), (42, i as u16, 5));
+            joined.extend_from_slice(bytes);
+        }
+        assert_eq!(joined, input);
+        assert_eq!(submit_fragments(1, &input[..100], 1024).len(), 1);
+        assert!(decode_submit(&frags[0][..10]).is_none());
     }
 
     #[test]
