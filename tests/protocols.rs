@@ -247,8 +247,7 @@ fn every_option_combination_is_serializable() {
             doorbell: bits & 2 != 0,
             passive_ack: bits & 4 != 0,
             speculative: bits & 8 != 0,
-            lock_in_execution: false,
-            calvin_epoch_ns: 0,
+            ..Options::default()
         };
         for protocol in [Protocol::NoWait, Protocol::Occ] {
             for hybrid in [Hybrid::RPC, Hybrid::full(protocol.stages())] {

@@ -10,7 +10,11 @@
 //! after FaRM). A writer that wraps first writes a marker (length u32::MAX) where the entry
 //! would not fit. Rings are reclaimed lazily: once half a ring has been written since the last
 //! reclaim, a one-way RPC tells the backup, which applies every complete entry in order (off
-//! the critical path). RPC: the backup's handler applies the record at once and replies.
+//! the critical path). A writer never overwrites what the backup has not applied: when the
+//! next entry would, it asks the backup (the same RPC, awaited) how many bytes it has consumed
+//! and waits until there is room. The papers leave this flow control out; a backup whose CPU
+//! lags (real backends) would otherwise lose entries. RPC: the backup's handler applies the
+//! record at once and replies.
 
 use txbed_transport::{Ctx, Endpoint, HostMemory, LocalBuf, NodeId, Op, Payload};
 
@@ -56,44 +60,87 @@ pub fn apply(n: &NodeState, record: &[u8]) {
 }
 
 /// Applies every complete, current entry of the ring `sender`'s `worker` writes on this node
-/// (the backup side of a lazy reclaim).
-pub fn drain_ring(n: &NodeState, mem: &dyn HostMemory, sender: u16, worker: u16) {
+/// (the backup side of a reclaim); returns the bytes consumed so far, as the sender counts
+/// them.
+pub fn drain_ring(n: &NodeState, mem: &dyn HostMemory, sender: u16, worker: u16) -> u64 {
     let layout = &n.catalog.layout;
     let base = n.base() + layout.ring(sender, worker);
     let ring = layout.ring_bytes;
     let slot = sender as usize * layout.log_workers as usize + worker as usize;
-    let (mut pos, mut seq) = n.ring_reader(slot);
+    let mut h = n.ring_reader(slot);
     loop {
-        if pos + FRAME > ring {
+        // A wrap marker may take the last 16 bytes (the writer keeps them free).
+        if h.pos + 16 > ring {
             break;
         }
-        let (Ok(len), Ok(s)) = (mem.load_u64(base + pos), mem.load_u64(base + pos + 8)) else { break };
+        let (Ok(len), Ok(s)) = (mem.load_u64(base + h.pos), mem.load_u64(base + h.pos + 8)) else { break };
         let len = len as u32;
-        if s != seq {
+        if s != h.seq {
             break;
         }
         if len == WRAP {
-            pos = 0;
+            h.consumed += ring - h.pos;
+            h.pos = 0;
             continue;
         }
         let framed = (len as u64 + FRAME).div_ceil(8) * 8;
-        if pos + framed > ring {
+        if h.pos + framed > ring {
             break;
         }
         let mut rec = vec![0u8; len as usize];
-        if mem.read(base + pos + 16, &mut rec).is_err() {
+        if mem.read(base + h.pos + 16, &mut rec).is_err() {
             break;
         }
-        let trailer = mem.load_u64(base + pos + framed - 8).map(|x| (x >> 32) as u32).unwrap_or(0);
+        let trailer = mem.load_u64(base + h.pos + framed - 8).map(|x| (x >> 32) as u32).unwrap_or(0);
         if trailer != len {
             break; // not completely written yet
         }
         apply(n, &rec);
-        pos += framed;
-        seq += 1;
+        h.pos += framed;
+        h.consumed += framed;
+        h.seq += 1;
     }
-    n.set_ring_reader(slot, pos, seq);
+    n.set_ring_reader(slot, h);
+    h.consumed
 }
+
+/// Waits until `len` bytes fit in this worker's ring on `backup`: asks the backup to apply
+/// what it holds and report how far it got (a writer must never overwrite entries the
+/// backup has not applied; the lazy one-way reclaims alone give no such guarantee when the
+/// backup's CPU lags). Entries of this worker's other coroutines may still be in flight,
+/// hence the retry; a backup that makes no progress for `RECLAIM_PATIENCE_NS` fails the log.
+async fn wait_for_room(ctx: &Ctx, n: &NodeState, backup: u16, len: u64) -> Result<(), String> {
+    let worker = ctx.me().worker;
+    let mut stalled_since = ctx.now();
+    while !n.log_fits(worker, backup, len) {
+        if ctx.now() - stalled_since > RECLAIM_PATIENCE_NS {
+            return Err(format!(
+                "backup {backup} applied none of worker {worker}'s log entries for {} ms: its ring is full",
+                RECLAIM_PATIENCE_NS / 1_000_000
+            ));
+        }
+        let req = [&n.me.to_le_bytes()[..], &worker.to_le_bytes()].concat();
+        let call = ctx.call(Endpoint { node: NodeId(backup), worker }, H_RECLAIM, &req);
+        // This coroutine's log WRITEs to earlier backups complete in the same wait: their
+        // failure is the log's.
+        ctx.wait().await.map_err(|c| c.to_string())?;
+        let reply = ctx.take_reply(call).unwrap_or(Err(txbed_transport::RpcError::Lost)).map_err(|e| e.to_string())?;
+        let consumed = reply.get(..8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")));
+        let before = n.ring_confirmed(worker, backup);
+        n.log_confirmed(worker, backup, consumed.ok_or("malformed reclaim reply")?);
+        if n.ring_confirmed(worker, backup) == before {
+            ctx.sleep(RECLAIM_RETRY_NS).await;
+        } else {
+            stalled_since = ctx.now();
+        }
+    }
+    Ok(())
+}
+
+/// How long a writer waits for in-flight entries to land before asking again.
+const RECLAIM_RETRY_NS: u64 = 1_000;
+/// How long a writer waits for a backup that applies nothing before it fails the log.
+const RECLAIM_PATIENCE_NS: u64 = 10_000_000;
 
 /// Largest RPC log record: one UD datagram of 4 KiB less the frame header.
 const RPC_MAX: usize = 4096 - 16;
@@ -159,7 +206,13 @@ async fn append_one(ctx: &Ctx, n: &NodeState, backups: &[u16], record: &[u8]) ->
             // Room first (a wrap marker and the record), so no other coroutine of this worker
             // reserves and posts a later ring position in between.
             let q = ctx.rc_qp(NodeId(b), ctx.coroutine() as usize).ok_or("no QP to backup")?;
-            crate::ops::room(ctx, q, 2).await?;
+            loop {
+                crate::ops::room(ctx, q, 2).await?;
+                if n.log_fits(worker, b, framed_len) {
+                    break;
+                }
+                wait_for_room(ctx, n, b, framed_len).await?;
+            }
             let t = n.log_tail(worker, b, framed_len);
             let mut framed = Vec::with_capacity(framed_len as usize);
             framed.extend_from_slice(&(record.len() as u32).to_le_bytes());

@@ -95,7 +95,12 @@ pub struct Options {
     pub lock_in_execution: bool,
     /// CALVIN only: epoch length in ns (0: `calvin::DEFAULT_EPOCH_NS`).
     pub calvin_epoch_ns: u64,
+    /// Bytes of each one-sided log ring a backup keeps per (sender node, sender worker).
+    pub log_ring_bytes: u64,
 }
+
+/// Default size of a log ring.
+pub const DEFAULT_LOG_RING_BYTES: u64 = 64 << 10;
 
 impl Default for Options {
     fn default() -> Self {
@@ -106,6 +111,7 @@ impl Default for Options {
             speculative: true,
             lock_in_execution: false,
             calvin_epoch_ns: 0,
+            log_ring_bytes: DEFAULT_LOG_RING_BYTES,
         }
     }
 }
@@ -125,11 +131,10 @@ pub struct NodeState {
     pub replication: u16,
     /// Planted bugs, for the checker's own tests: never set in real runs.
     pub bug: Option<Bug>,
-    /// Sender side, per (worker, backup): next ring position, bytes since the last reclaim,
-    /// next sequence number.
-    pub rings: RefCell<Vec<(u64, u64, u64)>>,
-    /// Backup side, per (sender node, sender worker) ring: read position, next sequence.
-    pub readers: RefCell<Vec<(u64, u64)>>,
+    /// Sender side, per (worker, backup): where this worker writes in its ring there.
+    pub rings: RefCell<Vec<RingTail>>,
+    /// Backup side, per (sender node, sender worker) ring: where this node reads.
+    pub readers: RefCell<Vec<RingHead>>,
     /// Backup side: the version of every record this node keeps a replica of.
     pub replica: RefCell<std::collections::BTreeMap<u64, u64>>,
     /// Participant state of the protocols that keep some (wait lists, sequencer buffers).
@@ -142,6 +147,30 @@ pub struct NodeState {
 }
 
 /// Where a log entry goes in a ring.
+/// The sender's side of a log ring. Byte counts are monotonic (wrap padding included), so
+/// `written - confirmed` is what the backup may not have applied yet.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RingTail {
+    /// Next ring position.
+    pub pos: u64,
+    /// Bytes written since the last lazy reclaim.
+    pub since: u64,
+    /// Next sequence number.
+    pub seq: u64,
+    pub written: u64,
+    /// Bytes the backup reported applied (a synchronous reclaim's reply).
+    pub confirmed: u64,
+}
+
+/// The backup's side of a log ring: read position, next sequence, bytes consumed (counted
+/// as the sender counts `written`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RingHead {
+    pub pos: u64,
+    pub seq: u64,
+    pub consumed: u64,
+}
+
 pub struct Tail {
     pub pos: u64,
     pub seq: u64,
@@ -191,42 +220,68 @@ impl NodeState {
         self.catalog.regions[self.me as usize].addr
     }
 
-    /// Reserves `len` bytes in the ring this worker writes on `backup`.
-    pub fn log_tail(&self, worker: u16, backup: u16, len: u64) -> Tail {
-        let ring = self.catalog.layout.ring_bytes;
+    fn ring_tail<R>(&self, worker: u16, backup: u16, f: impl FnOnce(&mut RingTail) -> R) -> R {
         let mut rings = self.rings.borrow_mut();
         let i = worker as usize * self.nodes as usize + backup as usize;
         if rings.len() <= i {
-            rings.resize(i + 1, (0, 0, 0));
+            rings.resize(i + 1, RingTail::default());
         }
-        let (pos, since, seq) = &mut rings[i];
-        let mut wrapped_from = None;
-        // An entry never straddles the end; 16 bytes must stay for a wrap marker.
-        if *pos + len + 16 > ring {
-            wrapped_from = Some(*pos);
-            *pos = 0;
-        }
-        let t = Tail { pos: *pos, seq: *seq, wrapped_from, reclaim: false };
-        *pos += len;
-        *seq += 1;
-        *since += len;
-        let reclaim = *since * 2 >= ring;
-        if reclaim {
-            *since = 0;
-        }
-        Tail { reclaim, ..t }
+        f(&mut rings[i])
     }
 
-    pub fn ring_reader(&self, slot: usize) -> (u64, u64) {
-        self.readers.borrow().get(slot).copied().unwrap_or((0, 0))
+    /// Whether `len` more bytes (and any wrap padding) fit in the ring this worker writes on
+    /// `backup` without overwriting bytes the backup has not confirmed applied.
+    pub fn log_fits(&self, worker: u16, backup: u16, len: u64) -> bool {
+        let ring = self.catalog.layout.ring_bytes;
+        self.ring_tail(worker, backup, |t| {
+            let pad = if t.pos + len + 16 > ring { ring - t.pos } else { 0 };
+            t.written + pad + len - t.confirmed <= ring
+        })
     }
 
-    pub fn set_ring_reader(&self, slot: usize, pos: u64, seq: u64) {
+    pub fn ring_confirmed(&self, worker: u16, backup: u16) -> u64 {
+        self.ring_tail(worker, backup, |t| t.confirmed)
+    }
+
+    /// Records the bytes the backup reported applied.
+    pub fn log_confirmed(&self, worker: u16, backup: u16, consumed: u64) {
+        self.ring_tail(worker, backup, |t| t.confirmed = t.confirmed.max(consumed.min(t.written)));
+    }
+
+    /// Reserves `len` bytes in the ring this worker writes on `backup`.
+    pub fn log_tail(&self, worker: u16, backup: u16, len: u64) -> Tail {
+        let ring = self.catalog.layout.ring_bytes;
+        self.ring_tail(worker, backup, |r| {
+            let mut wrapped_from = None;
+            // An entry never straddles the end; 16 bytes must stay for a wrap marker.
+            if r.pos + len + 16 > ring {
+                wrapped_from = Some(r.pos);
+                r.written += ring - r.pos;
+                r.pos = 0;
+            }
+            let t = Tail { pos: r.pos, seq: r.seq, wrapped_from, reclaim: false };
+            r.pos += len;
+            r.written += len;
+            r.seq += 1;
+            r.since += len;
+            let reclaim = r.since * 2 >= ring;
+            if reclaim {
+                r.since = 0;
+            }
+            Tail { reclaim, ..t }
+        })
+    }
+
+    pub fn ring_reader(&self, slot: usize) -> RingHead {
+        self.readers.borrow().get(slot).copied().unwrap_or_default()
+    }
+
+    pub fn set_ring_reader(&self, slot: usize, head: RingHead) {
         let mut r = self.readers.borrow_mut();
         if r.len() <= slot {
-            r.resize(slot + 1, (0, 0));
+            r.resize(slot + 1, RingHead::default());
         }
-        r[slot] = (pos, seq);
+        r[slot] = head;
     }
 }
 
@@ -354,12 +409,16 @@ fn common_handlers(n: &Rc<NodeState>) -> Vec<(u16, Rc<HandlerFn>)> {
         (
             H_RECLAIM,
             Rc::new(move |ctx: &mut HandlerCtx<'_>, req: &[u8]| {
-                if req.len() >= 4 {
-                    let sender = u16::from_le_bytes([req[0], req[1]]);
-                    let worker = u16::from_le_bytes([req[2], req[3]]);
-                    crate::log::drain_ring(&reclaim_node, ctx.mem, sender, worker);
+                // Applies what the ring holds; a caller waiting for room (not a lazy one-way
+                // reclaim) hears how many bytes are now consumed.
+                if req.len() < 4 {
+                    return Handled::NoReply;
                 }
-                Handled::NoReply
+                let sender = u16::from_le_bytes([req[0], req[1]]);
+                let worker = u16::from_le_bytes([req[2], req[3]]);
+                let consumed = crate::log::drain_ring(&reclaim_node, ctx.mem, sender, worker);
+                ctx.reply.extend_from_slice(&consumed.to_le_bytes());
+                Handled::Reply
             }),
         ),
     ]

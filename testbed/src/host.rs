@@ -523,6 +523,8 @@ pub fn run_real_node(
             (&mut merged.aborted_user, r.aborted_user),
             (&mut merged.measured_committed, r.measured_committed),
             (&mut merged.measured_aborted, r.measured_aborted),
+            (&mut merged.log_records, r.log_records),
+            (&mut merged.log_bytes, r.log_bytes),
         ] {
             *a += b;
         }

@@ -173,7 +173,7 @@ impl OccPreset {
             passive_ack: false,
             speculative: false,
             lock_in_execution: false,
-            calvin_epoch_ns: 0,
+            ..Options::default()
         };
         match self {
             // FaRM: one-sided READ to execute and validate, one-sided WRITE to log; locking and
@@ -206,6 +206,8 @@ pub struct OptionsSpec {
     pub lock_in_execution: bool,
     /// CALVIN: epoch length, us (how often each sequencer closes and broadcasts its batch).
     pub calvin_epoch_us: u64,
+    /// One-sided LOG: KiB of each ring a backup keeps per (sender node, sender worker).
+    pub log_ring_kib: u64,
 }
 
 impl Default for OptionsSpec {
@@ -218,6 +220,7 @@ impl Default for OptionsSpec {
             speculative: d.speculative,
             lock_in_execution: d.lock_in_execution,
             calvin_epoch_us: txbed_protocols::calvin::DEFAULT_EPOCH_NS / 1000,
+            log_ring_kib: d.log_ring_bytes >> 10,
         }
     }
 }
@@ -231,6 +234,7 @@ impl From<OptionsSpec> for txbed_protocols::node::Options {
             speculative: o.speculative,
             lock_in_execution: o.lock_in_execution,
             calvin_epoch_ns: o.calvin_epoch_us * 1000,
+            log_ring_bytes: o.log_ring_kib << 10,
         }
     }
 }
@@ -252,10 +256,15 @@ pub fn atomics_safe(profile: &NicProfile) -> bool {
 }
 
 impl ProtocolSpec {
-    /// The hybrid code and options a run uses: the preset's, else `mode` and `options`.
+    /// The hybrid code and options a run uses: the preset's (with this log ring size, which
+    /// no preset sets), else `mode` and `options`.
     pub fn resolve(&self, profile: &NicProfile) -> (Hybrid, txbed_protocols::node::Options) {
         match self.preset {
-            Some(p) => p.resolve(atomics_safe(profile)),
+            Some(p) => {
+                let (hybrid, mut options) = p.resolve(atomics_safe(profile));
+                options.log_ring_bytes = self.options.log_ring_kib << 10;
+                (hybrid, options)
+            }
             None => (self.hybrid(), self.options.clone().into()),
         }
     }
@@ -554,6 +563,12 @@ impl Scenario {
                 return Err((
                     "protocol.options.calvin_epoch_us",
                     format!("must be 1..=1000000 (1 us to 1 s), got {}", p.options.calvin_epoch_us),
+                ));
+            }
+            if !(4..=1 << 20).contains(&p.options.log_ring_kib) {
+                return Err((
+                    "protocol.options.log_ring_kib",
+                    format!("must be 4..=1048576 (4 KiB to 1 GiB), got {}", p.options.log_ring_kib),
                 ));
             }
             if p.preset.is_some() && p.name != ProtocolName::Occ {

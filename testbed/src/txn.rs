@@ -150,7 +150,7 @@ pub fn layout(spec: &TxnRunSpec) -> Layout {
         .collect();
     let p = spec.protocol;
     let l = Layout::with_ext(&tables, store::LOAD_FACTOR, &|r| p.ext_bytes(r));
-    let l = l.with_log(spec.nodes, spec.workers, 64 << 10);
+    let l = l.with_log(spec.nodes, spec.workers, spec.options.log_ring_bytes);
     if p == Protocol::Calvin {
         l.with_calvin(spec.nodes, txbed_protocols::calvin::RING_BYTES)
     } else {
@@ -333,6 +333,11 @@ pub struct NodeResult {
     /// The workload's consistency conditions over this node's records.
     #[serde(default)]
     pub consistency: Vec<Consistency>,
+    /// Log records and bytes this node sent to backups (one per backup).
+    #[serde(default)]
+    pub log_records: u64,
+    #[serde(default)]
+    pub log_bytes: u64,
 }
 
 /// Collects a node's history, final versions (its primaries and the replicas it keeps), and
@@ -400,6 +405,8 @@ pub(crate) fn node_result(
     r.stage_round_trips = stats.stage_round_trips;
     r.stage_bytes = stats.stage_bytes;
     r.stage_calls = stats.stage_calls;
+    r.log_records = stats.log_records;
+    r.log_bytes = stats.log_bytes;
     r
 }
 
@@ -443,6 +450,8 @@ pub(crate) fn assemble(
         stats.aborted_conflict += r.aborted_conflict;
         stats.aborted_user += r.aborted_user;
         stats.external_delta += r.external_delta;
+        stats.log_records += r.log_records;
+        stats.log_bytes += r.log_bytes;
         for i in 0..9 {
             stats.stage_ns[i] += r.stage_ns[i];
             stats.stage_round_trips[i] += r.stage_round_trips[i];
@@ -536,10 +545,9 @@ pub fn run_txns_with(spec: &TxnRunSpec, progress: &mut dyn FnMut(u64, u64)) -> R
         for wk in 0..spec.workers {
             if spec.trace {
                 sim.worker(n, wk).enable_trace();
-                for (id, name) in node::HANDLER_NAMES {
+                for (id, name) in txbed_protocols::handler_names() {
                     sim.worker(n, wk).name_handler(id, name);
                 }
-                sim.worker(n, wk).name_handler(txbed_protocols::index::H_LOOKUP, "LOOKUP");
             }
             for (id, h) in node::handlers(&states[n as usize]) {
                 sim.worker(n, wk).register_handler(id, h);
