@@ -40,6 +40,18 @@ use crate::node::NodeState;
 pub use crate::nowait::Attempt;
 use crate::stage::Stage;
 
+/// The name of every RPC handler any protocol registers (common, per protocol, index), for
+/// traces.
+pub fn handler_names() -> impl Iterator<Item = (u16, &'static str)> {
+    node::HANDLER_NAMES
+        .into_iter()
+        .chain(waitdie::HANDLER_NAMES)
+        .chain(mvcc::HANDLER_NAMES)
+        .chain(sundial::HANDLER_NAMES)
+        .chain(calvin::HANDLER_NAMES)
+        .chain([(index::H_LOOKUP, "LOOKUP")])
+}
+
 /// A concurrency-control protocol.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Protocol {

@@ -59,6 +59,9 @@ pub const H_SD_READ: u16 = 40;
 /// `status u8` (OK: the lease covers `commit_ts`; BUSY: renewal failed).
 pub const H_SD_RENEW: u16 = 41;
 
+/// Handler names, for traces.
+pub const HANDLER_NAMES: [(u16, &str); 2] = [(H_SD_READ, "SD_READ"), (H_SD_RENEW, "SD_RENEW")];
+
 /// Offsets of the lease words in the tuple extension.
 pub const WTS: u64 = 0;
 pub const RTS: u64 = 8;

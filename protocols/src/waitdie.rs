@@ -50,6 +50,10 @@ pub const H_WD_RELEASE: u16 = 21;
 /// COMMIT: request `offset u64 | version word u64 | writer u64 | record`.
 pub const H_WD_COMMIT: u16 = 22;
 
+/// Handler names, for traces.
+pub const HANDLER_NAMES: [(u16, &str); 3] =
+    [(H_WD_LOCK, "WD_LOCK"), (H_WD_RELEASE, "WD_RELEASE"), (H_WD_COMMIT, "WD_COMMIT")];
+
 /// The longest a transaction waits for its locks before it gives up (dies). WAIT-DIE cannot
 /// deadlock, so this fires only if a holder never releases (its coordinator died); it is
 /// well under the default RPC timeout (2 ms), so a waiter's deferred reply comes first.

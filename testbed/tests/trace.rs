@@ -201,3 +201,25 @@ fn chrome_trace_is_well_formed() {
     }
     assert!(kinds.contains_key("verb") && kinds.contains_key("rpc"), "{kinds:?}");
 }
+
+/// Every protocol's RPC handlers appear in traces by name, not by id.
+#[test]
+fn protocol_handlers_are_named_in_traces() {
+    for (protocol, names) in [
+        (Protocol::WaitDie, &["WD_LOCK", "WD_COMMIT"][..]),
+        (Protocol::Mvcc, &["MVCC_READ", "MVCC_LOCK", "MVCC_COMMIT"]),
+        (Protocol::Sundial, &["SD_READ"]),
+        (Protocol::Calvin, &["CALVIN_SUBMIT", "CALVIN_INPUT", "CALVIN_FORWARD"]),
+    ] {
+        let r = run(&spec(protocol, Hybrid::RPC, Options::default(), true));
+        let json = chrome_trace_json(&r.trace, 3, 2).to_string();
+        for name in names {
+            assert!(json.contains(&format!("\"{name}")), "{}: no {name} in the trace", protocol.name());
+        }
+    }
+    let ids: Vec<u16> = txbed_protocols::handler_names().map(|(id, _)| id).collect();
+    let mut unique = ids.clone();
+    unique.sort_unstable();
+    unique.dedup();
+    assert_eq!(ids.len(), unique.len(), "a handler id is named twice: {ids:?}");
+}
