@@ -195,8 +195,12 @@ fn older_transactions_wait() {
     let rpc = Shape::new(W::YcsbHigh, Hybrid::RPC, 2);
     let r = rpc.run();
     check_clean(&rpc, &r, 20).unwrap();
-    let mut lock_calls: Vec<u64> =
-        r.trace.iter().filter(|e| e.coroutine.is_some() && e.name == "WD_LOCK").map(|e| e.end_ns - e.start_ns).collect();
+    let mut lock_calls: Vec<u64> = r
+        .trace
+        .iter()
+        .filter(|e| e.coroutine.is_some() && e.name == "WD_LOCK")
+        .map(|e| e.end_ns - e.start_ns)
+        .collect();
     lock_calls.sort();
     let median = lock_calls[lock_calls.len() / 2];
     let waited = lock_calls.iter().filter(|&&d| d > 4 * median).count();

@@ -76,8 +76,12 @@ pub const H_FORWARD: u16 = 52;
 pub const H_RESULT: u16 = 53;
 
 /// Handler names, for traces.
-pub const HANDLER_NAMES: [(u16, &str); 4] =
-    [(H_SUBMIT, "CALVIN_SUBMIT"), (H_INPUT, "CALVIN_INPUT"), (H_FORWARD, "CALVIN_FORWARD"), (H_RESULT, "CALVIN_RESULT")];
+pub const HANDLER_NAMES: [(u16, &str); 4] = [
+    (H_SUBMIT, "CALVIN_SUBMIT"),
+    (H_INPUT, "CALVIN_INPUT"),
+    (H_FORWARD, "CALVIN_FORWARD"),
+    (H_RESULT, "CALVIN_RESULT"),
+];
 
 const COMMITTED: u8 = 0;
 const USER_ABORT: u8 = 1;

@@ -385,8 +385,8 @@ type Staged<T> = Result<Result<T, Abort>, String>;
 /// last quarter commit bodies (the third quarter is the log's). Offsets from the scratch
 /// start: `(stage area length, staging start, staging end)`.
 fn areas(ctx: &Ctx) -> (u64, u64, u64) {
-    let len = ctx.scratch().len as u64;
-    (len / 2, len / 4 * 3, len)
+    let s = ctx.scratch();
+    (ops::buffers_end(ctx) - s.addr, ops::staging_at(ctx) - s.addr, s.len as u64)
 }
 
 /// READ stage: the version of every read-set record that R1 picks, in read-set order.

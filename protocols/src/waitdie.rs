@@ -388,8 +388,11 @@ async fn lock_onesided(
     let scratch = ctx.scratch();
     // LOCK buffers live in the first half of the coroutine's scratch (ops.rs's layout).
     let need: u64 = recs.iter().map(|r| 8 + ops::tuple_bytes(n, r.table) as u64).sum();
-    if need > scratch.len as u64 / 2 {
-        return Err(format!("{need} B of lock buffers exceed the {} B scratch half", scratch.len / 2));
+    if scratch.addr + need > ops::buffers_end(ctx) {
+        return Err(format!(
+            "{need} B of lock buffers exceed the {} B scratch half",
+            ops::buffers_end(ctx) - scratch.addr
+        ));
     }
     loop {
         *round_trips += 1;
@@ -540,8 +543,7 @@ async fn write_back(
 ) -> Result<(), String> {
     let t0 = ctx.now();
     let mut bytes = 0u64;
-    // Write-back staging: the last quarter of the coroutine's scratch (ops.rs's layout).
-    let mut staging = ctx.scratch().addr + ctx.scratch().len as u64 / 4 * 3;
+    let mut staging = crate::ops::staging_at(ctx);
     for (r, v) in recs.iter().filter(|r| r.write).zip(new_values) {
         bytes += 16 + v.len() as u64 + 8;
         let (inc, ver) = r.version();
