@@ -327,8 +327,14 @@ fn gseq(epoch: u64, node: u16, pos: u64) -> u64 {
     (epoch << 32) | ((node as u64) << 20) | pos
 }
 
-fn max_msg(n: &NodeState) -> usize {
-    MAX_MSG.min((n.catalog.layout.calvin_ring / 4).saturating_sub(8) as usize)
+/// Largest RPC payload here: `MAX_RPC`, or less when the datagram MTU is smaller.
+fn max_rpc(ctx: &Ctx) -> usize {
+    MAX_RPC.min(ctx.max_rpc_payload())
+}
+
+/// Largest message: fits a quarter ring and, framed, an RPC payload.
+fn max_msg(ctx: &Ctx, n: &NodeState) -> usize {
+    MAX_MSG.min((n.catalog.layout.calvin_ring / 4).saturating_sub(8) as usize).min(max_rpc(ctx) - 8)
 }
 
 fn home(n: &NodeState, key: u64) -> u16 {
@@ -401,7 +407,7 @@ pub async fn attempt(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Attem
     let mut input = Vec::new();
     wire::encode_input(&mut input, id, spec);
     let mut reply = Vec::new();
-    for frag in wire::submit_fragments(id, &input, MAX_RPC) {
+    for frag in wire::submit_fragments(id, &input, max_rpc(ctx)) {
         reply = match ctx.rpc(worker0(n.me), H_SUBMIT, &frag).await {
             Ok(r) => r,
             Err(e) => return Attempt::Failed(e.to_string()),
@@ -501,7 +507,7 @@ fn step(ctx: &Ctx, n: &NodeState, epoch_ns: u64, end: u64) -> Result<(), String>
             e.next_due = now + epoch_ns; // fell behind: restart the grid
         }
         e.sealed = now >= end + epoch_ns;
-        let parts = wire::batch_parts(epoch, e.sealed, &std::mem::take(&mut e.queue), max_msg(n));
+        let parts = wire::batch_parts(epoch, e.sealed, &std::mem::take(&mut e.queue), max_msg(ctx, n));
         let mut bytes = 0;
         for to in 0..n.nodes {
             for p in &parts {
@@ -627,7 +633,7 @@ fn read_ready(ctx: &Ctx, n: &NodeState, e: &mut Engine) -> Result<(), String> {
         }
         let refs: Vec<(u64, &Value)> = vals.iter().map(|(k, v)| (*k, v)).collect();
         for &a in actives.iter().filter(|&&a| a != n.me) {
-            for m in wire::forward_msgs(id, &refs, max_msg(n)) {
+            for m in wire::forward_msgs(id, &refs, max_msg(ctx, n)) {
                 e.out[FORWARD * n.nodes as usize + a as usize].msgs.push_back(m);
             }
         }
@@ -711,7 +717,7 @@ fn log(ctx: &Ctx, n: &NodeState, done: Vec<Done>) {
         let mut records: Vec<Vec<u8>> = Vec::new();
         for d in &done {
             for (key, _, ver, value) in &d.writes {
-                if records.last().is_none_or(|r| r.len() + 24 + value.len() > MAX_RPC) {
+                if records.last().is_none_or(|r| r.len() + 24 + value.len() > max_rpc(ctx)) {
                     records.push(d.id.to_le_bytes().to_vec());
                 }
                 let k = wire::unpack(*key);
@@ -822,7 +828,7 @@ fn flush(ctx: &Ctx, n: &NodeState) {
             let handler = if ch == INPUT { H_INPUT } else { H_FORWARD };
             let mut payloads = vec![Vec::new()];
             while let Some(m) = out.msgs.pop_front() {
-                if payloads.last().is_some_and(|p| !p.is_empty() && p.len() + wire::framed_len(&m) > MAX_RPC) {
+                if payloads.last().is_some_and(|p| !p.is_empty() && p.len() + wire::framed_len(&m) > max_rpc(ctx)) {
                     payloads.push(Vec::new());
                 }
                 wire::frame(payloads.last_mut().expect("payload"), &m);

@@ -142,9 +142,6 @@ const RECLAIM_RETRY_NS: u64 = 1_000;
 /// How long a writer waits for a backup that applies nothing before it fails the log.
 const RECLAIM_PATIENCE_NS: u64 = 10_000_000;
 
-/// Largest RPC log record: one UD datagram of 4 KiB less the frame header.
-const RPC_MAX: usize = 4096 - 16;
-
 /// Splits a log record (`id | entries`) into records of at most `max` bytes, at entry
 /// boundaries; each applies on its own, since entries carry their key and version.
 fn split(record: &[u8], max: usize) -> Result<Vec<Vec<u8>>, String> {
@@ -174,7 +171,9 @@ pub async fn append(ctx: &Ctx, n: &NodeState, backups: &[u16], record: &[u8]) ->
         let framed = (record.len() as u64 + FRAME).div_ceil(8) * 8;
         (framed * copies <= area, (area / copies).saturating_sub(FRAME + 8) as usize)
     } else {
-        (record.len() <= RPC_MAX, RPC_MAX)
+        // One datagram each (the UD MTU less the RPC frame header).
+        let max = ctx.max_rpc_payload();
+        (record.len() <= max, max)
     };
     if fits {
         return append_one(ctx, n, backups, record).await;
@@ -252,11 +251,20 @@ async fn append_one(ctx: &Ctx, n: &NodeState, backups: &[u16], record: &[u8]) ->
             );
         }
     } else {
-        for &b in backups {
-            ctx.call(Endpoint { node: NodeId(b), worker }, H_LOG, record);
-        }
+        let calls: Vec<_> =
+            backups.iter().map(|&b| ctx.call(Endpoint { node: NodeId(b), worker }, H_LOG, record)).collect();
         let _ = ctx.wait().await;
+        // A backup that did not take the record fails the log: committing without it would
+        // lose the write there.
+        let failed = calls.into_iter().find_map(|c| match ctx.take_reply(c) {
+            Some(Ok(_)) => None,
+            Some(Err(e)) => Some(e.to_string()),
+            None => Some(txbed_transport::RpcError::Lost.to_string()),
+        });
         ctx.clear_replies();
+        if let Some(e) = failed {
+            return Err(format!("LOG: {e}"));
+        }
     }
     let mut st = n.stats.borrow_mut();
     st.log_records += backups.len() as u64;

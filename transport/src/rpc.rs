@@ -59,6 +59,8 @@ pub enum RpcError {
     TooLarge { len: usize, max: usize },
     /// The peer has no handler with this id.
     UnknownHandler { dst: Endpoint, handler: u16 },
+    /// The handler's reply does not fit one datagram (the peer sent this error instead).
+    ReplyTooLarge { dst: Endpoint, len: usize, max: usize },
     /// The reply was never delivered (a bug in the caller's use of the API).
     Lost,
 }
@@ -74,6 +76,9 @@ impl fmt::Display for RpcError {
                 write!(f, "RPC frame of {len} bytes does not fit a UD datagram of {max} bytes")
             }
             RpcError::UnknownHandler { dst, handler } => write!(f, "{dst} has no RPC handler {handler}"),
+            RpcError::ReplyTooLarge { dst, len, max } => {
+                write!(f, "the reply from {dst} ({len} bytes framed) does not fit a UD datagram of {max} bytes")
+            }
             RpcError::Lost => write!(f, "RPC reply was not collected"),
         }
     }
@@ -151,6 +156,8 @@ pub(crate) enum FrameKind {
 
 const STATUS_OK: u8 = 0;
 const STATUS_UNKNOWN_HANDLER: u8 = 1;
+/// The reply did not fit a datagram; the payload is `framed length u64 | mtu u64`.
+const STATUS_REPLY_TOO_LARGE: u8 = 2;
 
 /// A one-way RPC message to `handler` as raw bytes, for carrying an RPC over something other
 /// than the RPC layer's own datagrams (an RC SEND: the receiving worker serves it the same way).
@@ -201,7 +208,15 @@ impl<'a> Frame<'a> {
     }
 
     pub(crate) fn error(&self, dst: Endpoint) -> Option<RpcError> {
-        (self.status == STATUS_UNKNOWN_HANDLER).then_some(RpcError::UnknownHandler { dst, handler: self.handler })
+        let word = |i: usize| {
+            let b = self.payload.get(i * 8..i * 8 + 8).and_then(|b| b.try_into().ok());
+            b.map_or(0, |b| u64::from_le_bytes(b) as usize)
+        };
+        match self.status {
+            STATUS_OK => None,
+            STATUS_UNKNOWN_HANDLER => Some(RpcError::UnknownHandler { dst, handler: self.handler }),
+            _ => Some(RpcError::ReplyTooLarge { dst, len: word(0), max: word(1) }),
+        }
     }
 }
 
@@ -296,7 +311,8 @@ impl RpcState {
         v
     }
 
-    fn max_payload(&self) -> usize {
+    /// The largest request or reply payload one datagram carries.
+    pub(crate) fn max_payload(&self) -> usize {
         self.cfg.mtu as usize - FRAME_HEADER
     }
 
@@ -346,7 +362,14 @@ impl RpcState {
         Ok(id)
     }
 
+    /// Queues a reply, or, if it cannot fit a datagram, an error the caller reports.
     pub(crate) fn queue_reply(&mut self, now: Nanos, token: ReplyToken, payload: &[u8]) {
+        if payload.len() > self.max_payload() {
+            let framed = (payload.len() + FRAME_HEADER) as u64;
+            let err = [framed.to_le_bytes(), (self.cfg.mtu as u64).to_le_bytes()].concat();
+            self.enqueue(token.to, FrameKind::Reply, STATUS_REPLY_TOO_LARGE, 0, token.call_id, &err, now);
+            return;
+        }
         self.enqueue(token.to, FrameKind::Reply, STATUS_OK, 0, token.call_id, payload, now);
     }
 

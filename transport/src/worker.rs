@@ -338,7 +338,11 @@ impl Shared {
                 FrameKind::Reply => {
                     if let Some((coro, dst)) = self.rpc.on_reply(frame.call_id) {
                         if let Some(t) = self.trace.as_mut() {
-                            t.call_done(start, frame.call_id, frame.error(dst).map(|_| "unknown handler"));
+                            let why = frame.error(dst).map(|e| match e {
+                                RpcError::ReplyTooLarge { .. } => "reply too large",
+                                _ => "unknown handler",
+                            });
+                            t.call_done(start, frame.call_id, why);
                         }
                         let result = match frame.error(dst) {
                             Some(e) => Err(e),
@@ -875,6 +879,12 @@ impl Ctx {
     /// Drops replies this coroutine did not take (one-way use of `call`).
     pub fn clear_replies(&self) {
         self.shared.borrow_mut().coros[self.coro as usize].replies.clear();
+    }
+
+    /// The largest RPC request or reply payload (the UD MTU less the frame header); larger
+    /// messages must be split by the caller.
+    pub fn max_rpc_payload(&self) -> usize {
+        self.shared.borrow().rpc.max_payload()
     }
 
     /// Calls and waits for the reply.
