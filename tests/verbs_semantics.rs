@@ -253,6 +253,62 @@ fn rpc_retransmits_through_loss_and_runs_handlers_once() {
     assert!(sim.stats().ud_dropped > 0);
 }
 
+/// Calls and replies larger than a datagram travel as fragments and arrive whole, through UD
+/// loss (a lost fragment costs a retransmission), with and without reply coalescing; handlers
+/// still run once. Beyond `MAX_MESSAGE`, calls and replies fail with a clear error.
+#[test]
+fn large_rpcs_are_fragmented_and_reassembled() {
+    for (piggyback, drop) in [(false, 0.0), (false, 0.1), (true, 0.1)] {
+        let mut sim = small_sim_with(2, 1, 13, |c| {
+            c.profile.mtu = 1024;
+            c.profile.reliability.ud_drop_probability = drop;
+            c.rpc.retries = 30;
+            c.rpc.timeout_ns = 100_000;
+            c.rpc.piggyback = piggyback;
+        });
+        let runs = Rc::new(Cell::new(0u32));
+        let r = runs.clone();
+        // The reply is the request reversed, plus as many bytes again (a larger reply).
+        let h: Rc<HandlerFn> = Rc::new(move |ctx: &mut HandlerCtx<'_>, req: &[u8]| {
+            r.set(r.get() + 1);
+            if req == b"huge" {
+                ctx.reply.resize(txbed_transport::rpc::MAX_MESSAGE + 1, 0);
+                return Handled::Reply;
+            }
+            ctx.reply.extend(req.iter().rev());
+            ctx.reply.extend_from_slice(req);
+            Handled::Reply
+        });
+        sim.worker(1, 0).register_handler(3, h);
+        let log = cell::<Vec<String>>();
+        let out = log.clone();
+        sim.spawn(0, 0, move |ctx| async move {
+            let dst = Endpoint { node: NodeId(1), worker: 0 };
+            assert_eq!(ctx.max_rpc_payload(), 1024 - txbed_transport::rpc::FRAME_HEADER);
+            for (i, len) in [1usize, 1008, 1009, 3000, 10_000, 100_000].into_iter().enumerate() {
+                let req: Vec<u8> = (0..len).map(|b| (b * 7 + i) as u8).collect();
+                let reply = ctx.rpc(dst, 3, &req).await.expect("large rpc succeeds");
+                let mut want: Vec<u8> = req.iter().rev().copied().collect();
+                want.extend_from_slice(&req);
+                out.borrow_mut().push(format!("{len}: {}", reply == want));
+            }
+            let too_big = vec![0u8; txbed_transport::rpc::MAX_MESSAGE + 1];
+            out.borrow_mut().push(format!("{:?}", ctx.rpc(dst, 3, &too_big).await.err()));
+            out.borrow_mut().push(format!("{:?}", ctx.rpc(dst, 3, b"huge").await.err()));
+        });
+        sim.run_until(5_000_000_000);
+        let log = log.borrow();
+        let sizes = ["1: true", "1008: true", "1009: true", "3000: true", "10000: true", "100000: true"];
+        assert_eq!(&log[..6], sizes, "piggyback {piggyback}, drop {drop}");
+        assert!(log[6].starts_with("Some(TooLarge"), "{}", log[6]);
+        assert!(log[7].starts_with("Some(ReplyTooLarge"), "{}", log[7]);
+        assert_eq!(runs.get(), 7, "a handler ran more than once for one call");
+        if drop > 0.0 {
+            assert!(sim.stats().ud_dropped > 0);
+        }
+    }
+}
+
 /// An RPC to an unknown handler fails fast with a clear error instead of timing out.
 #[test]
 fn rpc_to_unknown_handler_is_an_error() {

@@ -7,6 +7,11 @@
 //! to that worker: DrTM+H's passive ACK for two-sided primitives (Fig. 4). UD may lose datagrams, so a call that gets
 //! no reply within `timeout_ns` is retransmitted up to `retries` times; servers remember recent
 //! replies per caller and answer duplicates from that memory, so handlers run at most once.
+//!
+//! A call or reply larger than a datagram travels as fragments (eRPC's multi-packet messages):
+//! frames of kind `FRAGMENT | kind`, each `offset u32 | total u32 | bytes`, which the receiver
+//! reassembles before serving the call or taking the reply. A lost fragment loses the message,
+//! and the caller's retransmission (or the server's remembered reply) sends it again.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
@@ -19,6 +24,15 @@ pub type CallId = u64;
 
 /// Frame header: kind u8 | status u8 | handler u16 | payload length u32 | call id u64.
 pub const FRAME_HEADER: usize = 16;
+/// Largest call or reply payload, fragmented across datagrams when over the MTU.
+pub const MAX_MESSAGE: usize = 1 << 20;
+/// Kind bit of a fragment frame.
+const FRAGMENT: u8 = 0x10;
+/// A fragment's payload header: offset u32 | total u32.
+const FRAGMENT_HEADER: usize = 8;
+/// Messages being reassembled per worker; the oldest is dropped beyond this (its sender
+/// retransmits).
+const MAX_PARTIALS: usize = 256;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct RpcConfig {
@@ -55,11 +69,11 @@ impl Default for RpcConfig {
 pub enum RpcError {
     /// No reply after every retransmission: the peer is dead, unreachable or overloaded.
     Timeout { dst: Endpoint, handler: u16, attempts: u32 },
-    /// The call does not fit one datagram.
+    /// The call exceeds `MAX_MESSAGE`.
     TooLarge { len: usize, max: usize },
     /// The peer has no handler with this id.
     UnknownHandler { dst: Endpoint, handler: u16 },
-    /// The handler's reply does not fit one datagram (the peer sent this error instead).
+    /// The handler's reply exceeds `MAX_MESSAGE` (the peer sent this error instead).
     ReplyTooLarge { dst: Endpoint, len: usize, max: usize },
     /// The reply was never delivered (a bug in the caller's use of the API).
     Lost,
@@ -73,11 +87,11 @@ impl fmt::Display for RpcError {
                 "RPC to handler {handler} at {dst} got no reply after {attempts} attempts: the peer is dead, unreachable or overloaded"
             ),
             RpcError::TooLarge { len, max } => {
-                write!(f, "RPC frame of {len} bytes does not fit a UD datagram of {max} bytes")
+                write!(f, "RPC message of {len} bytes exceeds the {max}-byte limit")
             }
             RpcError::UnknownHandler { dst, handler } => write!(f, "{dst} has no RPC handler {handler}"),
             RpcError::ReplyTooLarge { dst, len, max } => {
-                write!(f, "the reply from {dst} ({len} bytes framed) does not fit a UD datagram of {max} bytes")
+                write!(f, "the reply from {dst} ({len} bytes) exceeds the {max}-byte RPC message limit")
             }
             RpcError::Lost => write!(f, "RPC reply was not collected"),
         }
@@ -156,7 +170,7 @@ pub(crate) enum FrameKind {
 
 const STATUS_OK: u8 = 0;
 const STATUS_UNKNOWN_HANDLER: u8 = 1;
-/// The reply did not fit a datagram; the payload is `framed length u64 | mtu u64`.
+/// The reply exceeded `MAX_MESSAGE`; the payload is `length u64 | limit u64`.
 const STATUS_REPLY_TOO_LARGE: u8 = 2;
 
 /// A one-way RPC message to `handler` as raw bytes, for carrying an RPC over something other
@@ -169,6 +183,8 @@ pub fn oneway_message(handler: u16, payload: &[u8]) -> Vec<u8> {
 
 pub(crate) struct Frame<'a> {
     pub kind: FrameKind,
+    /// A piece of a larger message (payload `offset u32 | total u32 | bytes`).
+    pub fragment: bool,
     pub status: u8,
     pub handler: u16,
     pub call_id: CallId,
@@ -177,23 +193,45 @@ pub(crate) struct Frame<'a> {
 
 impl<'a> Frame<'a> {
     fn encode(out: &mut Vec<u8>, kind: FrameKind, status: u8, handler: u16, call_id: CallId, payload: &[u8]) {
-        out.push(match kind {
+        Self::encode_header(out, kind, 0, status, handler, call_id, payload.len());
+        out.extend_from_slice(payload);
+    }
+
+    fn encode_header(
+        out: &mut Vec<u8>,
+        kind: FrameKind,
+        flags: u8,
+        status: u8,
+        handler: u16,
+        call_id: CallId,
+        len: usize,
+    ) {
+        let k = match kind {
             FrameKind::Request => 1,
             FrameKind::Reply => 2,
             FrameKind::OneWay => 3,
-        });
+        };
+        out.push(k | flags);
         out.push(status);
         out.extend_from_slice(&handler.to_le_bytes());
-        out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        out.extend_from_slice(&(len as u32).to_le_bytes());
         out.extend_from_slice(&call_id.to_le_bytes());
-        out.extend_from_slice(payload);
+    }
+
+    /// The bytes of a fragment: (offset, total, bytes).
+    pub(crate) fn fragment_part(&self) -> Option<(usize, usize, &'a [u8])> {
+        let p = self.payload;
+        let off = u32::from_le_bytes(p.get(0..4)?.try_into().ok()?) as usize;
+        let total = u32::from_le_bytes(p.get(4..8)?.try_into().ok()?) as usize;
+        Some((off, total, &p[FRAGMENT_HEADER..]))
     }
 
     /// Decodes the frame at `off`; `None` at the end or on a malformed datagram (a corrupt
     /// datagram is dropped, as UD would drop it on a bad checksum).
     pub(crate) fn decode(buf: &'a [u8], off: usize) -> Option<(Frame<'a>, usize)> {
         let h = buf.get(off..off + FRAME_HEADER)?;
-        let kind = match h[0] {
+        let fragment = h[0] & FRAGMENT != 0;
+        let kind = match h[0] & !FRAGMENT {
             1 => FrameKind::Request,
             2 => FrameKind::Reply,
             3 => FrameKind::OneWay,
@@ -204,7 +242,7 @@ impl<'a> Frame<'a> {
         let call_id = u64::from_le_bytes(h[8..16].try_into().ok()?);
         let start = off + FRAME_HEADER;
         let payload = buf.get(start..start.checked_add(len)?)?;
-        Some((Frame { kind, status: h[1], handler, call_id, payload }, start + len))
+        Some((Frame { kind, fragment, status: h[1], handler, call_id, payload }, start + len))
     }
 
     pub(crate) fn error(&self, dst: Endpoint) -> Option<RpcError> {
@@ -252,6 +290,19 @@ pub(crate) struct RpcState {
     requeued: Vec<(Endpoint, Vec<u8>)>,
     /// Byte buffers of received datagrams, reused for outgoing ones.
     spare_bufs: Vec<Vec<u8>>,
+    /// Fragmented messages being reassembled, by (sender, call, kind).
+    partials: BTreeMap<(Endpoint, CallId, u8), Partial>,
+    /// Partials started so far (their age, for dropping the oldest).
+    partials_started: u64,
+}
+
+/// A message being reassembled from fragments.
+struct Partial {
+    bytes: Vec<u8>,
+    /// Offsets received (a retransmission repeats some).
+    got: BTreeSet<usize>,
+    filled: usize,
+    started: u64,
 }
 
 /// Spare datagram buffers kept per worker; more are freed.
@@ -269,7 +320,42 @@ impl RpcState {
             served: BTreeMap::new(),
             requeued: Vec::new(),
             spare_bufs: Vec::new(),
+            partials: BTreeMap::new(),
+            partials_started: 0,
         }
+    }
+
+    /// Takes a fragment; returns the whole message once every fragment is here. Malformed
+    /// fragments are dropped, as a corrupt datagram would be.
+    pub(crate) fn reassemble(&mut self, src: Endpoint, frame: &Frame<'_>) -> Option<Vec<u8>> {
+        let (off, total, bytes) = frame.fragment_part()?;
+        if total > MAX_MESSAGE || off.checked_add(bytes.len())? > total || bytes.is_empty() {
+            return None;
+        }
+        let key = (src, frame.call_id, frame.kind as u8);
+        if self.partials.get(&key).is_some_and(|p| p.bytes.len() != total) {
+            self.partials.remove(&key);
+        }
+        if !self.partials.contains_key(&key) && self.partials.len() >= MAX_PARTIALS {
+            let oldest = self.partials.iter().min_by_key(|(_, p)| p.started).map(|(k, _)| *k)?;
+            self.partials.remove(&oldest);
+        }
+        self.partials_started += 1;
+        let started = self.partials_started;
+        let p = self.partials.entry(key).or_insert_with(|| Partial {
+            bytes: vec![0; total],
+            got: BTreeSet::new(),
+            filled: 0,
+            started,
+        });
+        if p.got.insert(off) {
+            p.bytes[off..off + bytes.len()].copy_from_slice(bytes);
+            p.filled += bytes.len();
+        }
+        if p.filled < total {
+            return None;
+        }
+        self.partials.remove(&key).map(|p| p.bytes)
     }
 
     fn pending_mut(&mut self, id: CallId) -> Option<&mut PendingCall> {
@@ -326,9 +412,22 @@ impl RpcState {
         payload: &[u8],
         now: Nanos,
     ) {
+        let mtu = self.cfg.mtu as usize;
         let q = self.out.entry(dst).or_default();
-        Frame::encode(&mut q.bytes, kind, status, handler, id, payload);
-        q.ends.push(q.bytes.len());
+        if FRAME_HEADER + payload.len() <= mtu {
+            Frame::encode(&mut q.bytes, kind, status, handler, id, payload);
+            q.ends.push(q.bytes.len());
+        } else {
+            let chunk = mtu - FRAME_HEADER - FRAGMENT_HEADER;
+            for (i, c) in payload.chunks(chunk).enumerate() {
+                let len = FRAGMENT_HEADER + c.len();
+                Frame::encode_header(&mut q.bytes, kind, FRAGMENT, status, handler, id, len);
+                q.bytes.extend_from_slice(&((i * chunk) as u32).to_le_bytes());
+                q.bytes.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+                q.bytes.extend_from_slice(c);
+                q.ends.push(q.bytes.len());
+            }
+        }
         if kind == FrameKind::Reply {
             q.oldest_reply.get_or_insert(now);
         } else {
@@ -348,8 +447,8 @@ impl RpcState {
     ) -> Result<CallId, (CallId, RpcError)> {
         let id = self.next_call;
         self.next_call += 1;
-        if payload.len() > self.max_payload() {
-            return Err((id, RpcError::TooLarge { len: payload.len() + FRAME_HEADER, max: self.cfg.mtu as usize }));
+        if payload.len() > MAX_MESSAGE {
+            return Err((id, RpcError::TooLarge { len: payload.len(), max: MAX_MESSAGE }));
         }
         let kind = if want_reply { FrameKind::Request } else { FrameKind::OneWay };
         self.enqueue(dst, kind, STATUS_OK, handler, id, payload, now);
@@ -364,9 +463,8 @@ impl RpcState {
 
     /// Queues a reply, or, if it cannot fit a datagram, an error the caller reports.
     pub(crate) fn queue_reply(&mut self, now: Nanos, token: ReplyToken, payload: &[u8]) {
-        if payload.len() > self.max_payload() {
-            let framed = (payload.len() + FRAME_HEADER) as u64;
-            let err = [framed.to_le_bytes(), (self.cfg.mtu as u64).to_le_bytes()].concat();
+        if payload.len() > MAX_MESSAGE {
+            let err = [(payload.len() as u64).to_le_bytes(), (MAX_MESSAGE as u64).to_le_bytes()].concat();
             self.enqueue(token.to, FrameKind::Reply, STATUS_REPLY_TOO_LARGE, 0, token.call_id, &err, now);
             return;
         }

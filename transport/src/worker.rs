@@ -331,32 +331,44 @@ impl Shared {
         let mut off = 0;
         while let Some((frame, next)) = Frame::decode(&bytes, off) {
             off = next;
-            let start = self.now;
-            self.charge(self.cfg.costs.rpc_dispatch_ns + self.cfg.costs.copy_ns(frame.payload.len()));
-            match frame.kind {
-                FrameKind::Request | FrameKind::OneWay => self.serve(src, frame, start),
-                FrameKind::Reply => {
-                    if let Some((coro, dst)) = self.rpc.on_reply(frame.call_id) {
-                        if let Some(t) = self.trace.as_mut() {
-                            let why = frame.error(dst).map(|e| match e {
-                                RpcError::ReplyTooLarge { .. } => "reply too large",
-                                _ => "unknown handler",
-                            });
-                            t.call_done(start, frame.call_id, why);
-                        }
-                        let result = match frame.error(dst) {
-                            Some(e) => Err(e),
-                            None => Ok(frame.payload.to_vec()),
-                        };
-                        let cs = &mut self.coros[coro as usize];
-                        cs.insert_reply(frame.call_id, result);
-                        cs.pending -= 1;
-                        self.wake(coro);
+            if frame.fragment {
+                self.charge(self.cfg.costs.copy_ns(frame.payload.len()));
+                if let Some(whole) = self.rpc.reassemble(src, &frame) {
+                    self.handle_frame(src, Frame { fragment: false, payload: &whole, ..frame });
+                }
+                continue;
+            }
+            self.handle_frame(src, frame);
+        }
+        self.rpc.recycle(bytes);
+    }
+
+    /// Serves a request or takes a reply.
+    fn handle_frame(&mut self, src: Endpoint, frame: Frame<'_>) {
+        let start = self.now;
+        self.charge(self.cfg.costs.rpc_dispatch_ns + self.cfg.costs.copy_ns(frame.payload.len()));
+        match frame.kind {
+            FrameKind::Request | FrameKind::OneWay => self.serve(src, frame, start),
+            FrameKind::Reply => {
+                if let Some((coro, dst)) = self.rpc.on_reply(frame.call_id) {
+                    if let Some(t) = self.trace.as_mut() {
+                        let why = frame.error(dst).map(|e| match e {
+                            RpcError::ReplyTooLarge { .. } => "reply too large",
+                            _ => "unknown handler",
+                        });
+                        t.call_done(start, frame.call_id, why);
                     }
+                    let result = match frame.error(dst) {
+                        Some(e) => Err(e),
+                        None => Ok(frame.payload.to_vec()),
+                    };
+                    let cs = &mut self.coros[coro as usize];
+                    cs.insert_reply(frame.call_id, result);
+                    cs.pending -= 1;
+                    self.wake(coro);
                 }
             }
         }
-        self.rpc.recycle(bytes);
     }
 
     /// Serves a request whose dispatch started at `start` (for the trace).
