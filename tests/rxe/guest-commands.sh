@@ -1,7 +1,8 @@
 #!/bin/sh
 # Guest hook for tests/rxe/run.sh: SmallBank with two txbed processes over rxe0, once with
-# every stage over RPC and once with every stage one-sided. Each run's history is checked at
-# rank 0; the hook fails unless both print "serializable: yes" with commits in the window.
+# every stage over RPC and once with every stage one-sided, then TPC-C's full mix over RPC
+# (messages over rxe's 1024 B MTU go as RPC fragments). Each run's history is checked at
+# rank 0; the hook fails unless every run prints "serializable: yes" with commits in the window.
 # First `txbed selftest`: WRITE, WRITE_WITH_IMM and RC SEND between two nodes on rxe0.
 set -u
 status=0
@@ -11,7 +12,7 @@ if ! $TXBED selftest --backend verbs --device "$RXE_DEVICE" --gid-index "$RXE_GI
     status=1
 fi
 port=7821
-for s in smallbank-rpc smallbank-onesided; do
+for s in smallbank-rpc smallbank-onesided tpcc-rpc; do
     port=$((port + 1))
     echo "guest: $s over $RXE_DEVICE (gid $RXE_GID_INDEX)"
     $TXBED run "scenarios/rxe/$s.ron" --backend verbs --device "$RXE_DEVICE" --gid-index "$RXE_GID_INDEX" \
