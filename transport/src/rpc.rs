@@ -44,8 +44,6 @@ pub struct RpcConfig {
     pub retries: u32,
     pub piggyback: bool,
     pub piggyback_flush_ns: Nanos,
-    /// Replies remembered per caller for duplicate suppression.
-    pub dedup_window: usize,
     /// Post all datagrams of one event-loop iteration with one doorbell (otherwise one
     /// doorbell each).
     pub doorbell_batching: bool,
@@ -59,7 +57,6 @@ impl Default for RpcConfig {
             retries: 3,
             piggyback: false,
             piggyback_flush_ns: 5_000,
-            dedup_window: 1024,
             doorbell_batching: true,
         }
     }
@@ -286,7 +283,8 @@ pub(crate) struct RpcState {
     pending: VecDeque<Option<PendingCall>>,
     pending_base: CallId,
     deadlines: BTreeSet<(Nanos, CallId)>,
-    served: BTreeMap<Endpoint, BTreeMap<CallId, Option<Vec<u8>>>>,
+    /// Per caller, the calls served recently: when, and the reply (`None` while deferred).
+    served: BTreeMap<Endpoint, BTreeMap<CallId, (Nanos, Option<Vec<u8>>)>>,
     requeued: Vec<(Endpoint, Vec<u8>)>,
     /// Byte buffers of received datagrams, reused for outgoing ones.
     spare_bufs: Vec<Vec<u8>>,
@@ -487,7 +485,7 @@ impl RpcState {
         if self.cfg.retries == 0 {
             return false;
         }
-        let Some(seen) = self.served.get(&token.to).and_then(|m| m.get(&token.call_id)) else {
+        let Some((_, seen)) = self.served.get(&token.to).and_then(|m| m.get(&token.call_id)) else {
             return false;
         };
         if let Some(reply) = seen.clone() {
@@ -496,14 +494,19 @@ impl RpcState {
         true
     }
 
-    /// Remembers a served request (and its reply, `None` while deferred).
-    pub(crate) fn remember(&mut self, token: ReplyToken, reply: Option<&[u8]>) {
+    /// Remembers a served request (and its reply, `None` while deferred) for as long as its
+    /// caller may retransmit it: a duplicate of a forgotten call would run its handler again
+    /// (a second COMMIT could overwrite a later transaction's write). A count-bounded memory
+    /// forgot calls a descheduled caller retransmitted; the bound is now time.
+    pub(crate) fn remember(&mut self, now: Nanos, token: ReplyToken, reply: Option<&[u8]>) {
         if self.cfg.retries == 0 {
             return;
         }
+        let horizon = self.cfg.timeout_ns.saturating_mul(self.cfg.retries as u64 + 1);
         let m = self.served.entry(token.to).or_default();
-        m.insert(token.call_id, reply.map(|r| r.to_vec()));
-        while m.len() > self.cfg.dedup_window {
+        m.insert(token.call_id, (now, reply.map(|r| r.to_vec())));
+        // Call ids grow per caller, so the oldest calls are first.
+        while m.first_key_value().is_some_and(|(_, (at, _))| at.saturating_add(horizon) < now) {
             m.pop_first();
         }
     }
@@ -591,5 +594,63 @@ impl RpcState {
         // Datagrams requeued for a full send queue go out on the next run, which the send
         // completion (selective signaling keeps one outstanding) triggers.
         [d, p].into_iter().flatten().min()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::verbs::NodeId;
+
+    /// A server remembers every call its caller may still retransmit, however many it served
+    /// since (a count bound once let a late duplicate COMMIT run twice), and forgets it after.
+    #[test]
+    fn duplicates_are_recognised_for_the_whole_retransmission_horizon() {
+        let cfg = RpcConfig { timeout_ns: 1_000, retries: 3, ..RpcConfig::default() };
+        let mut s = RpcState::new(cfg);
+        let to = Endpoint { node: NodeId(1), worker: 0 };
+        let token = |call_id| ReplyToken { to, call_id };
+        for id in 1..=50_000 {
+            s.remember(id / 20, token(id), Some(b"ok"));
+        }
+        // 2.5 us later: call 1 (served at 0) is within 4 x 1 us of its caller's retries.
+        assert!(s.duplicate(2_500, token(1)));
+        assert!(!s.duplicate(2_500, token(50_001)));
+        s.remember(4_001, token(50_001), Some(b"ok"));
+        assert!(!s.duplicate(4_001, token(1)), "call 1 is past every retransmission");
+        assert!(s.duplicate(4_001, token(49_999)));
+    }
+
+    /// Fragments reassemble in any order, once each, and a message over the limit is refused.
+    #[test]
+    fn fragments_reassemble_in_any_order() {
+        let mut s = RpcState::new(RpcConfig { mtu: 256, ..RpcConfig::default() });
+        let src = Endpoint { node: NodeId(2), worker: 1 };
+        let msg: Vec<u8> = (0..1000u32).map(|i| (i * 31) as u8).collect();
+        s.enqueue(src, FrameKind::Request, STATUS_OK, 7, 42, &msg, 0);
+        let q = &s.out[&src];
+        let mut frames = Vec::new();
+        let mut start = 0;
+        for &end in &q.ends {
+            assert!(end - start <= 256);
+            frames.push(q.bytes[start..end].to_vec());
+            start = end;
+        }
+        assert_eq!(frames.len(), 5);
+        let mut r = RpcState::new(RpcConfig::default());
+        let mut whole = None;
+        for i in [3, 0, 0, 4, 1, 2] {
+            let (f, _) = Frame::decode(&frames[i], 0).unwrap();
+            assert!(f.fragment && f.kind == FrameKind::Request && f.handler == 7 && f.call_id == 42);
+            assert!(whole.is_none(), "complete before the last fragment");
+            whole = r.reassemble(src, &f);
+        }
+        assert_eq!(whole, Some(msg));
+        assert!(r.partials.is_empty());
+        let mut bad = frames[0].clone();
+        bad[FRAME_HEADER + 4..FRAME_HEADER + 8].copy_from_slice(&((MAX_MESSAGE + 1) as u32).to_le_bytes());
+        let (f, _) = Frame::decode(&bad, 0).unwrap();
+        assert_eq!(r.reassemble(src, &f), None);
+        assert!(r.partials.is_empty());
     }
 }

@@ -409,11 +409,11 @@ impl Shared {
         }
         match outcome {
             Handled::Reply if wants_reply => {
-                self.rpc.remember(token, Some(&reply));
+                self.rpc.remember(self.now, token, Some(&reply));
                 self.rpc.queue_reply(self.now, token, &reply)
             }
             Handled::Reply | Handled::NoReply => {}
-            Handled::Defer => self.rpc.remember(token, None),
+            Handled::Defer => self.rpc.remember(self.now, token, None),
         }
         self.reply_buf = reply;
     }
@@ -910,7 +910,7 @@ impl Ctx {
     pub fn send_deferred_reply(&self, token: ReplyToken, payload: Vec<u8>) {
         let mut s = self.shared.borrow_mut();
         let now = s.now;
-        s.rpc.remember(token, Some(&payload));
+        s.rpc.remember(now, token, Some(&payload));
         s.rpc.queue_reply(now, token, &payload);
     }
 
