@@ -1,7 +1,8 @@
 //! What the protocol and benchmark tests share: the workloads they run, the shape of a
-//! simulated run, and the checks every run must pass.
+//! simulated run, the checks every run must pass, and a sockets cluster inside this process.
 
 use std::fmt::Debug;
+use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
 
 use txbed::txn::{run_txns, Protocol, TxnRunResult, TxnRunSpec};
@@ -177,4 +178,26 @@ pub fn problems(r: &TxnRunResult) -> String {
         broken.join("\n"),
         r.report.anomalies.iter().take(SHOWN).map(|a| a.explanation.as_str()).collect::<Vec<_>>().join("\n")
     )
+}
+
+/// Runs `spec` on the sockets backend, every node a thread of this process on loopback TCP and
+/// UDP with real clocks; rank 0's result, which gathers the cluster's.
+pub fn run_sockets(spec: &TxnRunSpec) -> TxnRunResult {
+    // A free port for rank 0 to listen on (the probe is closed before it binds).
+    let addr: SocketAddr = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let size = spec.nodes as u32;
+    let nodes: Vec<_> = (0..size)
+        .map(|rank| {
+            let spec = spec.clone();
+            std::thread::spawn(move || {
+                let me = txbed::bootstrap::Rank { rank, size };
+                txbed::host::run_sockets_node(&spec, me, addr, "127.0.0.1".parse().unwrap())
+            })
+        })
+        .collect();
+    let mut out = None;
+    for (rank, h) in nodes.into_iter().enumerate() {
+        out = out.or(h.join().unwrap().unwrap_or_else(|e| panic!("rank {rank}: {e}")));
+    }
+    out.expect("rank 0 reports")
 }
