@@ -39,6 +39,7 @@ fn shape(w: W, hybrid: Hybrid, seed: u64) -> Shape<W> {
     Shape::new(Protocol::Calvin, w, hybrid, seed)
 }
 
+#[track_caller]
 fn assert_clean(s: &Shape<W>, r: &TxnRunResult) {
     s.assert_clean(r);
     s.assert_commits(r, 20);

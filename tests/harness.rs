@@ -149,10 +149,15 @@ impl<L: Load> Shape<L> {
     pub fn replay(&self) -> String {
         format!("replay: {self:?} (hybrid {})", self.hybrid)
     }
+    #[track_caller]
     pub fn run(&self) -> TxnRunResult {
-        run_txns(&self.spec()).unwrap_or_else(|e| panic!("{e}\n{}", self.replay()))
+        match run_txns(&self.spec()) {
+            Ok(r) => r,
+            Err(e) => panic!("{e}\n{}", self.replay()),
+        }
     }
     /// The run, or None when the protocol is not implemented yet (its attempts fail saying so).
+    #[track_caller]
     pub fn run_if_implemented(&self) -> Option<TxnRunResult> {
         let r = self.run();
         if r.failures.iter().any(|f| f.contains("not implemented yet")) {
@@ -167,12 +172,15 @@ impl<L: Load> Shape<L> {
         }
         Err(format!("{}\n{}", self.replay(), problems(r)))
     }
+    /// Panics, where it is called, unless the checker found nothing wrong.
+    #[track_caller]
     pub fn assert_clean(&self, r: &TxnRunResult) {
         if let Err(e) = self.check(r) {
             panic!("{e}");
         }
     }
     /// More than `more_than` commits, so the run tested something.
+    #[track_caller]
     pub fn assert_commits(&self, r: &TxnRunResult, more_than: u64) {
         assert!(r.stats.committed > more_than, "{}: only {} commits", self.replay(), r.stats.committed);
     }

@@ -22,6 +22,7 @@ fn shape(w: W, hybrid: Hybrid, seed: u64) -> Shape<W> {
     Shape::new(Protocol::Mvcc, w, hybrid, seed)
 }
 
+#[track_caller]
 fn assert_clean(s: &Shape<W>, r: &TxnRunResult) {
     s.assert_clean(r);
     s.assert_commits(r, 10);

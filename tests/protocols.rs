@@ -14,6 +14,7 @@ fn shape(protocol: Protocol, w: W, hybrid: Hybrid, seed: u64) -> Shape<W> {
     Shape { duration_ns: 200_000, ..Shape::new(protocol, w, hybrid, seed) }
 }
 
+#[track_caller]
 fn assert_clean(s: &Shape<W>, r: &TxnRunResult) {
     s.assert_clean(r);
     s.assert_commits(r, 20);

@@ -87,6 +87,7 @@ fn shape(w: W, hybrid: Hybrid, seed: u64) -> Shape<W> {
 }
 
 /// Clean, with more than `more_than` commits.
+#[track_caller]
 fn assert_clean(s: &Shape<W>, r: &TxnRunResult, more_than: u64) {
     s.assert_clean(r);
     s.assert_commits(r, more_than);

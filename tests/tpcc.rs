@@ -43,6 +43,7 @@ fn shape(protocol: Protocol, mix: Mix, hybrid: Hybrid, seed: u64) -> Shape<Tpcc>
     Shape { coroutines: 3, duration_ns: 300_000, ..Shape::new(protocol, tpcc(mix, 2), hybrid, seed) }
 }
 
+#[track_caller]
 fn assert_clean(s: &Shape<Tpcc>, r: &TxnRunResult) {
     s.assert_clean(r);
     // The four conditions and the conserved total were all checked.
