@@ -7,15 +7,14 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use proptest::prelude::*;
-use txbed::txn::{run_txns, Protocol, TxnRunResult, TxnRunSpec};
+use txbed::txn::{Protocol, TxnRunResult};
 use txbed_protocols::calvin::STAGES;
 use txbed_protocols::node::{Bug, Options};
 use txbed_protocols::stage::Hybrid;
-use txbed_sim::NicProfile;
-use txbed_workloads::smallbank::SmallBank;
-use txbed_workloads::ycsb::Ycsb;
+use txbed_tests::harness::{rdma_options, run_sockets, smallbank, ycsb, Load, Shape};
 use txbed_workloads::Workload;
 
+/// As `harness::W`, but the uniform YCSB spreads over ten times the rows.
 #[derive(Copy, Clone, Debug)]
 enum W {
     SmallBankHot,
@@ -25,92 +24,25 @@ enum W {
 
 const WORKLOADS: [W; 3] = [W::SmallBankHot, W::YcsbLow, W::YcsbHot];
 
-fn workload(w: W, nodes: u16) -> Arc<dyn Workload> {
-    match w {
-        W::SmallBankHot => Arc::new(SmallBank { accounts_per_node: 400, distributed: 0.5, ..SmallBank::default() }),
-        W::YcsbLow => Arc::new(
-            Ycsb { rows_per_node: 20_000, ops: 4, write_fraction: 0.5, hot_probability: 0.0, ..Ycsb::default() }
-                .prepare(nodes),
-        ),
-        W::YcsbHot => Arc::new(
-            Ycsb { rows_per_node: 2_000, ops: 4, write_fraction: 0.5, hot_probability: 0.5, ..Ycsb::default() }
-                .prepare(nodes),
-        ),
-    }
-}
-
-#[derive(Clone, Debug)]
-struct Shape {
-    w: W,
-    nodes: u16,
-    workers: u16,
-    coroutines: u32,
-    replication: u16,
-    hybrid: Hybrid,
-    seed: u64,
-    bug: Option<Bug>,
-    options: Options,
-    trace: bool,
-}
-
-impl Shape {
-    fn new(w: W, hybrid: Hybrid, seed: u64) -> Shape {
-        Shape {
-            w,
-            nodes: 3,
-            workers: 2,
-            coroutines: 4,
-            replication: 3,
-            hybrid,
-            seed,
-            bug: None,
-            options: Options::default(),
-            trace: false,
+impl Load for W {
+    fn workload(&self, nodes: u16, _: u16, _: u32) -> Arc<dyn Workload> {
+        match self {
+            W::SmallBankHot => smallbank(),
+            W::YcsbLow => ycsb(nodes, 20_000, 0.0),
+            W::YcsbHot => ycsb(nodes, 2_000, 0.5),
         }
     }
-    fn spec(&self) -> TxnRunSpec {
-        let mut profile = NicProfile::load("cx4").unwrap();
-        profile.nics_per_node = 1;
-        TxnRunSpec {
-            link_delay_ns: Vec::new(),
-            protocol: Protocol::Calvin,
-            nodes: self.nodes,
-            workers: self.workers,
-            coroutines: self.coroutines,
-            profile,
-            seed: self.seed,
-            hybrid: self.hybrid,
-            replication: self.replication.min(self.nodes),
-            workload: workload(self.w, self.nodes),
-            warmup_ns: 0,
-            duration_ns: 150_000,
-            cache_bytes: 1 << 20,
-            options: self.options,
-            bug: self.bug,
-            allow_unsafe_atomics: false,
-            trace: self.trace,
-        }
-    }
-    fn replay(&self) -> String {
-        format!("replay: CALVIN {self:?}")
-    }
-    fn run(&self) -> TxnRunResult {
-        run_txns(&self.spec()).unwrap_or_else(|e| panic!("{e}\n{}", self.replay()))
-    }
 }
 
-fn assert_clean(s: &Shape, r: &TxnRunResult) {
-    assert!(
-        r.clean(),
-        "{}\nserializable={} nothing_lost={:?} invariants_ok={} failures={:?}\n{}",
-        s.replay(),
-        r.report.serializable,
-        r.report.nothing_lost,
-        r.report.invariants_ok,
-        r.failures,
-        r.report.anomalies.iter().map(|a| a.explanation.as_str()).collect::<Vec<_>>().join("\n")
-    );
-    assert!(r.stats.committed > 20, "{}: only {} commits", s.replay(), r.stats.committed);
+/// CALVIN on the shared defaults.
+fn shape(w: W, hybrid: Hybrid, seed: u64) -> Shape<W> {
+    Shape::new(Protocol::Calvin, w, hybrid, seed)
+}
+
+#[track_caller]
+fn assert_clean(s: &Shape<W>, r: &TxnRunResult) {
+    s.assert_clean(r);
+    s.assert_commits(r, 20);
     assert_eq!(r.stats.aborted_conflict, 0, "{}: CALVIN has no conflict aborts", s.replay());
 }
 
@@ -123,7 +55,7 @@ fn every_hybrid_code_is_serializable() {
     for code in codes {
         for w in WORKLOADS {
             for seed in [1, 2] {
-                let s = Shape::new(w, code, seed);
+                let s = shape(w, code, seed);
                 let r = s.run();
                 assert_clean(&s, &r);
                 // Both communication stages ran and were accounted.
@@ -150,9 +82,16 @@ proptest! {
         seed in 0u64..1_000_000,
     ) {
         let hybrid = Hybrid::all_codes(&STAGES)[code];
-        let s = Shape { nodes, workers, coroutines, replication, ..Shape::new(WORKLOADS[w], hybrid, seed) };
+        let s = Shape {
+            nodes,
+            workers,
+            coroutines,
+            replication: replication.min(nodes),
+            ..shape(WORKLOADS[w], hybrid, seed)
+        };
         let r = s.run();
-        prop_assert!(r.clean(), "{}\n{:?} {:?}", s.replay(), r.failures, r.report.anomalies.first());
+        let res = s.check(&r);
+        prop_assert!(res.is_ok(), "{}", res.unwrap_err());
         prop_assert!(r.stats.committed > 5, "{}: {} commits", s.replay(), r.stats.committed);
         prop_assert_eq!(r.stats.aborted_conflict, 0);
     }
@@ -163,15 +102,9 @@ proptest! {
 #[test]
 fn every_option_combination_is_serializable() {
     for bits in 0..16u32 {
-        let options = Options {
-            outstanding: bits & 1 != 0,
-            doorbell: bits & 2 != 0,
-            passive_ack: bits & 4 != 0,
-            speculative: bits & 8 != 0,
-            ..Options::default()
-        };
+        let options = rdma_options(bits);
         for hybrid in [Hybrid::RPC, Hybrid::full(&STAGES)] {
-            let s = Shape { options, ..Shape::new(W::YcsbHot, hybrid, 5) };
+            let s = Shape { options, ..shape(W::YcsbHot, hybrid, 5) };
             assert_clean(&s, &s.run());
         }
     }
@@ -195,7 +128,7 @@ fn orders(r: &TxnRunResult, nodes: u16, name: &str) -> Vec<Vec<(u64, u64)>> {
 fn every_node_commits_in_the_same_order() {
     for (w, hybrid) in [(W::SmallBankHot, Hybrid::RPC), (W::YcsbHot, Hybrid::full(&STAGES)), (W::YcsbLow, Hybrid(128))]
     {
-        let s = Shape { nodes: 4, trace: true, ..Shape::new(w, hybrid, 11) };
+        let s = Shape { nodes: 4, trace: true, ..shape(w, hybrid, 11) };
         let (a, b) = (s.run(), s.run());
         assert_clean(&s, &a);
         let order = orders(&a, s.nodes, "calvin order");
@@ -238,7 +171,7 @@ fn every_node_commits_in_the_same_order() {
 fn planted_bug_is_caught() {
     for hybrid in [Hybrid::RPC, Hybrid::full(&STAGES)] {
         let caught = (1..=1000u64).find(|&seed| {
-            let s = Shape { bug: Some(Bug::CalvinReadBeforeLock), ..Shape::new(W::YcsbHot, hybrid, seed) };
+            let s = Shape { bug: Some(Bug::CalvinReadBeforeLock), ..shape(W::YcsbHot, hybrid, seed) };
             let r = s.run();
             let bad = !r.report.serializable || r.report.nothing_lost != Some(true) || !r.report.invariants_ok;
             if bad {
@@ -259,38 +192,17 @@ fn planted_bug_is_caught() {
 /// the sequencer on worker 0 by RPC.
 #[test]
 fn sockets_run_is_serializable() {
-    use std::net::{SocketAddr, TcpListener};
     for hybrid in [Hybrid::RPC, Hybrid::full(&STAGES)] {
-        let s = Shape::new(W::SmallBankHot, hybrid, 3);
+        let s = Shape { duration_ns: 100_000_000, ..shape(W::SmallBankHot, hybrid, 3) };
         let mut spec = s.spec();
         spec.warmup_ns = 5_000_000;
-        spec.duration_ns = 100_000_000;
-        let addr: SocketAddr = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-        let nodes: Vec<_> = (0..3u32)
-            .map(|rank| {
-                let spec = spec.clone();
-                std::thread::spawn(move || {
-                    txbed::host::run_sockets_node(
-                        &spec,
-                        txbed::bootstrap::Rank { rank, size: 3 },
-                        addr,
-                        "127.0.0.1".parse().unwrap(),
-                    )
-                })
-            })
-            .collect();
-        let mut out = None;
-        for (rank, h) in nodes.into_iter().enumerate() {
-            let r = h.join().unwrap().unwrap_or_else(|e| panic!("rank {rank}: {e}"));
-            out = out.or(r);
-        }
-        let r = out.unwrap();
+        let r = run_sockets(&spec);
         eprintln!(
             "sockets {hybrid}: {} committed, {} late, stages {:?}",
             r.stats.committed, r.stats.aborted_conflict, r.stats.stage_calls
         );
-        assert!(r.clean(), "{}: {:?} {:?}", s.replay(), r.failures, r.report.anomalies.first());
-        assert!(r.stats.committed > 30, "{} commits", r.stats.committed);
+        s.assert_clean(&r);
+        s.assert_commits(&r, 30);
     }
 }
 
@@ -299,10 +211,8 @@ fn sockets_run_is_serializable() {
 #[test]
 fn one_sided_rings_wrap_and_stay_serializable() {
     for options in [Options::default(), Options { passive_ack: true, doorbell: false, ..Options::default() }] {
-        let s = Shape { coroutines: 8, options, ..Shape::new(W::YcsbHot, Hybrid::full(&STAGES), 4) };
-        let mut spec = s.spec();
-        spec.duration_ns = 3_000_000;
-        let r = run_txns(&spec).unwrap();
+        let s = Shape { coroutines: 8, duration_ns: 3_000_000, options, ..shape(W::YcsbHot, Hybrid::full(&STAGES), 4) };
+        let r = s.run();
         assert_clean(&s, &r);
         let channels = (s.nodes * (s.nodes - 1)) as u64;
         for stage in STAGES {

@@ -1,5 +1,7 @@
 //! Shared helpers for txbed's integration tests.
 
+pub mod harness;
+
 use std::cell::RefCell;
 use std::rc::Rc;
 

@@ -7,127 +7,30 @@
 use std::sync::Arc;
 
 use proptest::prelude::*;
-use txbed::txn::{run_txns, Protocol, TxnRunResult, TxnRunSpec};
+use txbed::txn::{run_txns, Protocol, TxnRunResult};
 use txbed_protocols::mvcc::{self, Geometry, SLOTS};
-use txbed_protocols::node::{Bug, Options};
+use txbed_protocols::node::Bug;
 use txbed_protocols::stage::{Hybrid, Stage};
 use txbed_protocols::store::{split_version_word, version_word, META_BYTES, VERSION};
 use txbed_sim::NicProfile;
+use txbed_tests::harness::{rdma_options, Shape, W, WORKLOADS};
 use txbed_workloads::smallbank::SmallBank;
 use txbed_workloads::ycsb::Ycsb;
-use txbed_workloads::Workload;
 
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-enum W {
-    SmallBank,
-    YcsbLow,
-    YcsbHigh,
+/// MVCC on the shared defaults.
+fn shape(w: W, hybrid: Hybrid, seed: u64) -> Shape<W> {
+    Shape::new(Protocol::Mvcc, w, hybrid, seed)
 }
 
-const WORKLOADS: [W; 3] = [W::SmallBank, W::YcsbLow, W::YcsbHigh];
-
-fn workload(w: W, nodes: u16) -> Arc<dyn Workload> {
-    match w {
-        // 400 accounts per node, half of SP/AMG cross-node.
-        W::SmallBank => Arc::new(SmallBank { accounts_per_node: 400, distributed: 0.5, ..SmallBank::default() }),
-        // Uniform over 2,000 rows per node.
-        W::YcsbLow => Arc::new(
-            Ycsb { rows_per_node: 2_000, ops: 4, write_fraction: 0.5, hot_probability: 0.0, ..Ycsb::default() }
-                .prepare(nodes),
-        ),
-        // Half the accesses on 2 hot rows per node.
-        W::YcsbHigh => Arc::new(
-            Ycsb { rows_per_node: 2_000, ops: 4, write_fraction: 0.5, hot_probability: 0.5, ..Ycsb::default() }
-                .prepare(nodes),
-        ),
-    }
-}
-
-/// ConnectX-4 with one NIC per node: one-sided LOCK and READ (CAS on rts) need every atomic
-/// on a word to go through one HCA.
-fn cx4_one_nic() -> NicProfile {
-    let mut p = NicProfile::load("cx4").unwrap();
-    p.nics_per_node = 1;
-    p
-}
-
-#[derive(Clone, Debug)]
-struct Shape {
-    w: W,
-    nodes: u16,
-    workers: u16,
-    coroutines: u32,
-    replication: u16,
-    hybrid: Hybrid,
-    seed: u64,
-    bug: Option<Bug>,
-    options: Options,
-    duration_ns: u64,
-}
-
-impl Shape {
-    fn new(w: W, hybrid: Hybrid, seed: u64) -> Shape {
-        Shape {
-            w,
-            nodes: 3,
-            workers: 2,
-            coroutines: 4,
-            replication: 3,
-            hybrid,
-            seed,
-            bug: None,
-            options: Options::default(),
-            duration_ns: 150_000,
-        }
-    }
-    fn spec(&self) -> TxnRunSpec {
-        TxnRunSpec {
-            link_delay_ns: Vec::new(),
-            protocol: Protocol::Mvcc,
-            nodes: self.nodes,
-            workers: self.workers,
-            coroutines: self.coroutines,
-            profile: cx4_one_nic(),
-            seed: self.seed,
-            hybrid: self.hybrid,
-            replication: self.replication,
-            workload: workload(self.w, self.nodes),
-            warmup_ns: 0,
-            duration_ns: self.duration_ns,
-            cache_bytes: 1 << 20,
-            options: self.options,
-            bug: self.bug,
-            allow_unsafe_atomics: false,
-            trace: false,
-        }
-    }
-    fn replay(&self) -> String {
-        format!("replay: MVCC {self:?}")
-    }
-    fn run(&self) -> TxnRunResult {
-        run_txns(&self.spec()).unwrap_or_else(|e| panic!("{e}\n{}", self.replay()))
-    }
-}
-
-fn problems(r: &TxnRunResult) -> String {
-    format!(
-        "serializable={} nothing_lost={:?} invariants_ok={} failures={:?}\n{}",
-        r.report.serializable,
-        r.report.nothing_lost,
-        r.report.invariants_ok,
-        r.failures,
-        r.report.anomalies.iter().map(|a| a.explanation.as_str()).collect::<Vec<_>>().join("\n")
-    )
-}
-
-fn assert_clean(s: &Shape, r: &TxnRunResult) {
-    assert!(r.clean(), "{}\n{}", s.replay(), problems(r));
-    assert!(r.stats.committed > 10, "{}: only {} commits", s.replay(), r.stats.committed);
+#[track_caller]
+fn assert_clean(s: &Shape<W>, r: &TxnRunResult) {
+    s.assert_clean(r);
+    s.assert_commits(r, 10);
 }
 
 /// A small random shape for (code, workload), drawn from `seed`: 2-4 nodes, 1-2 workers,
 /// 1-4 coroutines, replication 1-3.
-fn random_shape(w: W, hybrid: Hybrid, seed: u64) -> Shape {
+fn random_shape(w: W, hybrid: Hybrid, seed: u64) -> Shape<W> {
     let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (hybrid.0 as u64) << 8 ^ w as u64;
     let mut next = |m: u64| {
         x ^= x << 13;
@@ -139,7 +42,7 @@ fn random_shape(w: W, hybrid: Hybrid, seed: u64) -> Shape {
     let workers = 1 + next(2) as u16;
     let coroutines = 1 + next(4) as u32;
     let replication = 1 + next(nodes.min(3) as u64) as u16;
-    Shape { nodes, workers, coroutines, replication, ..Shape::new(w, hybrid, seed) }
+    Shape { nodes, workers, coroutines, replication, ..shape(w, hybrid, seed) }
 }
 
 /// Every valid hybrid code (32 combinations of LOCK, READ, LOG, RELEASE, COMMIT) on SmallBank
@@ -183,10 +86,11 @@ proptest! {
             workers,
             coroutines,
             replication: replication.min(nodes),
-            ..Shape::new(WORKLOADS[w], Hybrid(code), seed)
+            ..shape(WORKLOADS[w], Hybrid(code), seed)
         };
         let r = s.run();
-        prop_assert!(r.clean(), "{}\n{}", s.replay(), problems(&r));
+        let res = s.check(&r);
+        prop_assert!(res.is_ok(), "{}", res.unwrap_err());
         prop_assert!(r.stats.committed > 0, "{}: nothing committed", s.replay());
     }
 }
@@ -213,19 +117,18 @@ fn old_versions_are_read_serializably() {
                 coroutines: 8,
                 replication: 1,
                 duration_ns: 600_000,
-                ..Shape::new(W::SmallBank, code, seed)
+                trace: true,
+                ..shape(W::SmallBank, code, seed)
             };
-            let mut spec = s.spec();
-            spec.workload = Arc::new(SmallBank {
+            let mut spec = s.spec_with(Arc::new(SmallBank {
                 accounts_per_node: 5,
                 distributed: 0.5,
                 locality: false,
                 mix: [0, 0, 50, 25, 0, 25],
                 ..SmallBank::default()
-            });
+            }));
             let n = s.nodes as usize;
             spec.link_delay_ns = (0..n * n).map(|k| if k / n == 0 && k % n != 0 { 20_000 } else { 0 }).collect();
-            spec.trace = true;
             let r = run_txns(&spec).unwrap();
             assert_clean(&s, &r);
             old += instants(&r, "older versions read");
@@ -243,7 +146,7 @@ fn old_versions_are_read_serializably() {
 fn planted_bug_is_caught() {
     for hybrid in [Hybrid::RPC, Hybrid(2), Hybrid::full(&mvcc::STAGES)] {
         let caught = (1..=1000u64).find(|&seed| {
-            let s = Shape { bug: Some(Bug::MvccSkipRts), ..Shape::new(W::YcsbHigh, hybrid, seed) };
+            let s = Shape { bug: Some(Bug::MvccSkipRts), ..shape(W::YcsbHigh, hybrid, seed) };
             let r = s.run();
             if r.report.serializable {
                 return false;
@@ -261,23 +164,12 @@ fn planted_bug_is_caught() {
 #[test]
 fn every_option_combination_is_serializable() {
     for bits in 0..16u32 {
-        let options = Options {
-            outstanding: bits & 1 != 0,
-            doorbell: bits & 2 != 0,
-            passive_ack: bits & 4 != 0,
-            speculative: bits & 8 != 0,
-            ..Options::default()
-        };
+        let options = rdma_options(bits);
         for hybrid in [Hybrid::RPC, Hybrid::full(&mvcc::STAGES)] {
-            let s = Shape { options, ..Shape::new(W::YcsbHigh, hybrid, 5) };
+            let s = Shape { options, ..shape(W::YcsbHigh, hybrid, 5) };
             let r = s.run();
-            assert!(
-                r.clean() && r.stats.committed > 5,
-                "{}: {} commits\n{}",
-                s.replay(),
-                r.stats.committed,
-                problems(&r)
-            );
+            s.assert_clean(&r);
+            s.assert_commits(&r, 5);
         }
     }
 }
@@ -287,12 +179,11 @@ fn every_option_combination_is_serializable() {
 #[test]
 fn large_records_are_batched() {
     for hybrid in [Hybrid::RPC, Hybrid::full(&mvcc::STAGES)] {
-        let s = Shape { replication: 1, ..Shape::new(W::YcsbHigh, hybrid, 3) };
-        let mut spec = s.spec();
-        spec.workload = Arc::new(
+        let s = Shape { replication: 1, ..shape(W::YcsbHigh, hybrid, 3) };
+        let spec = s.spec_with(Arc::new(
             Ycsb { rows_per_node: 2_000, ops: 4, write_fraction: 0.5, record_bytes: 512, ..Ycsb::default() }
                 .prepare(s.nodes),
-        );
+        ));
         let r = run_txns(&spec).unwrap();
         assert_clean(&s, &r);
     }
@@ -456,14 +347,14 @@ fn stages_and_handlers() {
 /// (the runner refuses it, as one-sided locking), and when forced the checker catches it.
 #[test]
 fn two_hca_nics_refuse_one_sided_reads() {
-    let s = Shape::new(W::YcsbHigh, Hybrid(2), 1);
+    let s = shape(W::YcsbHigh, Hybrid(2), 1);
     let mut spec = s.spec();
     spec.profile = NicProfile::load("cx4").unwrap();
     let err = run_txns(&spec).err().expect("refused");
     assert!(err.contains("HCA-level atomicity"), "{err}");
     spec.allow_unsafe_atomics = true;
     let caught = (1..=300u64).find(|&seed| {
-        let s = Shape { nodes: 2, coroutines: 8, replication: 1, ..Shape::new(W::YcsbHigh, Hybrid(2), seed) };
+        let s = Shape { nodes: 2, coroutines: 8, replication: 1, ..shape(W::YcsbHigh, Hybrid(2), seed) };
         let mut spec = s.spec();
         spec.profile = NicProfile::load("cx4").unwrap();
         spec.allow_unsafe_atomics = true;

@@ -5,23 +5,20 @@
 use std::sync::Arc;
 
 use proptest::prelude::*;
-use txbed::txn::{run_txns, Protocol, TxnRunResult, TxnRunSpec};
+use txbed::txn::{Protocol, TxnRunResult};
 use txbed_protocols::node::{stage_index, Bug, Options};
 use txbed_protocols::stage::{Hybrid, Stage};
-use txbed_sim::NicProfile;
-use txbed_workloads::smallbank::SmallBank;
+use txbed_tests::harness::{rdma_options, smallbank, ycsb, Load, Shape};
 use txbed_workloads::ycsb::{PreparedYcsb, Ycsb};
 use txbed_workloads::{Executed, Key, Table, TxnSpec, Workload};
 
 const SD: Protocol = Protocol::Sundial;
 
+/// The shared workloads (as `harness::W`), and two that only SUNDIAL's checks need.
 #[derive(Copy, Clone, Debug, PartialEq)]
 enum W {
-    /// 400 accounts per node, half of SP/AMG cross-node.
     SmallBank,
-    /// YCSB, uniform over 2000 rows per node.
     YcsbLow,
-    /// YCSB, half the accesses on 2 hot rows per node.
     YcsbHigh,
     /// YCSB at high contention where every written key is also in the read set.
     Overlap,
@@ -32,32 +29,28 @@ enum W {
 
 const WORKLOADS: [W; 3] = [W::SmallBank, W::YcsbLow, W::YcsbHigh];
 
-fn workload(w: W, nodes: u16) -> Arc<dyn Workload> {
-    let ycsb = |hot| {
-        Arc::new(
-            Ycsb { rows_per_node: 2_000, ops: 4, write_fraction: 0.5, hot_probability: hot, ..Ycsb::default() }
+impl Load for W {
+    fn workload(&self, nodes: u16, _: u16, _: u32) -> Arc<dyn Workload> {
+        match self {
+            W::SmallBank => smallbank(),
+            W::YcsbLow => ycsb(nodes, 2_000, 0.0),
+            W::YcsbHigh => ycsb(nodes, 2_000, 0.5),
+            W::YcsbLarge => Arc::new(
+                Ycsb {
+                    rows_per_node: 2_000,
+                    record_bytes: 960,
+                    ops: 8,
+                    write_fraction: 0.1,
+                    hot_probability: 0.3,
+                    ..Ycsb::default()
+                }
                 .prepare(nodes),
-        )
-    };
-    match w {
-        W::SmallBank => Arc::new(SmallBank { accounts_per_node: 400, distributed: 0.5, ..SmallBank::default() }),
-        W::YcsbLow => ycsb(0.0),
-        W::YcsbHigh => ycsb(0.5),
-        W::YcsbLarge => Arc::new(
-            Ycsb {
-                rows_per_node: 2_000,
-                record_bytes: 960,
-                ops: 8,
-                write_fraction: 0.1,
-                hot_probability: 0.3,
-                ..Ycsb::default()
-            }
-            .prepare(nodes),
-        ),
-        W::Overlap => Arc::new(Overlap(
-            Ycsb { rows_per_node: 2_000, ops: 4, write_fraction: 0.5, hot_probability: 0.5, ..Ycsb::default() }
-                .prepare(nodes),
-        )),
+            ),
+            W::Overlap => Arc::new(Overlap(
+                Ycsb { rows_per_node: 2_000, ops: 4, write_fraction: 0.5, hot_probability: 0.5, ..Ycsb::default() }
+                    .prepare(nodes),
+            )),
+        }
     }
 }
 
@@ -88,94 +81,16 @@ impl Workload for Overlap {
     }
 }
 
-/// ConnectX-4 with one NIC per node (one-sided locking needs it with HCA-level atomics).
-fn cx4_one_nic() -> NicProfile {
-    let mut p = NicProfile::load("cx4").unwrap();
-    p.nics_per_node = 1;
-    p
+/// SUNDIAL on the shared defaults, for 100 us.
+fn shape(w: W, hybrid: Hybrid, seed: u64) -> Shape<W> {
+    Shape { duration_ns: 100_000, ..Shape::new(SD, w, hybrid, seed) }
 }
 
-#[derive(Clone, Debug)]
-struct Shape {
-    w: W,
-    nodes: u16,
-    workers: u16,
-    coroutines: u32,
-    replication: u16,
-    hybrid: Hybrid,
-    seed: u64,
-    bug: Option<Bug>,
-    options: Options,
-    duration_ns: u64,
-}
-
-impl Shape {
-    fn new(w: W, hybrid: Hybrid, seed: u64) -> Shape {
-        Shape {
-            w,
-            nodes: 3,
-            workers: 2,
-            coroutines: 4,
-            replication: 3,
-            hybrid,
-            seed,
-            bug: None,
-            options: Options::default(),
-            duration_ns: 100_000,
-        }
-    }
-    fn spec(&self) -> TxnRunSpec {
-        TxnRunSpec {
-            link_delay_ns: Vec::new(),
-            protocol: SD,
-            nodes: self.nodes,
-            workers: self.workers,
-            coroutines: self.coroutines,
-            profile: cx4_one_nic(),
-            seed: self.seed,
-            hybrid: self.hybrid,
-            replication: self.replication,
-            workload: workload(self.w, self.nodes),
-            warmup_ns: 0,
-            duration_ns: self.duration_ns,
-            cache_bytes: 1 << 20,
-            options: self.options,
-            bug: self.bug,
-            allow_unsafe_atomics: false,
-            trace: false,
-        }
-    }
-    fn replay(&self) -> String {
-        format!(
-            "replay: SUNDIAL {:?} nodes={} workers={} coroutines={} replication={} hybrid={} seed={} bug={:?} options={:?} duration={}ns",
-            self.w,
-            self.nodes,
-            self.workers,
-            self.coroutines,
-            self.replication,
-            self.hybrid,
-            self.seed,
-            self.bug,
-            self.options,
-            self.duration_ns
-        )
-    }
-    fn run(&self) -> TxnRunResult {
-        run_txns(&self.spec()).unwrap_or_else(|e| panic!("{e}\n{}", self.replay()))
-    }
-}
-
-fn verdict(s: &Shape, r: &TxnRunResult) -> String {
-    format!(
-        "{}\nserializable={} nothing_lost={:?} invariants_ok={} failures={:?} committed={}\n{}",
-        s.replay(),
-        r.report.serializable,
-        r.report.nothing_lost,
-        r.report.invariants_ok,
-        r.failures,
-        r.stats.committed,
-        r.report.anomalies.iter().map(|a| a.explanation.as_str()).collect::<Vec<_>>().join("\n")
-    )
+/// Clean, with more than `more_than` commits.
+#[track_caller]
+fn assert_clean(s: &Shape<W>, r: &TxnRunResult, more_than: u64) {
+    s.assert_clean(r);
+    s.assert_commits(r, more_than);
 }
 
 fn renewals(r: &TxnRunResult) -> u64 {
@@ -200,10 +115,10 @@ fn every_hybrid_code_is_serializable() {
                 coroutines: 2 + (x / 2 % 3) as u32,
                 replication: 1 + (x / 5 % nodes as u64) as u16,
                 duration_ns: 150_000,
-                ..Shape::new(w, code, x + 1)
+                ..shape(w, code, x + 1)
             };
             let r = s.run();
-            assert!(r.clean() && r.stats.committed > 20, "{}", verdict(&s, &r));
+            assert_clean(&s, &r, 20);
             conflicts[i] += r.stats.aborted_conflict;
             renewed[i] += renewals(&r);
         }
@@ -234,10 +149,12 @@ proptest! {
             workers,
             coroutines,
             replication: replication.min(nodes),
-            ..Shape::new(WORKLOADS[w], Hybrid::all_codes(SD.stages())[code], seed)
+            ..shape(WORKLOADS[w], Hybrid::all_codes(SD.stages())[code], seed)
         };
         let r = s.run();
-        prop_assert!(r.clean() && r.stats.committed > 5, "{}", verdict(&s, &r));
+        let res = s.check(&r);
+        prop_assert!(res.is_ok(), "{}", res.unwrap_err());
+        prop_assert!(r.stats.committed > 5, "{}: only {} commits", s.replay(), r.stats.committed);
     }
 }
 
@@ -249,9 +166,9 @@ proptest! {
 fn keys_read_then_written_are_checked() {
     for hybrid in [Hybrid::RPC, Hybrid(Stage::Lock.bit()), Hybrid(Stage::Read.bit()), Hybrid::full(SD.stages())] {
         for seed in 1..=3 {
-            let s = Shape { duration_ns: 200_000, ..Shape::new(W::Overlap, hybrid, seed) };
+            let s = Shape { duration_ns: 200_000, ..shape(W::Overlap, hybrid, seed) };
             let r = s.run();
-            assert!(r.clean() && r.stats.committed > 20, "{}", verdict(&s, &r));
+            assert_clean(&s, &r, 20);
             assert!(r.stats.aborted_conflict > 20, "{}: no contention", s.replay());
         }
     }
@@ -264,9 +181,9 @@ fn large_read_sets_are_read_in_batches() {
     for hybrid in [Hybrid::RPC, Hybrid(Stage::Read.bit()), Hybrid::full(SD.stages())] {
         // No backups: a log record of several large values can exceed an RPC datagram and the
         // one-sided log's staging area (ops.rs, log.rs), which is not what this tests.
-        let s = Shape { replication: 1, duration_ns: 150_000, ..Shape::new(W::YcsbLarge, hybrid, 3) };
+        let s = Shape { replication: 1, duration_ns: 150_000, ..shape(W::YcsbLarge, hybrid, 3) };
         let r = s.run();
-        assert!(r.clean() && r.stats.committed > 20, "{}", verdict(&s, &r));
+        assert_clean(&s, &r, 20);
         let read = stage_index(Stage::Read);
         let batched = r.stats.stage_round_trips[read] > r.stats.stage_calls[read];
         assert_eq!(batched, hybrid.onesided(Stage::Read), "{}: {:?}", s.replay(), r.stats);
@@ -278,18 +195,12 @@ fn large_read_sets_are_read_in_batches() {
 #[test]
 fn every_option_combination_is_serializable() {
     for bits in 0..16u32 {
-        let options = Options {
-            outstanding: bits & 1 != 0,
-            doorbell: bits & 2 != 0,
-            passive_ack: bits & 4 != 0,
-            speculative: bits & 8 != 0,
-            ..Options::default()
-        };
+        let options = rdma_options(bits);
         for hybrid in [Hybrid::RPC, Hybrid::full(SD.stages()), RCC_SMALLBANK] {
             for w in [W::SmallBank, W::YcsbHigh] {
-                let s = Shape { options, ..Shape::new(w, hybrid, 5 + bits as u64) };
+                let s = Shape { options, ..shape(w, hybrid, 5 + bits as u64) };
                 let r = s.run();
-                assert!(r.clean() && r.stats.committed > 5, "{}", verdict(&s, &r));
+                assert_clean(&s, &r, 5);
             }
         }
     }
@@ -304,9 +215,9 @@ const RCC_SMALLBANK: Hybrid = Hybrid(1 | 4 | 16);
 #[test]
 fn rcc_smallbank_hybrid_runs_every_stage() {
     assert_eq!(RCC_SMALLBANK, Hybrid(Stage::Lock.bit() | Stage::Log.bit() | Stage::Commit.bit()));
-    let s = Shape { duration_ns: 200_000, ..Shape::new(W::SmallBank, RCC_SMALLBANK, 7) };
+    let s = Shape { duration_ns: 200_000, ..shape(W::SmallBank, RCC_SMALLBANK, 7) };
     let r = s.run();
-    assert!(r.clean(), "{}", verdict(&s, &r));
+    s.assert_clean(&r);
     for st in [Stage::Read, Stage::Lock, Stage::Renew, Stage::Log, Stage::Commit, Stage::Release] {
         assert!(r.stats.stage_calls[stage_index(st)] > 0, "{}: stage {} never ran", s.replay(), st.name());
     }
@@ -318,7 +229,7 @@ fn rcc_smallbank_hybrid_runs_every_stage() {
 fn renewal_ignoring_the_lock_is_caught() {
     for hybrid in [Hybrid::RPC, Hybrid::full(SD.stages())] {
         let caught = (1..=1000u64).find(|&seed| {
-            let s = Shape { bug: Some(Bug::SundialRenewIgnoresLock), ..Shape::new(W::YcsbHigh, hybrid, seed) };
+            let s = Shape { bug: Some(Bug::SundialRenewIgnoresLock), ..shape(W::YcsbHigh, hybrid, seed) };
             let r = s.run();
             if !r.clean() {
                 eprintln!("caught at seed {seed}: {}\n{}", s.replay(), r.report.anomalies[0].explanation);
@@ -332,7 +243,7 @@ fn renewal_ignoring_the_lock_is_caught() {
 
 #[test]
 fn runs_are_deterministic() {
-    let s = Shape::new(W::YcsbHigh, Hybrid(Stage::Read.bit() | Stage::Renew.bit()), 9);
+    let s = shape(W::YcsbHigh, Hybrid(Stage::Read.bit() | Stage::Renew.bit()), 9);
     let (a, b) = (s.run(), s.run());
     assert_eq!(a.digest, b.digest);
     assert_eq!(a.history, b.history);
@@ -362,10 +273,10 @@ fn soak() {
                 speculative: h >> 23 & 1 == 0,
                 ..Options::default()
             },
-            ..Shape::new(WORKLOADS[(h >> 12) as usize % 3], codes[(h >> 14) as usize % 64], 1000 + x)
+            ..shape(WORKLOADS[(h >> 12) as usize % 3], codes[(h >> 14) as usize % 64], 1000 + x)
         };
         let r = s.run();
-        assert!(r.clean() && r.stats.committed > 0, "{}", verdict(&s, &r));
+        assert_clean(&s, &r, 0);
         committed += r.stats.committed;
         renewed += renewals(&r);
     }

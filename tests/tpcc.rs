@@ -7,10 +7,10 @@
 use std::sync::Arc;
 
 use proptest::prelude::*;
-use txbed::txn::{run_txns, Protocol, TxnRunResult, TxnRunSpec};
+use txbed::txn::{run_txns, Protocol, TxnRunResult};
 use txbed_protocols::node::Options;
 use txbed_protocols::stage::Hybrid;
-use txbed_sim::NicProfile;
+use txbed_tests::harness::{problems, run_sockets, Shape};
 use txbed_workloads::tpcc::{PreparedTpcc, Tpcc, KINDS};
 use txbed_workloads::*;
 
@@ -38,119 +38,18 @@ fn tpcc(mix: Mix, w: u32) -> Tpcc {
     }
 }
 
-fn cx4_one_nic() -> NicProfile {
-    let mut p = NicProfile::load("cx4").unwrap();
-    p.nics_per_node = 1;
-    p
+/// 2 warehouses a node, 3 coroutines a worker, for 300 us.
+fn shape(protocol: Protocol, mix: Mix, hybrid: Hybrid, seed: u64) -> Shape<Tpcc> {
+    Shape { coroutines: 3, duration_ns: 300_000, ..Shape::new(protocol, tpcc(mix, 2), hybrid, seed) }
 }
 
-#[derive(Clone, Debug)]
-struct Shape {
-    protocol: Protocol,
-    mix: Mix,
-    nodes: u16,
-    warehouses: u32,
-    workers: u16,
-    coroutines: u32,
-    hybrid: Hybrid,
-    seed: u64,
-    duration_ns: u64,
-    log_ring_bytes: u64,
-    /// The UD MTU (4096 on InfiniBand; RoCE over standard Ethernet frames has 1024).
-    mtu: u32,
-}
-
-impl Shape {
-    fn new(protocol: Protocol, mix: Mix, hybrid: Hybrid, seed: u64) -> Shape {
-        Shape {
-            protocol,
-            mix,
-            nodes: 3,
-            warehouses: 2,
-            workers: 2,
-            coroutines: 3,
-            hybrid,
-            seed,
-            duration_ns: 300_000,
-            log_ring_bytes: Options::default().log_ring_bytes,
-            mtu: 4096,
-        }
-    }
-    fn workload(&self) -> PreparedTpcc {
-        tpcc(self.mix, self.warehouses).prepare(self.nodes, self.workers, self.coroutines)
-    }
-    fn spec(&self, workload: Arc<dyn Workload>) -> TxnRunSpec {
-        TxnRunSpec {
-            protocol: self.protocol,
-            nodes: self.nodes,
-            workers: self.workers,
-            coroutines: self.coroutines,
-            profile: NicProfile { mtu: self.mtu, ..cx4_one_nic() },
-            seed: self.seed,
-            hybrid: self.hybrid,
-            replication: 3.min(self.nodes),
-            workload,
-            warmup_ns: 0,
-            duration_ns: self.duration_ns,
-            cache_bytes: 1 << 20,
-            options: Options { log_ring_bytes: self.log_ring_bytes, ..Options::default() },
-            bug: None,
-            allow_unsafe_atomics: false,
-            link_delay_ns: Vec::new(),
-            trace: false,
-        }
-    }
-    fn replay(&self) -> String {
-        format!(
-            "replay: {} {:?} nodes={} W={} workers={} coroutines={} hybrid={} seed={} log_ring={} B mtu={}",
-            self.protocol.name(),
-            self.mix,
-            self.nodes,
-            self.warehouses,
-            self.workers,
-            self.coroutines,
-            self.hybrid,
-            self.seed,
-            self.log_ring_bytes,
-            self.mtu
-        )
-    }
-    /// The run, or None when the protocol is not implemented yet.
-    fn run(&self) -> Option<TxnRunResult> {
-        let r = run_txns(&self.spec(Arc::new(self.workload()))).unwrap_or_else(|e| panic!("{e}\n{}", self.replay()));
-        if r.failures.iter().any(|f| f.contains("not implemented")) {
-            return None;
-        }
-        Some(r)
-    }
-}
-
-fn explain(s: &Shape, r: &TxnRunResult) -> String {
-    let bad: Vec<String> = r
-        .history
-        .invariants
-        .iter()
-        .filter(|i| i.expected != i.actual)
-        .map(|i| format!("{}: expected {}, found {}", i.name, i.expected, i.actual))
-        .collect();
-    format!(
-        "{}\nserializable={} nothing_lost={:?} invariants_ok={} failures={:?}\n{}\n{}",
-        s.replay(),
-        r.report.serializable,
-        r.report.nothing_lost,
-        r.report.invariants_ok,
-        r.failures.iter().take(3).collect::<Vec<_>>(),
-        bad.join("\n"),
-        r.report.anomalies.iter().take(2).map(|a| a.explanation.as_str()).collect::<Vec<_>>().join("\n")
-    )
-}
-
-fn assert_clean(s: &Shape, r: &TxnRunResult) {
-    assert!(r.clean(), "{}", explain(s, r));
+#[track_caller]
+fn assert_clean(s: &Shape<Tpcc>, r: &TxnRunResult) {
+    s.assert_clean(r);
     // The four conditions and the conserved total were all checked.
     let tpcc = r.history.invariants.iter().filter(|i| i.name.starts_with("TPC-C 3.3.2.")).count();
     assert_eq!(tpcc, 4, "{}", s.replay());
-    assert!(r.stats.committed > 10, "{}: only {} commits", s.replay(), r.stats.committed);
+    s.assert_commits(r, 10);
 }
 
 /// Committed transactions per type, from the history (the window may miss long ones).
@@ -170,8 +69,8 @@ fn every_protocol_and_mode_runs_tpcc() {
     for protocol in Protocol::ALL {
         for hybrid in [Hybrid::RPC, Hybrid::full(protocol.stages())] {
             for mix in [Mix::Full, Mix::NewOrder] {
-                let s = Shape::new(protocol, mix, hybrid, 1);
-                let Some(r) = s.run() else { continue };
+                let s = shape(protocol, mix, hybrid, 1);
+                let Some(r) = s.run_if_implemented() else { continue };
                 assert_clean(&s, &r);
                 let kinds = committed_kinds(&r);
                 if mix == Mix::NewOrder {
@@ -197,8 +96,8 @@ fn every_protocol_and_mode_runs_tpcc() {
 fn every_transaction_type_commits() {
     for protocol in [Protocol::NoWait, Protocol::Occ] {
         for hybrid in [Hybrid::RPC, Hybrid::full(protocol.stages())] {
-            let s = Shape { duration_ns: 500_000, ..Shape::new(protocol, Mix::Even, hybrid, 2) };
-            let r = s.run().unwrap();
+            let s = Shape { duration_ns: 500_000, ..shape(protocol, Mix::Even, hybrid, 2) };
+            let r = s.run_if_implemented().unwrap();
             assert_clean(&s, &r);
             let kinds = committed_kinds(&r);
             for k in KINDS {
@@ -226,9 +125,18 @@ proptest! {
         let codes = Hybrid::all_codes(protocol.stages());
         let hybrid = codes[code as usize % codes.len()];
         let mix = if new_order { Mix::NewOrder } else { Mix::Full };
-        let s = Shape { nodes, warehouses, workers, coroutines, duration_ns: 200_000, ..Shape::new(protocol, mix, hybrid, seed) };
-        if let Some(r) = s.run() {
-            prop_assert!(r.clean(), "{}", explain(&s, &r));
+        let s = Shape {
+            w: tpcc(mix, warehouses),
+            nodes,
+            replication: 3.min(nodes),
+            workers,
+            coroutines,
+            duration_ns: 200_000,
+            ..shape(protocol, mix, hybrid, seed)
+        };
+        if let Some(r) = s.run_if_implemented() {
+            let res = s.check(&r);
+            prop_assert!(res.is_ok(), "{}", res.unwrap_err());
         }
     }
 }
@@ -293,9 +201,10 @@ impl Workload for ForgetsNextOrderId {
 fn a_new_order_that_forgets_d_next_o_id_fails_condition_two() {
     for protocol in [Protocol::NoWait, Protocol::Occ] {
         for hybrid in [Hybrid::RPC, Hybrid::full(protocol.stages())] {
-            let s = Shape::new(protocol, Mix::NewOrder, hybrid, 3);
-            let r = run_txns(&s.spec(Arc::new(ForgetsNextOrderId(s.workload())))).unwrap();
-            assert!(r.report.serializable, "{}", explain(&s, &r));
+            let s = shape(protocol, Mix::NewOrder, hybrid, 3);
+            let forgets = ForgetsNextOrderId(s.w.prepare(s.nodes, s.workers, s.coroutines));
+            let r = run_txns(&s.spec_with(Arc::new(forgets))).unwrap();
+            assert!(r.report.serializable, "{}\n{}", s.replay(), problems(&r));
             assert!(!r.report.invariants_ok, "{}: the lost D_NEXT_O_ID went unnoticed", s.replay());
             let cond2 = r.history.invariants.iter().find(|i| i.name.starts_with("TPC-C 3.3.2.2")).unwrap();
             assert!(cond2.actual > 0 && cond2.name.contains("max(O_ID)"), "{}: {cond2:?}", s.replay());
@@ -307,8 +216,8 @@ fn a_new_order_that_forgets_d_next_o_id_fails_condition_two() {
 /// Per-type throughput adds up to the total.
 #[test]
 fn throughput_is_reported_per_type() {
-    let s = Shape { duration_ns: 1_000_000, ..Shape::new(Protocol::Occ, Mix::Full, Hybrid::RPC, 4) };
-    let r = s.run().unwrap();
+    let s = Shape { duration_ns: 1_000_000, ..shape(Protocol::Occ, Mix::Full, Hybrid::RPC, 4) };
+    let r = s.run_if_implemented().unwrap();
     let sum: u64 = r.measured.per_kind.values().sum();
     assert_eq!(sum, r.measured.committed);
     assert!(r.measured.per_kind.get("new-order") > Some(&0), "{:?}", r.measured.per_kind);
@@ -325,8 +234,8 @@ fn tpcc_scenarios_load_and_fit() {
         let W::Tpcc(t) = &s.workload else { panic!("{f}: not TPC-C") };
         let c = &s.cluster;
         // The whole cluster's stores, as the simulator holds them in one process.
-        let spec = Shape::new(Protocol::Occ, Mix::Full, Hybrid::RPC, 1);
-        let mut spec = spec.spec(Arc::new(t.prepare(c.nodes, c.workers, c.coroutines)));
+        let s = shape(Protocol::Occ, Mix::Full, Hybrid::RPC, 1);
+        let mut spec = s.spec_with(Arc::new(t.prepare(c.nodes, c.workers, c.coroutines)));
         spec.nodes = c.nodes;
         spec.workers = c.workers;
         let bytes = txbed::txn::layout(&spec).bytes * c.nodes as u64;
@@ -347,28 +256,12 @@ fn tpcc_scenarios_load_and_fit() {
 /// writers now wait for the backup to apply (`protocols/src/log.rs`).
 #[test]
 fn tpcc_runs_on_the_sockets_backend() {
-    use std::net::{SocketAddr, TcpListener};
     for (protocol, mix, onesided) in [(Protocol::Occ, Mix::Full, false), (Protocol::NoWait, Mix::NewOrder, true)] {
         let hybrid = if onesided { Hybrid::full(protocol.stages()) } else { Hybrid::RPC };
-        let s = Shape { duration_ns: 200_000_000, ..Shape::new(protocol, mix, hybrid, 5) };
-        let mut spec = s.spec(Arc::new(s.workload()));
+        let s = Shape { duration_ns: 200_000_000, ..shape(protocol, mix, hybrid, 5) };
+        let mut spec = s.spec();
         spec.warmup_ns = 20_000_000;
-        let addr: SocketAddr = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-        let nodes: Vec<_> = (0..s.nodes as u32)
-            .map(|rank| {
-                let (spec, size) = (spec.clone(), s.nodes as u32);
-                std::thread::spawn(move || {
-                    let me = txbed::bootstrap::Rank { rank, size };
-                    txbed::host::run_sockets_node(&spec, me, addr, "127.0.0.1".parse().unwrap())
-                })
-            })
-            .collect();
-        let mut out = None;
-        for (rank, h) in nodes.into_iter().enumerate() {
-            let r = h.join().unwrap().unwrap_or_else(|e| panic!("rank {rank}: {e}"));
-            out = out.or(r);
-        }
-        let r = out.unwrap();
+        let r = run_sockets(&spec);
         assert_clean(&s, &r);
         assert!(r.measured.per_kind.contains_key("new-order"), "{}", s.replay());
     }
@@ -384,8 +277,9 @@ fn small_log_rings_lose_nothing() {
     {
         for kib in [4, 8] {
             let hybrid = Hybrid::full(protocol.stages());
-            let s = Shape { log_ring_bytes: kib << 10, ..Shape::new(protocol, mix, hybrid, 8) };
-            let r = s.run().unwrap();
+            let options = Options { log_ring_bytes: kib << 10, ..Options::default() };
+            let s = Shape { options, ..shape(protocol, mix, hybrid, 8) };
+            let r = s.run_if_implemented().unwrap();
             assert_clean(&s, &r);
             // Each (sender worker, backup) ring is written around at least twice on average.
             let rings = s.nodes as u64 * s.workers as u64 * 2;
@@ -403,8 +297,8 @@ fn small_log_rings_lose_nothing() {
 fn small_mtu_runs_tpcc_on_every_protocol() {
     for protocol in Protocol::ALL {
         for hybrid in [Hybrid::RPC, Hybrid::full(protocol.stages())] {
-            let s = Shape { mtu: 1024, duration_ns: 400_000, ..Shape::new(protocol, Mix::Even, hybrid, 9) };
-            let r = s.run().unwrap();
+            let s = Shape { mtu: 1024, duration_ns: 400_000, ..shape(protocol, Mix::Even, hybrid, 9) };
+            let r = s.run();
             assert_clean(&s, &r);
             assert!(committed_kinds(&r).contains_key("stock-level"), "{}", s.replay());
         }
@@ -414,11 +308,11 @@ fn small_mtu_runs_tpcc_on_every_protocol() {
 /// A TPC-C run is a pure function of its seed, lookups and index included.
 #[test]
 fn tpcc_runs_are_deterministic() {
-    let s = Shape::new(Protocol::Occ, Mix::Full, Hybrid::full(Protocol::Occ.stages()), 6);
-    let (a, b) = (s.run().unwrap(), s.run().unwrap());
+    let s = shape(Protocol::Occ, Mix::Full, Hybrid::full(Protocol::Occ.stages()), 6);
+    let (a, b) = (s.run_if_implemented().unwrap(), s.run_if_implemented().unwrap());
     assert_eq!(a.digest, b.digest);
     assert_eq!(a.history, b.history);
-    assert_ne!(a.digest, Shape { seed: 7, ..s }.run().unwrap().digest);
+    assert_ne!(a.digest, Shape { seed: 7, ..s }.run_if_implemented().unwrap().digest);
 }
 
 /// Every hybrid code of every protocol, on a tiny cluster with every transaction type in the
@@ -430,15 +324,17 @@ fn every_hybrid_code_of_every_protocol_runs_tpcc() {
     for protocol in Protocol::ALL {
         for (k, hybrid) in Hybrid::all_codes(protocol.stages()).into_iter().enumerate() {
             let s = Shape {
+                w: tpcc(Mix::Even, 1),
                 nodes: 2,
-                warehouses: 1,
+                replication: 2,
                 workers: 1,
                 coroutines: 3,
                 duration_ns: 150_000,
-                ..Shape::new(protocol, Mix::Even, hybrid, 10 + k as u64)
+                ..shape(protocol, Mix::Even, hybrid, 10 + k as u64)
             };
-            let Some(r) = s.run() else { continue };
-            assert!(r.clean() && r.stats.committed > 0, "{}", explain(&s, &r));
+            let Some(r) = s.run_if_implemented() else { continue };
+            s.assert_clean(&r);
+            s.assert_commits(&r, 0);
             runs += 1;
         }
     }

@@ -4,13 +4,12 @@
 //! skipped, so each is covered as soon as it lands. Failures print the shape to replay.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use proptest::prelude::*;
-use txbed::txn::{run_txns, Protocol, TxnRunResult, TxnRunSpec};
+use txbed::txn::{Protocol, TxnRunResult};
 use txbed_protocols::node::{stage_index, Bug, Options};
 use txbed_protocols::stage::{Hybrid, Stage};
-use txbed_sim::NicProfile;
+use txbed_tests::harness::{run_sockets, Shape};
 use txbed_workloads::tpce::{Tpce, KINDS};
 
 /// Small and contended: 200 customers (2 brokers) and 100 securities per node, a fifth of
@@ -28,81 +27,9 @@ fn tpce() -> Tpce {
     }
 }
 
-/// ConnectX-4 with one NIC per node, so one-sided locking is safe (HCA-level atomics).
-fn cx4_one_nic() -> NicProfile {
-    let mut p = NicProfile::load("cx4").unwrap();
-    p.nics_per_node = 1;
-    p
-}
-
-#[derive(Clone, Debug)]
-struct Shape {
-    bug: Option<Bug>,
-    options: Options,
-    protocol: Protocol,
-    hybrid: Hybrid,
-    nodes: u16,
-    workers: u16,
-    coroutines: u32,
-    seed: u64,
-    w: Tpce,
-}
-
-impl Shape {
-    fn new(protocol: Protocol, hybrid: Hybrid, seed: u64) -> Shape {
-        Shape {
-            bug: None,
-            options: Options::default(),
-            protocol,
-            hybrid,
-            nodes: 3,
-            workers: 2,
-            coroutines: 4,
-            seed,
-            w: tpce(),
-        }
-    }
-    fn spec(&self) -> TxnRunSpec {
-        TxnRunSpec {
-            protocol: self.protocol,
-            nodes: self.nodes,
-            workers: self.workers,
-            coroutines: self.coroutines,
-            profile: cx4_one_nic(),
-            seed: self.seed,
-            hybrid: self.hybrid,
-            replication: 3.min(self.nodes),
-            workload: Arc::new(self.w.prepare(self.nodes)),
-            warmup_ns: 0,
-            duration_ns: 400_000,
-            cache_bytes: 1 << 20,
-            options: self.options,
-            bug: self.bug,
-            allow_unsafe_atomics: false,
-            link_delay_ns: Vec::new(),
-            trace: false,
-        }
-    }
-    fn replay(&self) -> String {
-        format!(
-            "replay: {} TPC-E nodes={} workers={} coroutines={} hybrid={} seed={} mix={:?}",
-            self.protocol.name(),
-            self.nodes,
-            self.workers,
-            self.coroutines,
-            self.hybrid,
-            self.seed,
-            self.w.mix
-        )
-    }
-    /// The run, or None when the protocol is not implemented yet.
-    fn run(&self) -> Option<TxnRunResult> {
-        let r = run_txns(&self.spec()).unwrap_or_else(|e| panic!("{e}\n{}", self.replay()));
-        if r.failures.iter().any(|f| f.contains("not implemented yet")) {
-            return None;
-        }
-        Some(r)
-    }
+/// [`tpce`] on the shared defaults, for 400 us.
+fn shape(protocol: Protocol, hybrid: Hybrid, seed: u64) -> Shape<Tpce> {
+    Shape { duration_ns: 400_000, ..Shape::new(protocol, tpce(), hybrid, seed) }
 }
 
 /// Committed transactions per type, from the history.
@@ -114,19 +41,6 @@ fn committed_by_kind(r: &TxnRunResult) -> BTreeMap<String, usize> {
     m
 }
 
-fn assert_clean(s: &Shape, r: &TxnRunResult) {
-    assert!(
-        r.clean(),
-        "{}\nserializable={} nothing_lost={:?} invariants_ok={} failures={:?}\n{}",
-        s.replay(),
-        r.report.serializable,
-        r.report.nothing_lost,
-        r.report.invariants_ok,
-        r.failures.iter().take(3).collect::<Vec<_>>(),
-        r.report.anomalies.iter().take(2).map(|a| a.explanation.as_str()).collect::<Vec<_>>().join("\n")
-    );
-}
-
 /// Every protocol, RPC and fully one-sided, two seeds: clean, and every transaction type
 /// commits.
 #[test]
@@ -135,12 +49,12 @@ fn every_protocol_and_mode_is_serializable() {
     'protocols: for protocol in Protocol::ALL {
         for hybrid in [Hybrid::RPC, Hybrid::full(protocol.stages())] {
             for seed in [1, 2] {
-                let s = Shape::new(protocol, hybrid, seed);
-                let Some(r) = s.run() else {
+                let s = shape(protocol, hybrid, seed);
+                let Some(r) = s.run_if_implemented() else {
                     eprintln!("skipped: {} is not implemented yet", protocol.name());
                     continue 'protocols;
                 };
-                assert_clean(&s, &r);
+                s.assert_clean(&r);
                 let conditions = r.history.invariants.iter().filter(|i| i.name.starts_with("TPC-E")).count();
                 assert_eq!(conditions, 4, "{}: the consistency conditions were not checked", s.replay());
                 let kinds = committed_by_kind(&r);
@@ -162,9 +76,9 @@ fn every_protocol_and_mode_is_serializable() {
 fn occ_runs_customer_position_on_the_read_only_path() {
     let ro = Tpce { mix: [100, 0, 0], ..tpce() };
     for hybrid in [Hybrid::RPC, Hybrid::full(Protocol::Occ.stages())] {
-        let s = Shape { w: ro.clone(), ..Shape::new(Protocol::Occ, hybrid, 3) };
-        let r = s.run().expect("OCC is implemented");
-        assert_clean(&s, &r);
+        let s = Shape { w: ro.clone(), ..shape(Protocol::Occ, hybrid, 3) };
+        let r = s.run_if_implemented().expect("OCC is implemented");
+        s.assert_clean(&r);
         let calls = |st: Stage| r.stats.stage_calls[stage_index(st)];
         assert!(r.stats.committed > 50, "{}: {} commits", s.replay(), r.stats.committed);
         assert_eq!((calls(Stage::Lock), calls(Stage::Log), calls(Stage::Release)), (0, 0, 0), "{}", s.replay());
@@ -172,8 +86,8 @@ fn occ_runs_customer_position_on_the_read_only_path() {
         assert_eq!(r.stats.aborted_conflict, 0, "{}: read-only transactions alone never conflict", s.replay());
         assert!(r.history.txns.iter().all(|t| t.writes.is_empty() && t.reads.len() > 10));
         let n = Shape { protocol: Protocol::NoWait, hybrid: Hybrid::RPC, ..s };
-        let r = n.run().expect("NOWAIT is implemented");
-        assert_clean(&n, &r);
+        let r = n.run_if_implemented().expect("NOWAIT is implemented");
+        n.assert_clean(&r);
         assert!(r.stats.stage_calls[stage_index(Stage::Lock)] >= r.stats.committed);
     }
 }
@@ -187,9 +101,9 @@ fn customer_position_reads_prices_across_nodes_at_default_size() {
     for (remote, hybrid) in [(None, Hybrid(38)), (None, Hybrid::full(Protocol::Occ.stages())), (Some(0.0), Hybrid(38))]
     {
         let w = Tpce { remote_fraction: remote, ..base.clone() };
-        let s = Shape { w, nodes: 4, workers: 2, coroutines: 8, ..Shape::new(Protocol::Occ, hybrid, 4) };
-        let r = s.run().unwrap();
-        assert_clean(&s, &r);
+        let s = Shape { w, nodes: 4, workers: 2, coroutines: 8, ..shape(Protocol::Occ, hybrid, 4) };
+        let r = s.run_if_implemented().unwrap();
+        s.assert_clean(&r);
         let (mut prices, mut remote_prices, mut cps) = (0, 0, 0);
         for t in r.history.txns.iter().filter(|t| t.label == "customer-position") {
             cps += 1;
@@ -216,9 +130,9 @@ fn skipped_validation_is_caught() {
             let s = Shape {
                 bug: Some(Bug::SkipValidation),
                 options: Options { speculative: false, ..Options::default() },
-                ..Shape::new(Protocol::Occ, hybrid, seed)
+                ..shape(Protocol::Occ, hybrid, seed)
             };
-            let r = s.run().unwrap();
+            let r = s.run_if_implemented().unwrap();
             if !r.report.serializable {
                 eprintln!("caught: {}\n{}", s.replay(), r.report.anomalies[0].explanation);
             }
@@ -232,32 +146,12 @@ fn skipped_validation_is_caught() {
 /// node in this process): checked like a simulated run.
 #[test]
 fn tpce_runs_on_the_sockets_backend() {
-    use std::net::{SocketAddr, TcpListener};
     for hybrid in [Hybrid::RPC, Hybrid::full(Protocol::Occ.stages())] {
-        let s = Shape::new(Protocol::Occ, hybrid, 1);
+        let s = Shape { duration_ns: 100_000_000, ..shape(Protocol::Occ, hybrid, 1) };
         let mut spec = s.spec();
         spec.warmup_ns = 10_000_000;
-        spec.duration_ns = 100_000_000;
-        let addr: SocketAddr = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-        let nodes: Vec<_> = (0..3u32)
-            .map(|rank| {
-                let spec = spec.clone();
-                std::thread::spawn(move || {
-                    txbed::host::run_sockets_node(
-                        &spec,
-                        txbed::bootstrap::Rank { rank, size: 3 },
-                        addr,
-                        "127.0.0.1".parse().unwrap(),
-                    )
-                })
-            })
-            .collect();
-        let mut out = None;
-        for (rank, h) in nodes.into_iter().enumerate() {
-            out = out.or(h.join().unwrap().unwrap_or_else(|e| panic!("rank {rank}: {e}")));
-        }
-        let r = out.expect("rank 0 reports");
-        assert_clean(&s, &r);
+        let r = run_sockets(&spec);
+        s.assert_clean(&r);
         let kinds = committed_by_kind(&r);
         assert!(kinds.len() == 3 && r.stats.committed > 100, "{}: {kinds:?}", s.replay());
     }
@@ -278,9 +172,10 @@ proptest! {
         let protocol = Protocol::ALL[p];
         let codes = Hybrid::all_codes(protocol.stages());
         let hybrid = codes[code as usize % codes.len()];
-        let s = Shape { nodes, workers, coroutines, ..Shape::new(protocol, hybrid, seed) };
-        if let Some(r) = s.run() {
-            prop_assert!(r.clean(), "{}\n{:?} {:?}", s.replay(), r.failures.first(), r.report.anomalies.first());
+        let s = Shape { nodes, replication: 3.min(nodes), workers, coroutines, ..shape(protocol, hybrid, seed) };
+        if let Some(r) = s.run_if_implemented() {
+            let res = s.check(&r);
+            prop_assert!(res.is_ok(), "{}", res.unwrap_err());
         }
     }
 }

@@ -3,113 +3,20 @@
 //! wait that hits `WAIT_BOUND_NS` keeps the run going past it, so every run must end first).
 //! Failures print the scenario to replay.
 
-use std::sync::Arc;
-
 use proptest::prelude::*;
-use txbed::txn::{run_txns, Protocol, TxnRunResult, TxnRunSpec};
-use txbed_protocols::node::{stage_index, Bug, Options};
+use txbed::txn::{Protocol, TxnRunResult};
+use txbed_protocols::node::{stage_index, Bug};
 use txbed_protocols::stage::{Hybrid, Stage};
 use txbed_protocols::waitdie::WAIT_BOUND_NS;
-use txbed_sim::NicProfile;
+use txbed_tests::harness::{rdma_options, Shape, W, WORKLOADS};
 use txbed_transport::trace::STAGE;
-use txbed_workloads::smallbank::SmallBank;
-use txbed_workloads::ycsb::Ycsb;
-use txbed_workloads::Workload;
 
 const WD: Protocol = Protocol::WaitDie;
 
-#[derive(Copy, Clone, Debug, PartialEq)]
-enum W {
-    /// 400 accounts per node, half of SP/AMG cross-node.
-    SmallBank,
-    /// YCSB, uniform over 2000 rows per node.
-    YcsbLow,
-    /// YCSB, half the accesses on 2 hot rows per node.
-    YcsbHigh,
-}
-
-const WORKLOADS: [W; 3] = [W::SmallBank, W::YcsbLow, W::YcsbHigh];
-
-fn workload(w: W, nodes: u16) -> Arc<dyn Workload> {
-    let ycsb = |hot| {
-        Arc::new(
-            Ycsb { rows_per_node: 2_000, ops: 4, write_fraction: 0.5, hot_probability: hot, ..Ycsb::default() }
-                .prepare(nodes),
-        )
-    };
-    match w {
-        W::SmallBank => Arc::new(SmallBank { accounts_per_node: 400, distributed: 0.5, ..SmallBank::default() }),
-        W::YcsbLow => ycsb(0.0),
-        W::YcsbHigh => ycsb(0.5),
-    }
-}
-
-/// ConnectX-4 with one NIC per node (one-sided locking needs it with HCA-level atomics).
-fn cx4_one_nic() -> NicProfile {
-    let mut p = NicProfile::load("cx4").unwrap();
-    p.nics_per_node = 1;
-    p
-}
-
-#[derive(Clone, Debug)]
-struct Shape {
-    protocol: Protocol,
-    w: W,
-    nodes: u16,
-    workers: u16,
-    coroutines: u32,
-    replication: u16,
-    hybrid: Hybrid,
-    seed: u64,
-    bug: Option<Bug>,
-    options: Options,
-    duration_ns: u64,
-}
-
-impl Shape {
-    fn new(w: W, hybrid: Hybrid, seed: u64) -> Shape {
-        Shape {
-            protocol: WD,
-            w,
-            nodes: 3,
-            workers: 2,
-            coroutines: 4,
-            replication: 3,
-            hybrid,
-            seed,
-            bug: None,
-            options: Options::default(),
-            duration_ns: 150_000,
-        }
-    }
-    fn spec(&self) -> TxnRunSpec {
-        TxnRunSpec {
-            link_delay_ns: Vec::new(),
-            protocol: self.protocol,
-            nodes: self.nodes,
-            workers: self.workers,
-            coroutines: self.coroutines,
-            profile: cx4_one_nic(),
-            seed: self.seed,
-            hybrid: self.hybrid,
-            replication: self.replication,
-            workload: workload(self.w, self.nodes),
-            warmup_ns: 0,
-            duration_ns: self.duration_ns,
-            cache_bytes: 1 << 20,
-            options: self.options,
-            bug: self.bug,
-            allow_unsafe_atomics: false,
-            // The trace shows how long each LOCK stage took (see `check_clean`).
-            trace: true,
-        }
-    }
-    fn replay(&self) -> String {
-        format!("replay: {self:?} (hybrid {})", self.hybrid)
-    }
-    fn run(&self) -> TxnRunResult {
-        run_txns(&self.spec()).unwrap_or_else(|e| panic!("{e}\n{}", self.replay()))
-    }
+/// WAIT-DIE on the shared defaults, traced: the trace shows how long each LOCK stage took
+/// (see `check_clean`).
+fn shape(w: W, hybrid: Hybrid, seed: u64) -> Shape<W> {
+    Shape { trace: true, ..Shape::new(WD, w, hybrid, seed) }
 }
 
 /// The longest LOCK stage of the run, from the trace.
@@ -119,18 +26,8 @@ fn longest_lock(r: &TxnRunResult) -> u64 {
 
 /// Serializable, nothing lost, invariants hold, no failures, some commits, and no wait ran
 /// into the bound (a deadlock would: a LOCK stage would then last `WAIT_BOUND_NS`).
-fn check_clean(s: &Shape, r: &TxnRunResult, min_commits: u64) -> Result<(), String> {
-    if !r.clean() {
-        return Err(format!(
-            "{}\nserializable={} nothing_lost={:?} invariants_ok={} failures={:?}\n{}",
-            s.replay(),
-            r.report.serializable,
-            r.report.nothing_lost,
-            r.report.invariants_ok,
-            r.failures,
-            r.report.anomalies.iter().map(|a| a.explanation.as_str()).collect::<Vec<_>>().join("\n")
-        ));
-    }
+fn check_clean(s: &Shape<W>, r: &TxnRunResult, min_commits: u64) -> Result<(), String> {
+    s.check(r)?;
     if r.stats.committed < min_commits {
         return Err(format!("{}: only {} commits", s.replay(), r.stats.committed));
     }
@@ -150,7 +47,7 @@ fn every_hybrid_code_is_serializable_and_deadlock_free() {
     for code in codes {
         for w in WORKLOADS {
             for seed in [1, 2] {
-                let s = Shape::new(w, code, seed);
+                let s = shape(w, code, seed);
                 let r = s.run();
                 check_clean(&s, &r, 20).unwrap();
                 if w != W::YcsbLow {
@@ -179,7 +76,7 @@ proptest! {
             workers,
             coroutines,
             replication: replication.min(nodes),
-            ..Shape::new(WORKLOADS[w], Hybrid::all_codes(WD.stages())[code], seed)
+            ..shape(WORKLOADS[w], Hybrid::all_codes(WD.stages())[code], seed)
         };
         let r = s.run();
         let res = check_clean(&s, &r, 1);
@@ -192,7 +89,7 @@ proptest! {
 /// trips than LOCK stages).
 #[test]
 fn older_transactions_wait() {
-    let rpc = Shape::new(W::YcsbHigh, Hybrid::RPC, 2);
+    let rpc = shape(W::YcsbHigh, Hybrid::RPC, 2);
     let r = rpc.run();
     check_clean(&rpc, &r, 20).unwrap();
     let mut lock_calls: Vec<u64> = r
@@ -206,7 +103,7 @@ fn older_transactions_wait() {
     let waited = lock_calls.iter().filter(|&&d| d > 4 * median).count();
     assert!(waited > 0, "no LOCK call waited (median {median} ns, {} calls)", lock_calls.len());
 
-    let one = Shape::new(W::YcsbHigh, Hybrid(Stage::Lock.bit()), 2);
+    let one = shape(W::YcsbHigh, Hybrid(Stage::Lock.bit()), 2);
     let r = one.run();
     check_clean(&one, &r, 20).unwrap();
     let i = stage_index(Stage::Lock);
@@ -224,15 +121,9 @@ fn older_transactions_wait() {
 #[test]
 fn every_option_combination_is_serializable() {
     for bits in 0..16u32 {
-        let options = Options {
-            outstanding: bits & 1 != 0,
-            doorbell: bits & 2 != 0,
-            passive_ack: bits & 4 != 0,
-            speculative: bits & 8 != 0,
-            ..Options::default()
-        };
+        let options = rdma_options(bits);
         for hybrid in [Hybrid::RPC, Hybrid::full(WD.stages())] {
-            let s = Shape { options, ..Shape::new(W::YcsbHigh, hybrid, 5) };
+            let s = Shape { options, ..shape(W::YcsbHigh, hybrid, 5) };
             let r = s.run();
             check_clean(&s, &r, 5).unwrap();
         }
@@ -245,7 +136,7 @@ fn every_option_combination_is_serializable() {
 fn planted_stale_read_is_caught() {
     for hybrid in [Hybrid::RPC, Hybrid::full(WD.stages())] {
         let caught = (1..=1000u64).find(|&seed| {
-            let s = Shape { bug: Some(Bug::WaitDieStaleRead), ..Shape::new(W::YcsbHigh, hybrid, seed) };
+            let s = Shape { bug: Some(Bug::WaitDieStaleRead), ..shape(W::YcsbHigh, hybrid, seed) };
             let r = s.run();
             if !r.clean() {
                 eprintln!(
@@ -263,7 +154,7 @@ fn planted_stale_read_is_caught() {
 /// Runs replay bit for bit.
 #[test]
 fn runs_are_deterministic() {
-    let s = Shape::new(W::SmallBank, Hybrid(1 | 8), 9);
+    let s = shape(W::SmallBank, Hybrid(1 | 8), 9);
     let (a, b) = (s.run(), s.run());
     assert_eq!(a.digest, b.digest);
     assert_eq!(a.history, b.history);
