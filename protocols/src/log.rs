@@ -165,106 +165,118 @@ fn split(record: &[u8], max: usize) -> Result<Vec<Vec<u8>>, String> {
 /// Sends `record` to every node in `backups` and waits until all have it. A record larger
 /// than the staging area (one-sided) or a datagram (RPC) goes as several, one after another.
 pub async fn append(ctx: &Ctx, n: &NodeState, backups: &[u16], record: &[u8]) -> Result<(), String> {
-    let copies = backups.len().max(1) as u64;
-    let (fits, max) = if n.hybrid.onesided(Stage::Log) {
-        let area = crate::ops::log_area(ctx).1.min(n.catalog.layout.ring_bytes);
-        let framed = (record.len() as u64 + FRAME).div_ceil(8) * 8;
-        (framed * copies <= area, (area / copies).saturating_sub(FRAME + 8) as usize)
-    } else {
-        // One datagram each (the UD MTU less the RPC frame header).
+    if !n.hybrid.onesided(Stage::Log) {
+        // One datagram per piece (the UD MTU less the RPC frame header), all in flight at once.
         let max = ctx.max_rpc_payload();
-        (record.len() <= max, max)
-    };
-    if fits {
-        return append_one(ctx, n, backups, record).await;
+        let pieces = if record.len() <= max { vec![record.to_vec()] } else { split(record, max)? };
+        return append_rpc(ctx, n, backups, &pieces).await;
     }
-    for chunk in split(record, max)? {
-        append_one(ctx, n, backups, &chunk).await?;
+    let copies = backups.len().max(1) as u64;
+    let area = crate::ops::log_area(ctx).1.min(n.catalog.layout.ring_bytes);
+    let framed = (record.len() as u64 + FRAME).div_ceil(8) * 8;
+    if framed * copies <= area {
+        return append_onesided(ctx, n, backups, record).await;
+    }
+    for chunk in split(record, (area / copies).saturating_sub(FRAME + 8) as usize)? {
+        append_onesided(ctx, n, backups, &chunk).await?;
     }
     Ok(())
 }
 
-async fn append_one(ctx: &Ctx, n: &NodeState, backups: &[u16], record: &[u8]) -> Result<(), String> {
+/// RPC LOG: every piece to every backup, then one wait; each backup applies a piece on its
+/// own (entries carry their key and version).
+async fn append_rpc(ctx: &Ctx, n: &NodeState, backups: &[u16], pieces: &[Vec<u8>]) -> Result<(), String> {
     let worker = ctx.me().worker;
-    if n.hybrid.onesided(Stage::Log) {
-        let framed_len = (record.len() as u64 + FRAME).div_ceil(8) * 8;
-        let ring = n.catalog.layout.ring_bytes;
-        let (area_at, area) = crate::ops::log_area(ctx);
-        if framed_len > ring || framed_len > area {
-            return Err(format!("log record of {} B exceeds the ring or the {area} B staging area", record.len()));
-        }
-        let s = ctx.scratch();
-        // The log area stages one framed copy per backup (they differ in the sequence
-        // number): the NIC reads each when it runs that WRITE, so copies must not overlap.
-        if framed_len * backups.len() as u64 > area {
-            return Err(format!("{} log copies of {} B exceed the {area} B staging area", backups.len(), framed_len));
-        }
-        let mut reclaims = Vec::new();
-        for (i, &b) in backups.iter().enumerate() {
-            let src_at = area_at + i as u64 * framed_len;
-            // Room first (a wrap marker and the record), so no other coroutine of this worker
-            // reserves and posts a later ring position in between.
-            let q = ctx.rc_qp(NodeId(b), ctx.coroutine() as usize).ok_or("no QP to backup")?;
-            loop {
-                crate::ops::room(ctx, q, 2).await?;
-                if n.log_fits(worker, b, framed_len) {
-                    break;
-                }
-                wait_for_room(ctx, n, b, framed_len).await?;
+    let mut calls = Vec::with_capacity(pieces.len() * backups.len());
+    for p in pieces {
+        calls.extend(backups.iter().map(|&b| ctx.call(Endpoint { node: NodeId(b), worker }, H_LOG, p)));
+    }
+    let _ = ctx.wait().await;
+    // A backup that did not take a piece fails the log: committing without it would lose the
+    // write there.
+    let failed = calls.into_iter().find_map(|c| match ctx.take_reply(c) {
+        Some(Ok(_)) => None,
+        Some(Err(e)) => Some(e.to_string()),
+        None => Some(txbed_transport::RpcError::Lost.to_string()),
+    });
+    ctx.clear_replies();
+    if let Some(e) = failed {
+        return Err(format!("LOG: {e}"));
+    }
+    let mut st = n.stats.borrow_mut();
+    for p in pieces {
+        st.log_records += backups.len() as u64;
+        st.log_bytes += (backups.len() * p.len()) as u64;
+    }
+    Ok(())
+}
+
+/// One-sided LOG of one record (DrTM+H Sec. 5.4): a WRITE into this worker's ring on each
+/// backup.
+async fn append_onesided(ctx: &Ctx, n: &NodeState, backups: &[u16], record: &[u8]) -> Result<(), String> {
+    let worker = ctx.me().worker;
+    let framed_len = (record.len() as u64 + FRAME).div_ceil(8) * 8;
+    let ring = n.catalog.layout.ring_bytes;
+    let (area_at, area) = crate::ops::log_area(ctx);
+    if framed_len > ring || framed_len > area {
+        return Err(format!("log record of {} B exceeds the ring or the {area} B staging area", record.len()));
+    }
+    let s = ctx.scratch();
+    // The log area stages one framed copy per backup (they differ in the sequence
+    // number): the NIC reads each when it runs that WRITE, so copies must not overlap.
+    if framed_len * backups.len() as u64 > area {
+        return Err(format!("{} log copies of {} B exceed the {area} B staging area", backups.len(), framed_len));
+    }
+    let mut reclaims = Vec::new();
+    for (i, &b) in backups.iter().enumerate() {
+        let src_at = area_at + i as u64 * framed_len;
+        // Room first (a wrap marker and the record), so no other coroutine of this worker
+        // reserves and posts a later ring position in between.
+        let q = ctx.rc_qp(NodeId(b), ctx.coroutine() as usize).ok_or("no QP to backup")?;
+        loop {
+            crate::ops::room(ctx, q, 2).await?;
+            if n.log_fits(worker, b, framed_len) {
+                break;
             }
-            let t = n.log_tail(worker, b, framed_len);
-            let mut framed = Vec::with_capacity(framed_len as usize);
-            framed.extend_from_slice(&(record.len() as u32).to_le_bytes());
-            framed.extend_from_slice(&[0; 4]);
-            framed.extend_from_slice(&t.seq.to_le_bytes());
-            framed.extend_from_slice(record);
-            framed.resize(framed_len as usize - 4, 0);
-            framed.extend_from_slice(&(record.len() as u32).to_le_bytes());
-            ctx.write_local(src_at, &framed).map_err(|e| e.to_string())?;
-            let ring_at = n.catalog.layout.ring(n.me, worker);
-            let mut ops = Vec::new();
-            if let Some(old) = t.wrapped_from {
-                let mut marker = Vec::with_capacity(16);
-                marker.extend_from_slice(&(WRAP as u64).to_le_bytes());
-                marker.extend_from_slice(&t.seq.to_le_bytes());
-                ops.push((
-                    Op::Write { src: Payload::Inline(marker), remote: n.catalog.remote(b, ring_at + old, 16) },
-                    false,
-                ));
-            }
-            let src = LocalBuf { lkey: s.lkey, addr: src_at, len: framed_len as u32 };
+            wait_for_room(ctx, n, b, framed_len).await?;
+        }
+        let t = n.log_tail(worker, b, framed_len);
+        let mut framed = Vec::with_capacity(framed_len as usize);
+        framed.extend_from_slice(&(record.len() as u32).to_le_bytes());
+        framed.extend_from_slice(&[0; 4]);
+        framed.extend_from_slice(&t.seq.to_le_bytes());
+        framed.extend_from_slice(record);
+        framed.resize(framed_len as usize - 4, 0);
+        framed.extend_from_slice(&(record.len() as u32).to_le_bytes());
+        ctx.write_local(src_at, &framed).map_err(|e| e.to_string())?;
+        let ring_at = n.catalog.layout.ring(n.me, worker);
+        let mut ops = Vec::new();
+        if let Some(old) = t.wrapped_from {
+            let mut marker = Vec::with_capacity(16);
+            marker.extend_from_slice(&(WRAP as u64).to_le_bytes());
+            marker.extend_from_slice(&t.seq.to_le_bytes());
             ops.push((
-                Op::Write { src: Payload::Local(src), remote: n.catalog.remote(b, ring_at + t.pos, framed_len as u32) },
-                true,
+                Op::Write { src: Payload::Inline(marker), remote: n.catalog.remote(b, ring_at + old, 16) },
+                false,
             ));
-            ctx.post(q, ops).map_err(|e| e.to_string())?;
-            if t.reclaim {
-                reclaims.push(b);
-            }
         }
-        ctx.wait().await.map_err(|c| c.to_string())?;
-        for b in reclaims {
-            ctx.call_oneway(
-                Endpoint { node: NodeId(b), worker },
-                H_RECLAIM,
-                &[&n.me.to_le_bytes()[..], &worker.to_le_bytes()].concat(),
-            );
+        let src = LocalBuf { lkey: s.lkey, addr: src_at, len: framed_len as u32 };
+        ops.push((
+            Op::Write { src: Payload::Local(src), remote: n.catalog.remote(b, ring_at + t.pos, framed_len as u32) },
+            true,
+        ));
+        ctx.post(q, ops).map_err(|e| e.to_string())?;
+        if t.reclaim {
+            reclaims.push(b);
         }
-    } else {
-        let calls: Vec<_> =
-            backups.iter().map(|&b| ctx.call(Endpoint { node: NodeId(b), worker }, H_LOG, record)).collect();
-        let _ = ctx.wait().await;
-        // A backup that did not take the record fails the log: committing without it would
-        // lose the write there.
-        let failed = calls.into_iter().find_map(|c| match ctx.take_reply(c) {
-            Some(Ok(_)) => None,
-            Some(Err(e)) => Some(e.to_string()),
-            None => Some(txbed_transport::RpcError::Lost.to_string()),
-        });
-        ctx.clear_replies();
-        if let Some(e) = failed {
-            return Err(format!("LOG: {e}"));
-        }
+    }
+    ctx.wait().await.map_err(|c| c.to_string())?;
+    for b in reclaims {
+        ctx.call_oneway(
+            Endpoint { node: NodeId(b), worker },
+            H_RECLAIM,
+            &[&n.me.to_le_bytes()[..], &worker.to_le_bytes()].concat(),
+        );
     }
     let mut st = n.stats.borrow_mut();
     st.log_records += backups.len() as u64;
