@@ -758,7 +758,9 @@ fn reap(ctx: &Ctx, n: &NodeState) -> bool {
         let mut e = n.calvin.e.borrow_mut();
         e.inflight.retain(|&c| ctx.take_reply(c).is_none());
         for l in e.logging.iter_mut() {
-            // A failed log call is dropped, as `log::append` does over RPC.
+            // A failed log call (a dead backup: the RPC layer retransmits through loss) is
+            // dropped, unlike `log::append`'s: a sequenced transaction cannot abort, and no
+            // scenario kills a backup yet.
             l.calls.retain(|&c| ctx.take_reply(c).is_none());
         }
         while e.logging.front().is_some_and(|l| l.calls.is_empty()) {
