@@ -14,7 +14,7 @@
 use std::cell::RefCell;
 use std::net::{SocketAddr, UdpSocket};
 use std::rc::Rc;
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use txbed_transport::rpc::oneway_message;
@@ -61,6 +61,10 @@ pub fn run(backend: SelftestBackend) -> Result<Vec<String>, String> {
     let (tx, rx) = mpsc::channel();
     let start = Instant::now();
     let mut threads = Vec::new();
+    // No node posts before every node is connected (its NIC routes and receives in place):
+    // an immediate for a worker not yet registered fails remotely. A node that failed to
+    // connect still passes the barrier, so the other does not wait forever.
+    let connected = Arc::new(Barrier::new(NODES as usize));
     match backend {
         SelftestBackend::Sockets => {
             let mut nodes = Vec::new();
@@ -76,13 +80,14 @@ pub fn run(backend: SelftestBackend) -> Result<Vec<String>, String> {
             }
             let peers: Vec<NodeAddrs> = nodes.iter().map(|n| n.3.clone()).collect();
             for (n, (mem, routes, udp, _)) in nodes.into_iter().enumerate() {
-                let (peers, tx) = (peers.clone(), tx.clone());
+                let (peers, tx, connected) = (peers.clone(), tx.clone(), connected.clone());
                 threads.push(std::thread::spawn(move || {
                     let node = n as u16;
                     let r = (|| {
                         let core = core(node, &mem);
-                        let w = SocketsWorker::connect(core, me(node), udp, peers, mem, &routes, start, 64)?;
-                        drive(Box::new(w), node)
+                        let w = SocketsWorker::connect(core, me(node), udp, peers, mem, &routes, start, 64);
+                        connected.wait();
+                        drive(Box::new(w?), node)
                     })();
                     let _ = tx.send((node, r));
                 }));
@@ -99,13 +104,14 @@ pub fn run(backend: SelftestBackend) -> Result<Vec<String>, String> {
             let peers: Vec<_> = devs.iter().map(|d| d.descriptor().clone()).collect();
             for (n, dev) in devs.iter_mut().enumerate() {
                 let qps = dev.take_worker(0).ok_or("worker 0's queue pairs are missing")?;
-                let (peers, tx) = (peers.clone(), tx.clone());
+                let (peers, tx, connected) = (peers.clone(), tx.clone(), connected.clone());
                 threads.push(std::thread::spawn(move || {
                     let node = n as u16;
                     let r = (|| {
                         let core = core(node, &qps.1);
-                        let w = crate::verbs::transport::VerbsWorker::connect(core, me(node), qps, peers, start, 64)?;
-                        drive(Box::new(w), node)
+                        let w = crate::verbs::transport::VerbsWorker::connect(core, me(node), qps, peers, start, 64);
+                        connected.wait();
+                        drive(Box::new(w?), node)
                     })();
                     let _ = tx.send((node, r));
                 }));
