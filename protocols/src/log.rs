@@ -112,6 +112,7 @@ pub fn drain_ring(n: &NodeState, mem: &dyn HostMemory, sender: u16, worker: u16)
 async fn wait_for_room(ctx: &Ctx, n: &NodeState, backup: u16, len: u64) -> Result<(), String> {
     let worker = ctx.me().worker;
     let mut stalled_since = ctx.now();
+    let mut pause = RECLAIM_RETRY_NS;
     while !n.log_fits(worker, backup, len) {
         if ctx.now() - stalled_since > RECLAIM_PATIENCE_NS {
             return Err(format!(
@@ -129,18 +130,23 @@ async fn wait_for_room(ctx: &Ctx, n: &NodeState, backup: u16, len: u64) -> Resul
         let before = n.ring_confirmed(worker, backup);
         n.log_confirmed(worker, backup, consumed.ok_or("malformed reclaim reply")?);
         if n.ring_confirmed(worker, backup) == before {
-            ctx.sleep(RECLAIM_RETRY_NS).await;
+            ctx.sleep(pause).await;
+            pause = (pause * 2).min(RECLAIM_RETRY_MAX_NS);
         } else {
             stalled_since = ctx.now();
+            pause = RECLAIM_RETRY_NS;
         }
     }
     Ok(())
 }
 
-/// How long a writer waits for in-flight entries to land before asking again.
+/// How long a writer waits for in-flight entries to land before asking again, doubling up
+/// to the maximum while the backup makes no progress.
 const RECLAIM_RETRY_NS: u64 = 1_000;
-/// How long a writer waits for a backup that applies nothing before it fails the log.
-const RECLAIM_PATIENCE_NS: u64 = 10_000_000;
+const RECLAIM_RETRY_MAX_NS: u64 = 64_000;
+/// How long a writer waits for a backup that applies nothing before it fails the log: long
+/// enough for a descheduled NIC or backup thread on a real backend.
+const RECLAIM_PATIENCE_NS: u64 = 1_000_000_000;
 
 /// Splits a log record (`id | entries`) into records of at most `max` bytes, at entry
 /// boundaries; each applies on its own, since entries carry their key and version.

@@ -180,6 +180,9 @@ pub(crate) fn load_partition(
     Ok(())
 }
 
+/// Simulated time transactions in flight get to finish after the run's end.
+const STRAGGLE_NS: u64 = 100_000_000;
+
 pub(crate) fn node_state(spec: &TxnRunSpec, me: u16, catalog: &Rc<Catalog>) -> Rc<NodeState> {
     Rc::new(NodeState {
         me,
@@ -570,7 +573,19 @@ pub fn run_txns_with(spec: &TxnRunSpec, progress: &mut dyn FnMut(u64, u64)) -> R
         sim.run_until(t);
         progress(t, sh.end);
     }
-    sim.run_to_idle(sh.end + 100_000_000);
+    sim.run_to_idle(sh.end + STRAGGLE_NS);
+    // A coroutine still running this long after the end is stuck (a protocol waiting for
+    // something that never comes): say so rather than check a history it never finished.
+    for n in 0..spec.nodes {
+        for wk in 0..spec.workers {
+            if !sim.worker(n, wk).all_finished() {
+                sh.failures.borrow_mut().push(format!(
+                    "node {n} worker {wk}: coroutines still running {} ms after the end of the run",
+                    STRAGGLE_NS / 1_000_000
+                ));
+            }
+        }
+    }
     // Backups catch up on the logs still in their rings (a recovering backup would too).
     for (b, st) in states.iter().enumerate() {
         let mem = sim.memory(b as u16);
