@@ -429,41 +429,7 @@ pub async fn write_back(
     let mut bytes = 0u64;
     let mut staging = staging_at(ctx);
     for (r, v) in recs.iter().filter(|r| r.write).zip(new_values) {
-        bytes += 16 + v.len() as u64 + 8;
-        let (inc, ver) = r.version();
-        let key = history_key(r.table, r.key);
-        history.reads.push(Access { key, version: ver });
-        history.writes.push(Access { key, version: ver + 1 });
-        let mut body = Vec::with_capacity(16 + v.len());
-        body.extend_from_slice(&version_word(inc, ver + 1).to_le_bytes());
-        body.extend_from_slice(&id.to_le_bytes());
-        body.extend_from_slice(v);
-        if n.hybrid.onesided(Stage::Commit) {
-            let write = Op::Write {
-                src: inline_or_staged(ctx, &body, &mut staging),
-                remote: n.catalog.remote(r.home, r.offset + VERSION, body.len() as u32),
-            };
-            let unlock = Op::Write {
-                src: Payload::Inline(0u64.to_le_bytes().to_vec()),
-                remote: n.catalog.remote(r.home, r.offset + LOCK, 8),
-            };
-            let q = qp(ctx, r.home)?;
-            // Passive ACK: the commit is confirmed by a later signaled request on the QP
-            // (DrTM+H Sec. 3.2); signal anyway before the send queue fills.
-            let depth = ctx.qp_info(q).map_or(2, |i| i.max_outstanding);
-            let signal = !n.options.passive_ack || ctx.outstanding(q) + 4 >= depth / 2;
-            let ops = if unlock_first { vec![(write, signal)] } else { vec![(write, false), (unlock, signal)] };
-            issue(ctx, n, q, ops).await?;
-        } else {
-            let mut req = Vec::with_capacity(8 + body.len());
-            req.extend_from_slice(&r.offset.to_le_bytes());
-            req.extend_from_slice(&body);
-            if n.options.passive_ack {
-                ctx.call_oneway(endpoint(ctx, r.home), H_COMMIT, &req);
-            } else {
-                call(ctx, n, r.home, H_COMMIT, &req).await;
-            }
-        }
+        bytes += write_back_one(ctx, n, r, v, id, history, &mut staging, !unlock_first, H_COMMIT).await?;
     }
     for r in recs.iter().filter(|r| !r.write) {
         history.reads.push(Access { key: history_key(r.table, r.key), version: r.version().1 });
@@ -475,6 +441,62 @@ pub async fn write_back(
     ctx.clear_replies();
     account(ctx, n, Stage::Commit, t0, 1, bytes);
     Ok(())
+}
+
+/// Writes back one locked record (version + 1, writer `id`, new value) and, with `unlock`,
+/// clears its lock: a WRITE (and the unlock WRITE behind it on the QP), or the protocol's
+/// COMMIT RPC `handler`. Records the access in `history`; returns the bytes sent.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn write_back_one(
+    ctx: &Ctx,
+    n: &NodeState,
+    r: &Rec,
+    value: &[u8],
+    id: u64,
+    history: &mut Txn,
+    staging: &mut u64,
+    unlock: bool,
+    handler: u16,
+) -> Result<u64, String> {
+    let (inc, ver) = r.version();
+    let key = history_key(r.table, r.key);
+    history.reads.push(Access { key, version: ver });
+    history.writes.push(Access { key, version: ver + 1 });
+    let mut body = Vec::with_capacity(16 + value.len());
+    body.extend_from_slice(&version_word(inc, ver + 1).to_le_bytes());
+    body.extend_from_slice(&id.to_le_bytes());
+    body.extend_from_slice(value);
+    if n.hybrid.onesided(Stage::Commit) {
+        let write = Op::Write {
+            src: inline_or_staged(ctx, &body, staging),
+            remote: n.catalog.remote(r.home, r.offset + VERSION, body.len() as u32),
+        };
+        let q = qp(ctx, r.home)?;
+        // Passive ACK: the commit is confirmed by a later signaled request on the QP
+        // (DrTM+H Sec. 3.2); signal anyway before the send queue fills.
+        let depth = ctx.qp_info(q).map_or(2, |i| i.max_outstanding);
+        let signal = !n.options.passive_ack || ctx.outstanding(q) + 4 >= depth / 2;
+        let ops = if unlock {
+            let unlock = Op::Write {
+                src: Payload::Inline(0u64.to_le_bytes().to_vec()),
+                remote: n.catalog.remote(r.home, r.offset + LOCK, 8),
+            };
+            vec![(write, false), (unlock, signal)]
+        } else {
+            vec![(write, signal)]
+        };
+        issue(ctx, n, q, ops).await?;
+    } else {
+        let mut req = Vec::with_capacity(8 + body.len());
+        req.extend_from_slice(&r.offset.to_le_bytes());
+        req.extend_from_slice(&body);
+        if n.options.passive_ack {
+            ctx.call_oneway(endpoint(ctx, r.home), handler, &req);
+        } else {
+            call(ctx, n, r.home, handler, &req).await;
+        }
+    }
+    Ok(16 + value.len() as u64 + 8)
 }
 
 /// Posts the unlocks of the locked records `which` selects, by the RELEASE stage's primitive.

@@ -37,7 +37,7 @@ use crate::node::{Bug, NodeState, BUSY, MISSING, OK};
 use crate::nowait::{committed, execute, new_history, Attempt};
 use crate::ops::{self, account, Rec};
 use crate::stage::Stage;
-use crate::store::{self, version_word, LOCK, META_BYTES, VERSION, WRITER};
+use crate::store::{self, LOCK, META_BYTES, VERSION, WRITER};
 
 /// The stages WAITDIE has, hence the bits its hybrid code may set.
 pub const STAGES: [Stage; 4] = [Stage::Lock, Stage::Log, Stage::Release, Stage::Commit];
@@ -545,39 +545,7 @@ async fn write_back(
     let mut bytes = 0u64;
     let mut staging = crate::ops::staging_at(ctx);
     for (r, v) in recs.iter().filter(|r| r.write).zip(new_values) {
-        bytes += 16 + v.len() as u64 + 8;
-        let (inc, ver) = r.version();
-        let key = history_key(r.table, r.key);
-        history.reads.push(Access { key, version: ver });
-        history.writes.push(Access { key, version: ver + 1 });
-        let mut body = Vec::with_capacity(16 + v.len());
-        body.extend_from_slice(&version_word(inc, ver + 1).to_le_bytes());
-        body.extend_from_slice(&id.to_le_bytes());
-        body.extend_from_slice(v);
-        if n.hybrid.onesided(Stage::Commit) {
-            let write = Op::Write {
-                src: ops::inline_or_staged(ctx, &body, &mut staging),
-                remote: n.catalog.remote(r.home, r.offset + VERSION, body.len() as u32),
-            };
-            let unlock = Op::Write {
-                src: Payload::Inline(0u64.to_le_bytes().to_vec()),
-                remote: n.catalog.remote(r.home, r.offset + LOCK, 8),
-            };
-            let q = ops::qp(ctx, r.home)?;
-            // Passive ACK (DrTM+H Sec. 3.2): signal anyway before the send queue fills.
-            let depth = ctx.qp_info(q).map_or(2, |i| i.max_outstanding);
-            let signal = !n.options.passive_ack || ctx.outstanding(q) + 4 >= depth / 2;
-            ops::issue(ctx, n, q, vec![(write, false), (unlock, signal)]).await?;
-        } else {
-            let mut req = Vec::with_capacity(8 + body.len());
-            req.extend_from_slice(&r.offset.to_le_bytes());
-            req.extend_from_slice(&body);
-            if n.options.passive_ack {
-                ctx.call_oneway(ops::endpoint(ctx, r.home), H_WD_COMMIT, &req);
-            } else {
-                ops::call(ctx, n, r.home, H_WD_COMMIT, &req).await;
-            }
-        }
+        bytes += ops::write_back_one(ctx, n, r, v, id, history, &mut staging, true, H_WD_COMMIT).await?;
     }
     for r in recs.iter().filter(|r| !r.write) {
         history.reads.push(Access { key: history_key(r.table, r.key), version: r.version().1 });

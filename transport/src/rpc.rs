@@ -284,7 +284,7 @@ pub(crate) struct RpcState {
     pending_base: CallId,
     deadlines: BTreeSet<(Nanos, CallId)>,
     /// Per caller, the calls served recently: when, and the reply (`None` while deferred).
-    served: BTreeMap<Endpoint, BTreeMap<CallId, (Nanos, Option<Vec<u8>>)>>,
+    served: BTreeMap<Endpoint, Served>,
     requeued: Vec<(Endpoint, Vec<u8>)>,
     /// Byte buffers of received datagrams, reused for outgoing ones.
     spare_bufs: Vec<Vec<u8>>,
@@ -293,6 +293,9 @@ pub(crate) struct RpcState {
     /// Partials started so far (their age, for dropping the oldest).
     partials_started: u64,
 }
+
+/// Calls served for one caller: when, and the reply (`None` while deferred).
+type Served = BTreeMap<CallId, (Nanos, Option<Vec<u8>>)>;
 
 /// A message being reassembled from fragments.
 struct Partial {
