@@ -37,12 +37,61 @@ use txbed_checker::Access;
 use txbed_transport::{Ctx, Handled, HandlerCtx, HandlerFn, HostMemory, LocalBuf, Op, Payload};
 use txbed_workloads::{Executed, TxnSpec};
 
-use crate::history_key;
-use crate::node::{Bug, NodeState, BUSY, MISSING, OK};
-use crate::nowait::{committed, new_history, Attempt};
-use crate::ops::{self, Rec};
-use crate::stage::Stage;
-use crate::store::{self, split_version_word, version_word, TablePlace, LOCK, META_BYTES, VERSION, WRITER};
+use txbed_txn::history_key;
+use txbed_txn::node::{NodeState, BUSY, MISSING, OK};
+use txbed_txn::attempt::{committed, new_history, Attempt};
+use txbed_txn::ops::{self, Rec};
+use txbed_txn::protocol::{handler_id, in_id_order, Bug, LocalBoxFuture, OptionValues, Protocol};
+use txbed_txn::stage::{Hybrid, Stage};
+use txbed_txn::store::{self, split_version_word, version_word, TablePlace, LOCK, META_BYTES, VERSION, WRITER};
+
+pub struct Mvcc;
+
+impl Protocol for Mvcc {
+    fn name(&self) -> &'static str {
+        "MVCC"
+    }
+    fn description(&self) -> &'static str {
+        "multi-version timestamp ordering with four old versions per tuple (RCC Sec. 4.4)"
+    }
+    fn stages(&self) -> &'static [Stage] {
+        &STAGES
+    }
+    fn bugs(&self) -> &'static [Bug] {
+        &[SKIP_RTS]
+    }
+    fn ext_bytes(&self, record_bytes: u64) -> u64 {
+        ext_bytes(record_bytes)
+    }
+    /// A one-sided READ CASes `rts` (a lost raise is a write skew), as LOCK CASes the lock.
+    fn nic_atomics(&self, hybrid: Hybrid) -> bool {
+        hybrid.onesided(Stage::Lock) || hybrid.onesided(Stage::Read)
+    }
+    fn participant(&self, _options: &OptionValues) -> Box<dyn std::any::Any> {
+        Box::new(Participant::default())
+    }
+    fn handler_names(&self) -> &'static [&'static str] {
+        &HANDLER_NAMES
+    }
+    fn handlers(&self, n: &Rc<NodeState>) -> Vec<Rc<HandlerFn>> {
+        in_id_order(handlers(n))
+    }
+    fn attempt<'a>(&self, ctx: &'a Ctx, n: &'a NodeState, spec: &'a TxnSpec, id: u64) -> LocalBoxFuture<'a, Attempt> {
+        Box::pin(attempt(ctx, n, spec, id))
+    }
+}
+
+/// This node's MVCC state.
+fn part(n: &NodeState) -> &Participant {
+    n.participant()
+}
+
+/// Reads never raise the tuple's `rts` (RCC Sec. 4.4 done wrong): a writer older than a
+/// reader can still install the version after the one the reader saw (write skew).
+pub const SKIP_RTS: Bug = Bug {
+    name: "MvccSkipRts",
+    about: "reads never raise rts: an older writer installs a version after the one a younger reader saw (write skew)",
+};
 
 /// The stages MVCC has, hence the bits its hybrid code may set.
 pub const STAGES: [Stage; 5] = [Stage::Lock, Stage::Read, Stage::Log, Stage::Release, Stage::Commit];
@@ -51,11 +100,11 @@ pub const STAGES: [Stage; 5] = [Stage::Lock, Stage::Read, Stage::Log, Stage::Rel
 pub const SLOTS: usize = 4;
 
 /// RPC handler ids.
-pub const H_READ: u16 = 30;
-pub const H_LOCK: u16 = 31;
-pub const H_COMMIT: u16 = 32;
+pub const H_READ: u16 = handler_id(0);
+pub const H_LOCK: u16 = handler_id(1);
+pub const H_COMMIT: u16 = handler_id(2);
 /// Handler names, for traces.
-pub const HANDLER_NAMES: [(u16, &str); 3] = [(H_READ, "MVCC_READ"), (H_LOCK, "MVCC_LOCK"), (H_COMMIT, "MVCC_COMMIT")];
+pub const HANDLER_NAMES: [&str; 3] = ["MVCC_READ", "MVCC_LOCK", "MVCC_COMMIT"];
 
 /// Reply status: Cond W1 failed (a younger transaction read or wrote the record).
 pub const TOO_LATE: u8 = 3;
@@ -297,7 +346,7 @@ fn next_ts(ctx: &Ctx, n: &NodeState) -> Result<u64, String> {
     if n.me as u64 * workers as u64 + w as u64 >= 1 << 12 || c >= 1 << 8 {
         return Err("MVCC timestamps hold 12 bits of node x worker and 8 of coroutine".into());
     }
-    let mut clocks = n.mvcc.clocks.borrow_mut();
+    let mut clocks = part(n).clocks.borrow_mut();
     let (ahead, last) = clocks.entry((w, c)).or_default();
     let clock = (ctx.now() + *ahead).max(*last + 1);
     *last = clock;
@@ -306,7 +355,7 @@ fn next_ts(ctx: &Ctx, n: &NodeState) -> Result<u64, String> {
 
 /// Moves this coroutine's clock ahead to a timestamp seen in a tuple (RCC 4.4).
 fn observe(ctx: &Ctx, n: &NodeState, ts: u64) {
-    let mut clocks = n.mvcc.clocks.borrow_mut();
+    let mut clocks = part(n).clocks.borrow_mut();
     let (ahead, _) = clocks.entry((ctx.me().worker, ctx.coroutine())).or_default();
     let local = ctx.now() + *ahead;
     if clock_of(ts) > local {
@@ -318,7 +367,7 @@ fn observe(ctx: &Ctx, n: &NodeState, ts: u64) {
 pub const TRACE: &str = "mvcc";
 
 fn abort(ctx: &Ctx, n: &NodeState, why: Abort) -> Attempt {
-    n.mvcc.aborts.borrow_mut()[why as usize] += 1;
+    part(n).aborts.borrow_mut()[why as usize] += 1;
     let now = ctx.now();
     ctx.trace_slice(ABORT_NAMES[why as usize], TRACE, now, now);
     Attempt::Conflict
@@ -328,7 +377,7 @@ fn geometry(n: &NodeState, table: u16) -> Geometry {
     n.catalog.layout.table(table).map(Geometry::of).unwrap_or(Geometry { rec: 0 })
 }
 
-pub async fn attempt(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Attempt {
+async fn attempt(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Attempt {
     let start_ns = ctx.now();
     let ctts = match next_ts(ctx, n) {
         Ok(t) => t,
@@ -404,7 +453,7 @@ async fn read_set(ctx: &Ctx, n: &NodeState, recs: &mut [Rec], ctts: u64) -> Stag
     ops::account(ctx, n, Stage::Read, t0, round_trips, bytes);
     if let Ok(seen) = &result {
         let old = seen.iter().filter(|v| !v.latest).count() as u64;
-        n.mvcc.old_reads.set(n.mvcc.old_reads.get() + old);
+        part(n).old_reads.set(part(n).old_reads.get() + old);
         if old > 0 {
             let now = ctx.now();
             ctx.trace_slice_args("older versions read", TRACE, now, now, &[("count", old)]);
@@ -450,7 +499,7 @@ async fn read_onesided(
         let b = Op::Read { local: LocalBuf { lkey: s.lkey, addr: at + len, len: len as u32 }, remote };
         // The first READ is confirmed by the second's completion (FIFO on the QP).
         ops::issue(ctx, n, ops::qp(ctx, r.home)?, vec![(a, false), (b, true)]).await?;
-        if !n.options.speculative {
+        if !n.rdma.speculative {
             ctx.wait().await.map_err(|c| c.to_string())?;
         }
         posted.push((i, at, len));
@@ -484,7 +533,7 @@ async fn read_onesided(
         r.tuple = b.clone();
         seen.push(v);
     }
-    if n.bug == Some(Bug::MvccSkipRts) {
+    if n.bug == Some(SKIP_RTS) {
         raise.clear();
     }
     // Raise rts to ctts (CAS, retried while other readers move it), then check that no older
@@ -577,7 +626,7 @@ async fn read_rpc(
     let mut bytes = 0u64;
     for (i, r) in recs.iter().enumerate().filter(|(_, r)| !r.write) {
         calls.push((i, ops::call(ctx, n, r.home, H_READ, &request(r, ctts)).await));
-        if !n.options.speculative {
+        if !n.rdma.speculative {
             let _ = ctx.wait().await;
         }
     }
@@ -840,7 +889,7 @@ async fn commit(
             // Passive ACK (DrTM+H Sec. 3.2), as ops::write_back: signal anyway before the send
             // queue fills, or when the staging area will be reused.
             let depth = ctx.qp_info(q).map_or(2, |i| i.max_outstanding);
-            let signal = !n.options.passive_ack || ctx.outstanding(q) + 4 >= depth / 2 || wraps;
+            let signal = !n.rdma.passive_ack || ctx.outstanding(q) + 4 >= depth / 2 || wraps;
             ops::issue(ctx, n, q, vec![(write, false), (unlock, signal)]).await?;
         }
     } else {
@@ -853,7 +902,7 @@ async fn commit(
             req.extend_from_slice(&id.to_le_bytes());
             req.extend_from_slice(v);
             bytes += req.len() as u64;
-            if n.options.passive_ack {
+            if n.rdma.passive_ack {
                 ctx.call_oneway(ops::endpoint(ctx, r.home), H_COMMIT, &req);
             } else {
                 ops::call(ctx, n, r.home, H_COMMIT, &req).await;
@@ -899,7 +948,7 @@ fn read_handler(n: &NodeState, mem: &dyn HostMemory, req: &[u8], reply: &mut Vec
         return head(reply, BUSY);
     }
     let Some(v) = r1(g, &t, ctts) else { return head(reply, OVERFLOW) };
-    if v.latest && rts < ctts && n.bug != Some(Bug::MvccSkipRts) {
+    if v.latest && rts < ctts && n.bug != Some(SKIP_RTS) {
         let _ = mem.store_u64(n.base() + off + g.rts() as u64, ctts);
     }
     head(reply, OK);

@@ -7,64 +7,46 @@
 //! WRITEs, only the second signaled) and RELEASE unlocks the records only read. The lock word
 //! always holds the owner, so an RPC LOCK can be released one-sided (RCC Sec. 5.2).
 
-use txbed_checker::{Status, Txn};
 use txbed_transport::Ctx;
-use txbed_workloads::{Executed, TxnSpec};
+use txbed_txn::attempt::{committed, execute, new_history, Attempt};
+use txbed_txn::node::NodeState;
+use txbed_txn::ops;
+use txbed_txn::protocol::{Bug, LocalBoxFuture, Protocol};
+use txbed_txn::stage::Stage;
+use txbed_workloads::TxnSpec;
 
-use crate::node::{Bug, NodeState};
-use crate::ops::{self, Rec};
-use crate::stage::Stage;
+pub struct NoWait;
+
+impl Protocol for NoWait {
+    fn name(&self) -> &'static str {
+        "NOWAIT"
+    }
+    fn description(&self) -> &'static str {
+        "2PL with exclusive locks that aborts at once on a busy lock (RCC Sec. 4.2)"
+    }
+    fn stages(&self) -> &'static [Stage] {
+        &STAGES
+    }
+    fn bugs(&self) -> &'static [Bug] {
+        &[UNLOCK_BEFORE_WRITE_BACK]
+    }
+    fn attempt<'a>(&self, ctx: &'a Ctx, n: &'a NodeState, spec: &'a TxnSpec, id: u64) -> LocalBoxFuture<'a, Attempt> {
+        Box::pin(attempt(ctx, n, spec, id))
+    }
+}
+
+/// Releases the locks before writing back (RCC Sec. 4.2 done wrong): another transaction
+/// reads the old value after this one's lock is gone (lost updates).
+pub const UNLOCK_BEFORE_WRITE_BACK: Bug = Bug {
+    name: "UnlockBeforeWriteBack",
+    about: "releases its locks before writing back: another transaction reads the old value (lost update)",
+};
 
 /// The stages NOWAIT has, hence the bits its hybrid code may set.
 pub const STAGES: [Stage; 4] = [Stage::Lock, Stage::Log, Stage::Release, Stage::Commit];
 
-/// How one attempt ended.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Attempt {
-    Committed,
-    /// Another transaction held a lock, or a validation failed: retry.
-    Conflict,
-    /// The transaction's logic aborted: do not retry.
-    UserAbort,
-    /// A verb or RPC failed (peer dead): the message says which.
-    Failed(String),
-}
-
-pub(crate) fn new_history(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64, start_ns: u64) -> Txn {
-    Txn {
-        id,
-        node: n.me,
-        worker: ctx.me().worker,
-        coroutine: ctx.coroutine(),
-        start_ns,
-        end_ns: 0,
-        status: Status::Committed,
-        label: spec.kind.to_string(),
-        reads: Vec::new(),
-        writes: Vec::new(),
-    }
-}
-
-/// Runs the transaction's logic on the records as read.
-pub(crate) fn execute(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, recs: &[Rec]) -> Option<(Vec<Vec<u8>>, i64)> {
-    let reads: Vec<&[u8]> = recs.iter().filter(|r| !r.write).map(|r| r.record()).collect();
-    let olds: Vec<&[u8]> = recs.iter().filter(|r| r.write).map(|r| r.record()).collect();
-    ctx.compute(spec.compute_ns);
-    match n.workload.execute(spec, &reads, &olds) {
-        Executed::Commit { new_values, external_delta } => Some((new_values, external_delta)),
-        Executed::UserAbort => None,
-    }
-}
-
-/// Records a committed transaction.
-pub(crate) fn committed(ctx: &Ctx, n: &NodeState, mut h: Txn, delta: i64) {
-    h.end_ns = ctx.now();
-    n.history.borrow_mut().push(h);
-    n.stats.borrow_mut().external_delta += delta;
-}
-
 /// Runs one attempt of `spec` as transaction `id` (nonzero; also the lock owner).
-pub async fn attempt(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Attempt {
+async fn attempt(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Attempt {
     let start_ns = ctx.now();
     let mut recs = ops::records(n, spec);
     match ops::lock_and_read(ctx, n, &mut recs, |_| true, id).await {
@@ -83,7 +65,7 @@ pub async fn attempt(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Attem
         return Attempt::Failed(e);
     }
     let mut h = new_history(ctx, n, spec, id, start_ns);
-    let bug = n.bug == Some(Bug::UnlockBeforeWriteBack);
+    let bug = n.bug == Some(UNLOCK_BEFORE_WRITE_BACK);
     if let Err(e) = ops::write_back(ctx, n, &recs, &new_values, id, &mut h, bug).await {
         return Attempt::Failed(e);
     }

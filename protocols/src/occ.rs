@@ -14,21 +14,111 @@
 //! A multi-line tuple READ in E can be torn by a concurrent write-back; V then sees the lock
 //! or the new version and aborts, so a torn read never commits.
 
+use serde::{Deserialize, Serialize};
 use txbed_transport::Ctx;
+use txbed_txn::attempt::{committed, execute, new_history, Attempt};
+use txbed_txn::node::NodeState;
+use txbed_txn::ops;
+use txbed_txn::protocol::{parse_options, Bug, LocalBoxFuture, OptionValues, Preset, Protocol, Rdma};
+use txbed_txn::stage::{Hybrid, Stage};
 use txbed_workloads::TxnSpec;
 
-use crate::node::{Bug, NodeState};
-use crate::nowait::{committed, execute, new_history, Attempt};
-use crate::ops;
-use crate::stage::Stage;
+pub struct Occ;
+
+impl Protocol for Occ {
+    fn name(&self) -> &'static str {
+        "OCC"
+    }
+    fn description(&self) -> &'static str {
+        "optimistic: execute, lock and validate, log, commit (DrTM+H Sec. 5-6; RCC Sec. 4.1)"
+    }
+    fn stages(&self) -> &'static [Stage] {
+        &STAGES
+    }
+    fn bugs(&self) -> &'static [Bug] {
+        &[SKIP_VALIDATION]
+    }
+    fn presets(&self) -> &'static [Preset] {
+        &PRESETS
+    }
+    fn check_options(&self, given: &OptionValues) -> Result<(), String> {
+        parse_options::<Options>(given).map(|_| ())
+    }
+    fn default_options(&self) -> OptionValues {
+        serde_json::to_value(Options::default()).expect("options serialise")
+    }
+    fn participant(&self, options: &OptionValues) -> Box<dyn std::any::Any> {
+        Box::new(parse_options::<Options>(options).expect("options were checked"))
+    }
+    fn attempt<'a>(&self, ctx: &'a Ctx, n: &'a NodeState, spec: &'a TxnSpec, id: u64) -> LocalBoxFuture<'a, Attempt> {
+        Box::pin(attempt(ctx, n, spec, id))
+    }
+}
+
+/// OCC's options (`protocol.options`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Options {
+    /// Lock and read the write set during execution, when the read/write set is known up
+    /// front, instead of at validation (FaSST's variant, DrTM+H Sec. 6.3).
+    pub lock_in_execution: bool,
+}
+
+/// Skips read-set validation: a transaction commits on values another has since overwritten.
+pub const SKIP_VALIDATION: Bug =
+    Bug { name: "SkipValidation", about: "skips read-set validation: commits on reads another transaction overwrote" };
+
+/// Prior systems' choice of primitives and optimisations per OCC phase (DrTM+H Sec. 6.3,
+/// Table 4; docs/protocols.md).
+pub const PRESETS: [Preset; 4] = [
+    Preset {
+        name: "Farm",
+        about: "FaRM: one-sided READ to execute and validate, one-sided WRITE to log; lock and commit by RPC",
+        resolve: |_| (Hybrid(Stage::Read.bit() | Stage::Log.bit() | Stage::Validate.bit()), preset_base(), no_options()),
+    },
+    Preset {
+        name: "DrtmR",
+        about: "DrTM+R: every phase one-sided (RDMA CAS locks, READ, WRITE)",
+        resolve: |_| (Hybrid::full(&STAGES), preset_base(), no_options()),
+    },
+    Preset {
+        name: "Fasst",
+        about: "FaSST: every phase by doorbell-batched RPC over UD, the write set locked during execution",
+        resolve: |_| {
+            let lock_early = serde_json::to_value(Options { lock_in_execution: true }).expect("options serialise");
+            (Hybrid::RPC, Rdma { doorbell: true, ..preset_base() }, lock_early)
+        },
+    },
+    Preset {
+        name: "Drtmh",
+        about: "DrTM+H Sec. 6.1: cached one-sided READ and LOG; one-sided lock and commit where NIC atomics are safe; passive ACK, speculative execution",
+        resolve: |atomics_safe| {
+            let code = if atomics_safe {
+                Hybrid::full(&STAGES)
+            } else {
+                Hybrid(Stage::Read.bit() | Stage::Log.bit() | Stage::Validate.bit())
+            };
+            (code, Rdma { doorbell: true, passive_ack: true, speculative: true, ..preset_base() }, no_options())
+        },
+    },
+];
+
+/// What the presets start from: outstanding requests only.
+fn preset_base() -> Rdma {
+    Rdma { outstanding: true, doorbell: false, passive_ack: false, speculative: false, ..Rdma::default() }
+}
+
+fn no_options() -> OptionValues {
+    OptionValues::Null
+}
 
 /// The stages OCC has: READ, LOCK, VALIDATE, LOG, COMMIT, RELEASE.
 pub const STAGES: [Stage; 6] = [Stage::Lock, Stage::Read, Stage::Log, Stage::Release, Stage::Commit, Stage::Validate];
 
-pub async fn attempt(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Attempt {
+async fn attempt(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Attempt {
     let start_ns = ctx.now();
     let mut recs = ops::records(n, spec);
-    let early = n.options.lock_in_execution && !spec.read_only();
+    let early = n.participant::<Options>().lock_in_execution && !spec.read_only();
     if early {
         // FaSST: lock + read the write set now (records() puts reads first).
         match ops::lock_and_read(ctx, n, &mut recs, |r| r.write, id).await {
@@ -70,7 +160,7 @@ pub async fn attempt(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Attem
             return Attempt::Conflict;
         }
     }
-    if n.bug != Some(Bug::SkipValidation) {
+    if n.bug != Some(SKIP_VALIDATION) {
         match ops::validate(ctx, n, &recs, |r| !r.write, id).await {
             Ok(true) => {}
             Ok(false) => {

@@ -42,25 +42,63 @@ use txbed_checker::Access;
 use txbed_transport::{Ctx, Handled, HandlerCtx, HandlerFn, HostMemory, LocalBuf, Op};
 use txbed_workloads::{Executed, TxnSpec};
 
-use crate::history_key;
-use crate::node::{Bug, NodeState, BUSY, MISSING, OK};
-use crate::nowait::{committed, new_history, Attempt};
-use crate::ops::{self, account, Rec};
-use crate::stage::Stage;
-use crate::store::{self, LOCK, META_BYTES, VERSION};
+use txbed_txn::history_key;
+use txbed_txn::node::{NodeState, BUSY, MISSING, OK};
+use txbed_txn::attempt::{committed, new_history, Attempt};
+use txbed_txn::ops::{self, account, Rec};
+use txbed_txn::protocol::{handler_id, in_id_order, Bug, LocalBoxFuture, Protocol};
+use txbed_txn::stage::Stage;
+use txbed_txn::store::{self, LOCK, META_BYTES, VERSION};
+
+pub struct Sundial;
+
+impl Protocol for Sundial {
+    fn name(&self) -> &'static str {
+        "SUNDIAL"
+    }
+    fn description(&self) -> &'static str {
+        "leases [wts, rts] renewed at commit, commit timestamps from the leases (RCC Sec. 4.5)"
+    }
+    fn stages(&self) -> &'static [Stage] {
+        &STAGES
+    }
+    fn bugs(&self) -> &'static [Bug] {
+        &[RENEW_IGNORES_LOCK]
+    }
+    fn ext_bytes(&self, record_bytes: u64) -> u64 {
+        ext_bytes(record_bytes)
+    }
+    fn handler_names(&self) -> &'static [&'static str] {
+        &HANDLER_NAMES
+    }
+    fn handlers(&self, n: &Rc<NodeState>) -> Vec<Rc<HandlerFn>> {
+        in_id_order(handlers(n))
+    }
+    fn attempt<'a>(&self, ctx: &'a Ctx, n: &'a NodeState, spec: &'a TxnSpec, id: u64) -> LocalBoxFuture<'a, Attempt> {
+        Box::pin(attempt(ctx, n, spec, id))
+    }
+}
+
+/// Renews a read lease without checking the tuple's lock (RCC Sec. 4.5's renewal condition
+/// (2) dropped): a lease grows under a writer that already fixed its commit timestamp, so two
+/// transactions can each read what the other overwrites (write skew).
+pub const RENEW_IGNORES_LOCK: Bug = Bug {
+    name: "SundialRenewIgnoresLock",
+    about: "renews a lease without checking the lock: the lease grows under a committing writer (write skew)",
+};
 
 /// The stages SUNDIAL has, hence the bits its hybrid code may set.
 pub const STAGES: [Stage; 6] = [Stage::Lock, Stage::Read, Stage::Log, Stage::Release, Stage::Commit, Stage::Renew];
 
 /// READ: request `table u16 | pad 6 | key u64`; reply `status u8 | offset u64 | bucket offset
 /// u64 | bucket | tuple` (as `H_FETCH`, but read until two copies agree).
-pub const H_SD_READ: u16 = 40;
+pub const H_SD_READ: u16 = handler_id(0);
 /// RENEW: request `offset u64 | ext_at u64 | wts u64 | commit_ts u64 | id u64`; reply
 /// `status u8` (OK: the lease covers `commit_ts`; BUSY: renewal failed).
-pub const H_SD_RENEW: u16 = 41;
+pub const H_SD_RENEW: u16 = handler_id(1);
 
 /// Handler names, for traces.
-pub const HANDLER_NAMES: [(u16, &str); 2] = [(H_SD_READ, "SD_READ"), (H_SD_RENEW, "SD_RENEW")];
+pub const HANDLER_NAMES: [&str; 2] = ["SD_READ", "SD_RENEW"];
 
 /// Offsets of the lease words in the tuple extension.
 pub const WTS: u64 = 0;
@@ -76,9 +114,6 @@ pub fn ext_bytes(_record_bytes: u64) -> u64 {
     16
 }
 
-/// Participant-side state of SUNDIAL on one node: none, leases live in the tuples.
-#[derive(Default)]
-pub struct Participant {}
 
 fn word(b: &[u8], i: usize) -> u64 {
     u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"))
@@ -165,7 +200,7 @@ fn read_handler(n: &NodeState, mem: &dyn HostMemory, req: &[u8], reply: &mut Vec
 
 fn renew_handler(n: &NodeState, mem: &dyn HostMemory, req: &[u8], reply: &mut Vec<u8>) {
     let (off, ext_at, wts, ts, id) = (word(req, 0), word(req, 8), word(req, 16), word(req, 24), word(req, 32));
-    let ignore_lock = n.bug == Some(Bug::SundialRenewIgnoresLock);
+    let ignore_lock = n.bug == Some(RENEW_IGNORES_LOCK);
     reply.push(if renew_local(mem, n.base() + off, ext_at, wts, ts, id, ignore_lock) { OK } else { BUSY });
 }
 
@@ -246,7 +281,7 @@ async fn read_set(ctx: &Ctx, n: &NodeState, recs: &mut [Rec], id: u64) -> Result
                     let second = Op::Read { local: LocalBuf { lkey: s.lkey, addr: at + len as u64, len }, remote };
                     // Two doorbelled READs; the second executes after the first (per-QP order).
                     ops::issue(ctx, n, ops::qp(ctx, r.home)?, vec![(first, false), (second, true)]).await?;
-                    if !n.options.speculative {
+                    if !n.rdma.speculative {
                         ctx.wait().await.map_err(|c| c.to_string())?;
                     }
                     slots.push((i, at, len as usize));
@@ -279,7 +314,7 @@ async fn read_set(ctx: &Ctx, n: &NodeState, recs: &mut [Rec], id: u64) -> Result
             req.extend_from_slice(&[0; 6]);
             req.extend_from_slice(&r.key.to_le_bytes());
             calls.push((i, ops::call(ctx, n, r.home, H_SD_READ, &req).await));
-            if !n.options.speculative {
+            if !n.rdma.speculative {
                 let _ = ctx.wait().await;
             }
             bytes += 16 + ops::tuple_bytes(n, r.table) as u64;
@@ -317,7 +352,7 @@ async fn renew(ctx: &Ctx, n: &NodeState, recs: &[Rec], ts: u64, id: u64) -> Resu
     if todo.is_empty() {
         return Ok(true);
     }
-    let ignore_lock = n.bug == Some(Bug::SundialRenewIgnoresLock);
+    let ignore_lock = n.bug == Some(RENEW_IGNORES_LOCK);
     let t0 = ctx.now();
     let (mut rounds, mut bytes) = (0u64, 0u64);
     let mut renewed = true;
@@ -416,7 +451,7 @@ fn execute(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, recs: &[Rec]) -> Option<(Ve
 }
 
 /// Runs one attempt of `spec` as transaction `id` (nonzero; also the lock owner).
-pub async fn attempt(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Attempt {
+async fn attempt(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Attempt {
     let start_ns = ctx.now();
     let mut recs = ops::records(n, spec);
     let mut commit_ts = 0u64;

@@ -32,27 +32,71 @@ use txbed_checker::{Access, Txn};
 use txbed_transport::{Ctx, Handled, HandlerCtx, HandlerFn, LocalBuf, Op, Payload, ReplyToken};
 use txbed_workloads::TxnSpec;
 
-use crate::history_key;
-use crate::node::{Bug, NodeState, BUSY, MISSING, OK};
-use crate::nowait::{committed, execute, new_history, Attempt};
-use crate::ops::{self, account, Rec};
-use crate::stage::Stage;
-use crate::store::{self, LOCK, META_BYTES, VERSION, WRITER};
+use txbed_txn::history_key;
+use txbed_txn::node::{NodeState, BUSY, MISSING, OK};
+use txbed_txn::attempt::{committed, execute, new_history, Attempt};
+use txbed_txn::ops::{self, account, Rec};
+use txbed_txn::protocol::{handler_id, in_id_order, BackgroundFn, Bug, LocalBoxFuture, OptionValues, Protocol};
+use txbed_txn::stage::Stage;
+use txbed_txn::store::{self, LOCK, META_BYTES, VERSION, WRITER};
+
+pub struct WaitDie;
+
+impl Protocol for WaitDie {
+    fn name(&self) -> &'static str {
+        "WAITDIE"
+    }
+    fn description(&self) -> &'static str {
+        "2PL where an older transaction waits for a younger lock holder and a younger one dies (RCC Sec. 4.3)"
+    }
+    fn stages(&self) -> &'static [Stage] {
+        &STAGES
+    }
+    fn bugs(&self) -> &'static [Bug] {
+        &[STALE_READ]
+    }
+    fn background(&self) -> Option<BackgroundFn> {
+        Some(|ctx, n, end| Box::pin(background(ctx, n, end)))
+    }
+    fn participant(&self, _options: &OptionValues) -> Box<dyn std::any::Any> {
+        Box::new(Participant::default())
+    }
+    fn handler_names(&self) -> &'static [&'static str] {
+        &HANDLER_NAMES
+    }
+    fn handlers(&self, n: &Rc<NodeState>) -> Vec<Rc<HandlerFn>> {
+        in_id_order(handlers(n))
+    }
+    fn attempt<'a>(&self, ctx: &'a Ctx, n: &'a NodeState, spec: &'a TxnSpec, id: u64) -> LocalBoxFuture<'a, Attempt> {
+        Box::pin(attempt(ctx, n, spec, id))
+    }
+}
+
+/// This node's WAITDIE state.
+fn part(n: &NodeState) -> &Participant {
+    n.participant()
+}
+
+/// Hands a transaction that waited for a lock the tuple as it was when it began to wait,
+/// before the holder's write-back (a stale read: lost updates).
+pub const STALE_READ: Bug = Bug {
+    name: "WaitDieStaleRead",
+    about: "a waiter gets the tuple as it was when it began to wait, before the holder wrote back (lost update)",
+};
 
 /// The stages WAITDIE has, hence the bits its hybrid code may set.
 pub const STAGES: [Stage; 4] = [Stage::Lock, Stage::Log, Stage::Release, Stage::Commit];
 
 /// LOCK: request `table u16 | pad 6 | key u64 | timestamp u64`; reply `status u8 | offset
 /// u64 | tuple` (OK), now or, for a waiter, when the lock is granted; BUSY: die.
-pub const H_WD_LOCK: u16 = 20;
+pub const H_WD_LOCK: u16 = handler_id(0);
 /// RELEASE: request `offset u64 | timestamp u64`; clears the lock if the timestamp holds it.
-pub const H_WD_RELEASE: u16 = 21;
+pub const H_WD_RELEASE: u16 = handler_id(1);
 /// COMMIT: request `offset u64 | version word u64 | writer u64 | record`.
-pub const H_WD_COMMIT: u16 = 22;
+pub const H_WD_COMMIT: u16 = handler_id(2);
 
 /// Handler names, for traces.
-pub const HANDLER_NAMES: [(u16, &str); 3] =
-    [(H_WD_LOCK, "WD_LOCK"), (H_WD_RELEASE, "WD_RELEASE"), (H_WD_COMMIT, "WD_COMMIT")];
+pub const HANDLER_NAMES: [&str; 3] = ["WD_LOCK", "WD_RELEASE", "WD_COMMIT"];
 
 /// The longest a transaction waits for its locks before it gives up (dies). WAIT-DIE cannot
 /// deadlock, so this fires only if a holder never releases (its coordinator died); it is
@@ -60,12 +104,6 @@ pub const HANDLER_NAMES: [(u16, &str); 3] =
 pub const WAIT_BOUND_NS: u64 = 1_000_000;
 /// How often each worker's event loop checks the locks its waiters wait for.
 pub const POLL_NS: u64 = 1_000;
-
-/// Tuple extension bytes for a record of `record_bytes`: none, the lock word holds the
-/// holder's timestamp (RCC Fig. 3: `tts | record`).
-pub fn ext_bytes(_record_bytes: u64) -> u64 {
-    0
-}
 
 /// A transaction's timestamp (RCC Sec. 4.3): the local clock (ns, wrapping after 4.9 hours)
 /// in the high 44 bits, then the node and worker (12 bits) and the coroutine (8 bits), so
@@ -185,7 +223,7 @@ fn dies(ts: u64, holder: u64, deadline: u64, now: u64) -> bool {
 /// this worker's waiters remain.
 fn serve(n: &NodeState, side: &mut impl Side, off: u64) -> bool {
     let me = side.worker();
-    let mut waits = n.waitdie.waits.borrow_mut();
+    let mut waits = part(n).waits.borrow_mut();
     let Some(list) = waits.get_mut(&off) else { return false };
     let addr = n.base() + off + LOCK;
     let mut holder = side.load(addr).unwrap_or(u64::MAX);
@@ -245,8 +283,8 @@ fn lock_handler(n: &NodeState, h: &mut HandlerCtx<'_>, req: &[u8]) -> Handled {
             Handled::Reply
         }
         // Older than the holder: wait, without blocking the event loop (RCC Sec. 4.3).
-        Ok(holder) if ts < holder && h.now < n.waitdie.end.get() => {
-            let stale = (n.bug == Some(Bug::WaitDieStaleRead)).then(|| read(h));
+        Ok(holder) if ts < holder && h.now < part(n).end.get() => {
+            let stale = (n.bug == Some(STALE_READ)).then(|| read(h));
             let w = Waiter {
                 ts,
                 token: h.token(),
@@ -255,7 +293,7 @@ fn lock_handler(n: &NodeState, h: &mut HandlerCtx<'_>, req: &[u8]) -> Handled {
                 tuple_bytes,
                 stale,
             };
-            n.waitdie.waits.borrow_mut().entry(off).or_default().push(w);
+            part(n).waits.borrow_mut().entry(off).or_default().push(w);
             Handled::Defer
         }
         // Younger than the holder: die.
@@ -304,14 +342,12 @@ pub fn handlers(n: &Rc<NodeState>) -> Vec<(u16, Rc<HandlerFn>)> {
 /// The worker's event-loop check (RCC Sec. 4.3: "the waiting list, which is checked in the
 /// event loop periodically"): locks freed by one-sided WRITEs go to their waiters, and
 /// waiters past their bound give up. Returns after `end` once this worker has no waiters.
-pub async fn background(ctx: Ctx, n: Rc<NodeState>, end: u64) {
-    n.waitdie.end.set(end);
+async fn background(ctx: Ctx, n: Rc<NodeState>, end: u64) {
+    part(&n).end.set(end);
     let me = ctx.me().worker;
     let mut side = ctx.clone();
     loop {
-        let offs: Vec<u64> = n
-            .waitdie
-            .waits
+        let offs: Vec<u64> = part(&n).waits
             .borrow()
             .iter()
             .filter(|(_, l)| l.iter().any(|w| w.worker == me))
@@ -383,7 +419,7 @@ async fn lock_onesided(
     ops::locate_all(ctx, n, recs, |r| r.tuple.is_empty()).await?;
     const SENTINEL: u64 = u64::MAX;
     let began = ctx.now();
-    let bug = n.bug == Some(Bug::WaitDieStaleRead);
+    let bug = n.bug == Some(STALE_READ);
     let mut seen: Vec<Option<Vec<u8>>> = vec![None; recs.len()];
     let scratch = ctx.scratch();
     // LOCK buffers live in the first half of the coroutine's scratch (ops.rs's layout).
@@ -543,7 +579,7 @@ async fn write_back(
 ) -> Result<(), String> {
     let t0 = ctx.now();
     let mut bytes = 0u64;
-    let mut staging = crate::ops::staging_at(ctx);
+    let mut staging = txbed_txn::ops::staging_at(ctx);
     for (r, v) in recs.iter().filter(|r| r.write).zip(new_values) {
         bytes += ops::write_back_one(ctx, n, r, v, id, history, &mut staging, true, H_WD_COMMIT).await?;
     }
@@ -560,14 +596,14 @@ async fn write_back(
 /// Runs one attempt of `spec` as transaction `id`. A transaction gets its timestamp when it
 /// first starts and keeps it when it dies and restarts (the classic WAIT-DIE rule: it grows
 /// older than its rivals, so it eventually waits instead of dying).
-pub async fn attempt(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Attempt {
+async fn attempt(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Attempt {
     let start_ns = ctx.now();
     let me = (ctx.me().worker, ctx.coroutine());
-    let restart = n.waitdie.died.borrow_mut().remove(&me).filter(|(s, _)| s == spec);
+    let restart = part(n).died.borrow_mut().remove(&me).filter(|(s, _)| s == spec);
     let ts = restart.map_or_else(|| timestamp(start_ns, n.me, me.0, ctx.workers(), me.1), |(_, ts)| ts);
     let outcome = run(ctx, n, spec, id, ts, start_ns).await;
     if outcome == Attempt::Conflict {
-        n.waitdie.died.borrow_mut().insert(me, (spec.clone(), ts));
+        part(n).died.borrow_mut().insert(me, (spec.clone(), ts));
     }
     outcome
 }

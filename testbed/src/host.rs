@@ -12,10 +12,11 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use hdrhistogram::Histogram;
 use txbed_checker::Final;
-use txbed_protocols::locate::Catalog;
-use txbed_protocols::node::{self, Bug, NodeState};
-use txbed_protocols::stage::Hybrid;
-use txbed_protocols::store::Layout;
+use txbed_txn::locate::Catalog;
+use txbed_txn::node::{self, NodeState};
+use txbed_txn::protocol::{Bug, OptionValues, ProtocolRef, Rdma};
+use txbed_txn::stage::Hybrid;
+use txbed_txn::store::Layout;
 use txbed_sim::NicProfile;
 use txbed_transport::{
     CpuCosts, Endpoint, HostMemory, LocalBuf, MemoryRegion, NodeId, RpcConfig, WorkerConfig, WorkerCore, WorkerStats,
@@ -27,7 +28,7 @@ use crate::sockets::{start_nic, NicRoutes, SharedMemory};
 use crate::sockets_node::{NodeAddrs, SocketsWorker};
 use crate::txn::{
     add_measured, assemble, check_spec, coordinator, layout, load_partition, node_result, node_state, Measured,
-    NodeResult, Protocol, Shared, TxnRunResult, TxnRunSpec,
+    NodeResult, Shared, TxnRunResult, TxnRunSpec,
 };
 
 /// How long a worker's step may wait for input before it yields to its mailbox.
@@ -124,9 +125,9 @@ impl Handler<Start> for WorkerActor {
             let (st, sh) = (self.st.clone(), self.sh.clone());
             self.w.core().spawn(move |cx| coordinator(cx, st, sh, c));
         }
-        if self.spec.protocol.has_background() {
-            let (st, p, end) = (self.st.clone(), self.spec.protocol, self.sh.end);
-            self.w.core().spawn(move |cx| txbed_protocols::background(p, cx, st, end));
+        if let Some(background) = self.spec.protocol.background() {
+            let (st, end) = (self.st.clone(), self.sh.end);
+            self.w.core().spawn(move |cx| background(cx, st, end));
         }
         self.running = true;
         ctx.notify(Poll);
@@ -162,7 +163,7 @@ impl Handler<Finish> for WorkerActor {
         self.running = false;
         // Serve the rings other nodes wrote (backup catch-up), then report.
         for sender in 0..self.spec.nodes {
-            txbed_protocols::log::drain_ring(&self.st, &*self.mem, sender, self.wk);
+            txbed_txn::log::drain_ring(&self.st, &*self.mem, sender, self.wk);
         }
         self.w.close();
         let base = self.catalog.regions[self.node as usize].addr;
@@ -257,12 +258,12 @@ impl WorkerSeed {
                 (Box::new(w), Rc::new(mem))
             }
         };
-        txbed_protocols::index::build(&st, &*mem);
-        for (id, h) in node::handlers(&st) {
+        txbed_txn::index::build(&st, &*mem);
+        for (id, name, h) in node::handlers(&st) {
+            w.core().name_handler(id, name);
             w.core().register_handler(id, h);
         }
         let sh = Shared {
-            protocol: spec.protocol,
             from: spec.warmup_ns,
             end: spec.warmup_ns + spec.duration_ns,
             measured: Rc::new(std::cell::RefCell::new(Measured {
@@ -578,7 +579,8 @@ fn dedup_replicas(finals: &mut Vec<Final>) {
 /// The parts of a spec a worker thread needs (the spec itself holds no thread-bound state,
 /// but is rebuilt per thread so nothing is shared by accident).
 struct SpecForThread {
-    protocol: Protocol,
+    protocol: ProtocolRef,
+    protocol_options: OptionValues,
     nodes: u16,
     workers: u16,
     coroutines: u32,
@@ -590,7 +592,7 @@ struct SpecForThread {
     warmup_ns: u64,
     duration_ns: u64,
     cache_bytes: u64,
-    options: txbed_protocols::node::Options,
+    options: Rdma,
     bug: Option<Bug>,
     link_delay_ns: Vec<u64>,
 }
@@ -599,6 +601,7 @@ impl SpecForThread {
     fn from(s: &TxnRunSpec) -> Self {
         SpecForThread {
             protocol: s.protocol,
+            protocol_options: s.protocol_options.clone(),
             nodes: s.nodes,
             workers: s.workers,
             coroutines: s.coroutines,
@@ -618,6 +621,7 @@ impl SpecForThread {
     fn spec(self) -> TxnRunSpec {
         TxnRunSpec {
             protocol: self.protocol,
+            protocol_options: self.protocol_options,
             nodes: self.nodes,
             workers: self.workers,
             coroutines: self.coroutines,

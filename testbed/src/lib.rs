@@ -4,6 +4,7 @@ pub mod bench_verbs;
 pub mod bootstrap;
 pub mod check;
 pub mod host;
+pub mod listing;
 pub mod plot;
 pub mod replay;
 pub mod run;

@@ -129,6 +129,13 @@ enum Command {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// List every protocol: description, isolation, stages and modes, options with their
+    /// defaults, presets, planted bugs and RPC handlers.
+    Protocols {
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// List RDMA devices, their ports and GIDs (needs a build with the "verbs" feature).
     Devices,
     /// Two nodes in this process exchange WRITE, WRITE_WITH_IMM and RC SEND over a real
@@ -205,6 +212,15 @@ fn main() -> ExitCode {
         }
     };
     match cli.command {
+        Command::Protocols { json } => {
+            if json {
+                let all: Vec<_> = txbed_protocols::REGISTRY.iter().map(|&p| txbed::listing::protocol_json(p)).collect();
+                println!("{}", serde_json::to_string_pretty(&all).expect("JSON"));
+            } else {
+                print!("{}", txbed::listing::protocols_text());
+            }
+            ExitCode::SUCCESS
+        }
         Command::Run {
             scenario,
             seed,
@@ -475,9 +491,9 @@ fn hybrid_search_cmd(
     let ranked = rank(&points, &reports);
     println!("rank  code  one-sided stages                               throughput (txn/s, 95% CI)     p50 us          p99 us   aborts  checked");
     for (i, r) in ranked.iter().enumerate() {
-        let h = txbed_protocols::stage::Hybrid(r.code);
+        let h = txbed_txn::stage::Hybrid(r.code);
         let stages: Vec<&str> =
-            txbed_protocols::stage::Stage::ALL.iter().filter(|s| h.onesided(**s)).map(|s| s.name()).collect();
+            txbed_txn::stage::Stage::ALL.iter().filter(|s| h.onesided(**s)).map(|s| s.name()).collect();
         println!(
             "{:>4}  {:>4}  {:<45}  {:>12.0} +- {:<10.0}  {:>6.2} +- {:<5.2}  {:>7.2}  {:>5.1}%  {}",
             i + 1,

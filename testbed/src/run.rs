@@ -4,8 +4,8 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use serde::Serialize;
-use txbed_protocols::node::stage_index;
-use txbed_protocols::stage::Stage;
+use txbed_txn::node::stage_index;
+use txbed_txn::stage::Stage;
 use txbed_sim::bench_verbs::{closed_loop, LoopSpec, Setting, Window};
 use txbed_sim::NicProfile;
 use txbed_transport::Opcode;
@@ -198,9 +198,10 @@ pub fn txn_spec(s: &Scenario, profile: &NicProfile, seed: u64) -> Result<TxnRunS
     if let Some(k) = c.nics_per_node {
         profile.nics_per_node = k;
     }
-    let (hybrid, options) = p.resolve(&profile);
+    let (hybrid, options, protocol_options) = p.resolve(&profile);
     Ok(TxnRunSpec {
         protocol: p.name.protocol(),
+        protocol_options,
         nodes: c.nodes,
         workers: c.workers,
         coroutines: c.coroutines,

@@ -8,7 +8,8 @@ use std::fmt;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
-use txbed_protocols::stage::{Hybrid, Stage};
+use txbed_txn::protocol::{fold_name, OptionValues, Preset, ProtocolRef, Rdma};
+use txbed_txn::stage::{Hybrid, Stage};
 use txbed_sim::bench_verbs::{rpc_max_payload, RawVerb};
 use txbed_sim::profile::Atomicity;
 use txbed_sim::NicProfile;
@@ -16,8 +17,6 @@ use txbed_workloads::smallbank::SmallBank;
 use txbed_workloads::tpcc::Tpcc;
 use txbed_workloads::tpce::Tpce;
 use txbed_workloads::ycsb::Ycsb;
-
-use crate::txn::Protocol;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -48,32 +47,92 @@ pub enum BackendName {
     Verbs,
 }
 
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum ProtocolName {
-    #[serde(alias = "nowait", alias = "NoWait")]
-    Nowait,
-    #[serde(alias = "occ", alias = "OCC")]
-    Occ,
-    #[serde(alias = "waitdie", alias = "WAITDIE", alias = "WaitDie")]
-    Waitdie,
-    #[serde(alias = "mvcc", alias = "MVCC")]
-    Mvcc,
-    #[serde(alias = "sundial", alias = "SUNDIAL")]
-    Sundial,
-    #[serde(alias = "calvin", alias = "CALVIN")]
-    Calvin,
-}
+/// A protocol of `txbed_protocols::REGISTRY`, by name (`Occ`, `occ`, `WAIT-DIE`: case and
+/// punctuation do not matter). Written back as the protocol's own spelling (`OCC`).
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct ProtocolName(pub ProtocolRef);
 
 impl ProtocolName {
-    pub fn protocol(self) -> Protocol {
-        match self {
-            ProtocolName::Nowait => Protocol::NoWait,
-            ProtocolName::Occ => Protocol::Occ,
-            ProtocolName::Waitdie => Protocol::WaitDie,
-            ProtocolName::Mvcc => Protocol::Mvcc,
-            ProtocolName::Sundial => Protocol::Sundial,
-            ProtocolName::Calvin => Protocol::Calvin,
+    pub fn protocol(self) -> ProtocolRef {
+        self.0
+    }
+}
+
+impl Serialize for ProtocolName {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_unit_variant("Protocol", 0, self.0.name())
+    }
+}
+
+impl<'de> Deserialize<'de> for ProtocolName {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_enum("Protocol", &[], NameVisitor("a protocol name", |name| {
+            txbed_protocols::named(name)
+                .map(ProtocolName)
+                .ok_or_else(|| format!("unknown protocol `{name}`, expected one of {}", txbed_protocols::names().join(", ")))
+        }))
+    }
+}
+
+/// A preset of the scenario's protocol, by name (`Drtmh`, `drtm-h`, `DrTM+H`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct PresetName(pub &'static str);
+
+impl Serialize for PresetName {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_unit_variant("Preset", 0, self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for PresetName {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_enum("Preset", &[], NameVisitor("a preset name", |name| {
+            let all = || txbed_protocols::REGISTRY.iter().flat_map(|p| p.presets());
+            let want = fold_name(name);
+            all().find(|p| fold_name(p.name) == want).map(|p| PresetName(p.name)).ok_or_else(|| {
+                let names: Vec<&str> = all().map(|p| p.name).collect();
+                format!("unknown preset `{name}`, expected one of {}", names.join(", "))
+            })
+        }))
+    }
+}
+
+/// Reads a bare name (`Occ`, or `"occ"` through `--set`) and looks it up.
+struct NameVisitor<T>(&'static str, fn(&str) -> Result<T, String>);
+
+impl<'de, T> serde::de::Visitor<'de> for NameVisitor<T> {
+    type Value = T;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str(self.0)
+    }
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<T, E> {
+        (self.1)(v).map_err(E::custom)
+    }
+    fn visit_enum<A: serde::de::EnumAccess<'de>>(self, a: A) -> Result<T, A::Error> {
+        use serde::de::{Error, VariantAccess};
+        let (Ident(name), rest) = a.variant()?;
+        rest.unit_variant()?;
+        (self.1)(&name).map_err(A::Error::custom)
+    }
+}
+
+/// A variant's name as written: formats read it with `deserialize_identifier` (RON's bare
+/// words), not as a quoted string.
+struct Ident(String);
+
+impl<'de> Deserialize<'de> for Ident {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Ident;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a name")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Ident, E> {
+                Ok(Ident(v.to_string()))
+            }
         }
+        d.deserialize_identifier(V)
     }
 }
 
@@ -140,102 +199,35 @@ pub struct ProtocolSpec {
     /// Location cache per node, MiB (0 turns it off).
     #[serde(default = "default_cache_mb")]
     pub cache_mb: u64,
+    /// One-sided LOG: KiB of each ring a backup keeps per (sender node, sender worker).
+    #[serde(default = "default_log_ring_kib")]
+    pub log_ring_kib: u64,
+    /// The RDMA optimisations of DrTM+H Sec. 3.2, for every protocol.
     #[serde(default)]
-    pub options: OptionsSpec,
-    /// OCC only: emulate a prior system (DrTM+H Sec. 6.3); replaces `mode` and `options`.
+    pub rdma: RdmaSpec,
+    /// The protocol's own options (`txbed protocols` lists them with their defaults).
+    #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
+    pub options: OptionValues,
+    /// A prior system the protocol emulates (`txbed protocols` lists them); replaces `mode`,
+    /// `rdma` and `options`.
     #[serde(default)]
-    pub preset: Option<OccPreset>,
-}
-
-/// Prior systems' choice of primitives and optimisations per OCC phase (docs/protocols.md).
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum OccPreset {
-    #[serde(alias = "farm", alias = "FaRM")]
-    Farm,
-    #[serde(alias = "drtm-r", alias = "drtmr", alias = "DrTM+R")]
-    DrtmR,
-    #[serde(alias = "fasst", alias = "FaSST")]
-    Fasst,
-    #[serde(alias = "drtmh", alias = "drtm-h", alias = "DrTM+H")]
-    Drtmh,
-}
-
-impl OccPreset {
-    /// The hybrid code and options; `atomics_safe`: one-sided CAS is atomic with every other
-    /// access to the word on this NIC setup (one NIC per node, or GLOB atomicity).
-    pub fn resolve(self, atomics_safe: bool) -> (Hybrid, txbed_protocols::node::Options) {
-        use txbed_protocols::node::Options;
-        let all = Hybrid::full(Protocol::Occ.stages());
-        let (read, log, validate) = (Stage::Read.bit(), Stage::Log.bit(), Stage::Validate.bit());
-        let base = Options {
-            outstanding: true,
-            doorbell: false,
-            passive_ack: false,
-            speculative: false,
-            lock_in_execution: false,
-            ..Options::default()
-        };
-        match self {
-            // FaRM: one-sided READ to execute and validate, one-sided WRITE to log; locking and
-            // commit are messages the primary's CPU processes (RPC here).
-            OccPreset::Farm => (Hybrid(read | log | validate), base),
-            // DrTM+R: every phase one-sided (RDMA CAS locks, READ, WRITE).
-            OccPreset::DrtmR => (all, base),
-            // FaSST: every phase by RPC over UD, doorbell-batched, locking the write set during
-            // execution since the read/write sets are known.
-            OccPreset::Fasst => (Hybrid::RPC, Options { doorbell: true, lock_in_execution: true, ..base }),
-            // DrTM+H Sec. 6.1: cached one-sided READ, one-sided log; one-sided lock/commit only
-            // where NIC atomics are safe, else RPC; passive ACK and speculative execution.
-            OccPreset::Drtmh => (
-                if atomics_safe { all } else { Hybrid(read | log | validate) },
-                Options { doorbell: true, passive_ack: true, speculative: true, ..base },
-            ),
-        }
-    }
+    pub preset: Option<PresetName>,
 }
 
 /// RDMA optimisations (DrTM+H Sec. 3.2), each on or off.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct OptionsSpec {
+pub struct RdmaSpec {
     pub outstanding: bool,
     pub doorbell: bool,
     pub passive_ack: bool,
     pub speculative: bool,
-    /// OCC: lock the write set during execution (FaSST).
-    pub lock_in_execution: bool,
-    /// CALVIN: epoch length, us (how often each sequencer closes and broadcasts its batch).
-    pub calvin_epoch_us: u64,
-    /// One-sided LOG: KiB of each ring a backup keeps per (sender node, sender worker).
-    pub log_ring_kib: u64,
 }
 
-impl Default for OptionsSpec {
+impl Default for RdmaSpec {
     fn default() -> Self {
-        let d = txbed_protocols::node::Options::default();
-        OptionsSpec {
-            outstanding: d.outstanding,
-            doorbell: d.doorbell,
-            passive_ack: d.passive_ack,
-            speculative: d.speculative,
-            lock_in_execution: d.lock_in_execution,
-            calvin_epoch_us: txbed_protocols::calvin::DEFAULT_EPOCH_NS / 1000,
-            log_ring_kib: d.log_ring_bytes >> 10,
-        }
-    }
-}
-
-impl From<OptionsSpec> for txbed_protocols::node::Options {
-    fn from(o: OptionsSpec) -> Self {
-        txbed_protocols::node::Options {
-            outstanding: o.outstanding,
-            doorbell: o.doorbell,
-            passive_ack: o.passive_ack,
-            speculative: o.speculative,
-            lock_in_execution: o.lock_in_execution,
-            calvin_epoch_ns: o.calvin_epoch_us * 1000,
-            log_ring_bytes: o.log_ring_kib << 10,
-        }
+        let d = Rdma::default();
+        RdmaSpec { outstanding: d.outstanding, doorbell: d.doorbell, passive_ack: d.passive_ack, speculative: d.speculative }
     }
 }
 
@@ -248,6 +240,9 @@ fn default_replication() -> u16 {
 fn default_cache_mb() -> u64 {
     64
 }
+fn default_log_ring_kib() -> u64 {
+    txbed_txn::protocol::DEFAULT_LOG_RING_BYTES >> 10
+}
 
 /// Whether one-sided CAS is safe on `profile`: HCA-level atomicity is only atomic within one
 /// NIC, so several NICs per node make it unsafe.
@@ -256,17 +251,29 @@ pub fn atomics_safe(profile: &NicProfile) -> bool {
 }
 
 impl ProtocolSpec {
-    /// The hybrid code and options a run uses: the preset's (with this log ring size, which
-    /// no preset sets), else `mode` and `options`.
-    pub fn resolve(&self, profile: &NicProfile) -> (Hybrid, txbed_protocols::node::Options) {
-        match self.preset {
-            Some(p) => {
-                let (hybrid, mut options) = p.resolve(atomics_safe(profile));
-                options.log_ring_bytes = self.options.log_ring_kib << 10;
-                (hybrid, options)
-            }
-            None => (self.hybrid(), self.options.clone().into()),
+    /// The hybrid code, RDMA options and protocol options a run uses: the preset's (with this
+    /// log ring size, which no preset sets), else `mode`, `rdma` and `options`.
+    pub fn resolve(&self, profile: &NicProfile) -> (Hybrid, Rdma, OptionValues) {
+        let log_ring_bytes = self.log_ring_kib << 10;
+        if let Some(preset) = self.preset() {
+            let (hybrid, rdma, options) = (preset.resolve)(atomics_safe(profile));
+            return (hybrid, Rdma { log_ring_bytes, ..rdma }, options);
         }
+        let r = &self.rdma;
+        let rdma = Rdma {
+            outstanding: r.outstanding,
+            doorbell: r.doorbell,
+            passive_ack: r.passive_ack,
+            speculative: r.speculative,
+            log_ring_bytes,
+        };
+        (self.hybrid(), rdma, self.options.clone())
+    }
+
+    /// The preset named, if it is the protocol's.
+    fn preset(&self) -> Option<&'static Preset> {
+        let name = self.preset?.0;
+        self.name.0.presets().iter().find(|p| p.name == name)
     }
 
     pub fn hybrid(&self) -> Hybrid {
@@ -559,34 +566,37 @@ impl Scenario {
                     "a transactional workload needs a protocol, e.g. protocol: (name: Occ)".into(),
                 ));
             };
-            if p.options.calvin_epoch_us == 0 || p.options.calvin_epoch_us > 1_000_000 {
+            if !(4..=1 << 20).contains(&p.log_ring_kib) {
                 return Err((
-                    "protocol.options.calvin_epoch_us",
-                    format!("must be 1..=1000000 (1 us to 1 s), got {}", p.options.calvin_epoch_us),
+                    "protocol.log_ring_kib",
+                    format!("must be 4..=1048576 (4 KiB to 1 GiB), got {}", p.log_ring_kib),
                 ));
             }
-            if !(4..=1 << 20).contains(&p.options.log_ring_kib) {
-                return Err((
-                    "protocol.options.log_ring_kib",
-                    format!("must be 4..=1048576 (4 KiB to 1 GiB), got {}", p.options.log_ring_kib),
-                ));
+            let proto = p.name.protocol();
+            if let Some(preset) = p.preset {
+                if p.preset().is_none() {
+                    let names: Vec<&str> = proto.presets().iter().map(|p| p.name).collect();
+                    let have = if names.is_empty() { "none".to_string() } else { names.join(", ") };
+                    return Err((
+                        "protocol.preset",
+                        format!("{} is not a preset of {} (its presets: {have})", preset.0, proto.name()),
+                    ));
+                }
             }
-            if p.preset.is_some() && p.name != ProtocolName::Occ {
-                return Err(("protocol.preset", "presets emulate prior OCC systems: use them with name: Occ".into()));
-            }
+            proto.check_options(&p.options).map_err(|m| ("protocol.options", m))?;
             let h = p.resolve(&profile).0;
-            h.check(p.name.protocol().name(), p.name.protocol().stages()).map_err(|m| ("protocol.mode", m))?;
+            h.check(proto.name(), proto.stages()).map_err(|m| ("protocol.mode", m))?;
             if p.replication == 0 || p.replication > c.nodes {
                 return Err((
                     "protocol.replication",
                     format!("must be 1..={} (replicas cannot exceed nodes), got {}", c.nodes, p.replication),
                 ));
             }
-            if h.onesided(Stage::Lock) && profile.atomicity == Atomicity::Hca && profile.nics_per_node > 1 {
+            if proto.nic_atomics(h) && !atomics_safe(&profile) {
                 return Err((
                     "protocol.mode",
                     format!(
-                        "one-sided LOCK is unsafe on {:?}: its {} NICs per node have HCA-level atomicity (CAS through different NICs is not atomic); set cluster.nics_per_node: 1 or use RPC locking",
+                        "one-sided CAS (this code's LOCK or READ) is unsafe on {:?}: its {} NICs per node have HCA-level atomicity (CAS through different NICs is not atomic); set cluster.nics_per_node: 1 or use RPC locking",
                         profile.name, profile.nics_per_node
                     ),
                 ));

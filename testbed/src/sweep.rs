@@ -317,7 +317,7 @@ pub fn hybrid_search(file: &Path, seeds: &[u64]) -> Result<(Sweep, Vec<Point>, V
         )));
     };
     let protocol = p.name.protocol();
-    let codes = txbed_protocols::stage::Hybrid::all_codes(protocol.stages());
+    let codes = txbed_txn::stage::Hybrid::all_codes(protocol.stages());
     let mut points = Vec::new();
     let mut refused = Vec::new();
     let mut values = Vec::new();

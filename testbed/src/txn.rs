@@ -12,17 +12,17 @@ use std::sync::Arc;
 use hdrhistogram::Histogram;
 use rand::Rng;
 use txbed_checker::{check, Final, History, Invariant, Options, Report};
-use txbed_protocols::history_key;
-use txbed_protocols::locate::{Catalog, LocationCache};
-use txbed_protocols::node::{self, Bug, NodeState, TxnStats};
-use txbed_protocols::nowait::Attempt;
-use txbed_protocols::stage::Hybrid;
-use txbed_protocols::store::{self, split_version_word, Layout, TableSpec, VERSION};
+use txbed_txn::history_key;
+use txbed_txn::locate::{Catalog, LocationCache};
+use txbed_txn::node::{self, NodeState, TxnStats};
+use txbed_txn::protocol::{Bug, OptionValues, ProtocolRef, Rdma};
+use txbed_txn::stage::{Hybrid, Stage};
+use txbed_txn::Attempt;
+use txbed_txn::store::{self, split_version_word, Layout, TableSpec, VERSION};
 use txbed_sim::{NicProfile, Sim, SimConfig};
 use txbed_transport::{Ctx, HostMemory, MemoryRegion, TraceEvent};
 use txbed_workloads::{Consistency, Key, Terminal, Workload};
 
-pub use txbed_protocols::Protocol;
 
 /// Scratch memory per coroutine: 16 KiB, or four times the record buffers of the workload's
 /// largest transaction (`Workload::max_accesses`; `ops::buffers_end` and the areas after it).
@@ -38,12 +38,15 @@ pub fn scratch_per_coroutine(spec: &TxnRunSpec, layout: &Layout) -> u32 {
 
 /// Coroutines each worker runs: the coordinators, plus the protocol's background one.
 pub fn coroutines_per_worker(spec: &TxnRunSpec) -> u32 {
-    spec.coroutines + spec.protocol.has_background() as u32
+    spec.coroutines + spec.protocol.background().is_some() as u32
 }
 
 #[derive(Clone)]
 pub struct TxnRunSpec {
-    pub protocol: Protocol,
+    /// The protocol: one of `txbed_protocols::REGISTRY`, or one of your own.
+    pub protocol: ProtocolRef,
+    /// The protocol's own options (`Protocol::check_options`); `Null` for its defaults.
+    pub protocol_options: OptionValues,
     pub nodes: u16,
     pub workers: u16,
     pub coroutines: u32,
@@ -57,7 +60,8 @@ pub struct TxnRunSpec {
     /// Measured simulated time; coroutines start transactions until warm-up plus this.
     pub duration_ns: u64,
     pub cache_bytes: u64,
-    pub options: txbed_protocols::node::Options,
+    pub options: Rdma,
+    /// A planted bug: one of the protocol's `bugs()` or `txbed_txn::log::SKIP_LOG`.
     pub bug: Option<Bug>,
     /// Allow one-sided locking across several HCA-atomic NICs per node (unsafe: for tests
     /// that show the checker catching it).
@@ -117,14 +121,17 @@ fn txn_id(node: u16, worker: u16, coro: u32, seq: u64) -> u64 {
 
 /// Checks a spec before anything is built.
 pub(crate) fn check_spec(spec: &TxnRunSpec) -> Result<(), String> {
-    spec.hybrid.check(spec.protocol.name(), spec.protocol.stages())?;
+    let p = spec.protocol;
+    spec.hybrid.check(p.name(), p.stages())?;
+    p.check_options(&spec.protocol_options).map_err(|e| format!("{} options: {e}", p.name()))?;
+    if let Some(bug) = spec.bug {
+        if !p.bugs().contains(&bug) && bug != txbed_txn::log::SKIP_LOG {
+            return Err(format!("{} has no planted bug {}", p.name(), bug.name));
+        }
+    }
     // IBV_ATOMIC_HCA makes NIC atomics atomic only among QPs of one HCA: with two NICs per
     // node, two coordinators can CAS the same lock through different NICs and both win.
-    // MVCC's one-sided READ CASes rts the same way (a lost raise is a write skew).
-    use txbed_protocols::stage::Stage;
-    let cas =
-        spec.hybrid.onesided(Stage::Lock) || (spec.protocol == Protocol::Mvcc && spec.hybrid.onesided(Stage::Read));
-    if cas
+    if p.nic_atomics(spec.hybrid)
         && spec.profile.atomicity == txbed_sim::profile::Atomicity::Hca
         && spec.profile.nics_per_node > 1
         && !spec.allow_unsafe_atomics
@@ -149,13 +156,9 @@ pub fn layout(spec: &TxnRunSpec) -> Layout {
         .map(|t| TableSpec { id: t.id, record_bytes: t.record_bytes, rows_per_node: t.rows_per_node })
         .collect();
     let p = spec.protocol;
-    let l = Layout::with_ext(&tables, store::LOAD_FACTOR, &|r| p.ext_bytes(r));
-    let l = l.with_log(spec.nodes, spec.workers, spec.options.log_ring_bytes);
-    if p == Protocol::Calvin {
-        l.with_calvin(spec.nodes, txbed_protocols::calvin::RING_BYTES)
-    } else {
-        l
-    }
+    Layout::with_ext(&tables, store::LOAD_FACTOR, &|r| p.ext_bytes(r))
+        .with_log(spec.nodes, spec.workers, spec.options.log_ring_bytes)
+        .with_area(p.area_bytes(spec.nodes))
 }
 
 /// Loads `node`'s partition of every table into its store region.
@@ -190,8 +193,9 @@ pub(crate) fn node_state(spec: &TxnRunSpec, me: u16, catalog: &Rc<Catalog>) -> R
         catalog: catalog.clone(),
         cache: RefCell::new(LocationCache::new(spec.cache_bytes)),
         workload: spec.workload.clone(),
+        protocol: spec.protocol,
         hybrid: spec.hybrid,
-        options: spec.options,
+        rdma: spec.options,
         history: RefCell::new(Vec::new()),
         stats: RefCell::new(TxnStats::default()),
         replication: spec.replication,
@@ -199,10 +203,7 @@ pub(crate) fn node_state(spec: &TxnRunSpec, me: u16, catalog: &Rc<Catalog>) -> R
         rings: RefCell::new(Vec::new()),
         readers: RefCell::new(Vec::new()),
         replica: RefCell::new(Default::default()),
-        waitdie: Default::default(),
-        mvcc: Default::default(),
-        sundial: Default::default(),
-        calvin: Default::default(),
+        participant: spec.protocol.participant(&spec.protocol_options),
         index: Default::default(),
     })
 }
@@ -210,7 +211,6 @@ pub(crate) fn node_state(spec: &TxnRunSpec, me: u16, catalog: &Rc<Catalog>) -> R
 /// The window and counters coordinators of one thread share.
 #[derive(Clone)]
 pub(crate) struct Shared {
-    pub(crate) protocol: Protocol,
     pub(crate) from: u64,
     pub(crate) end: u64,
     pub(crate) measured: Rc<RefCell<Measured>>,
@@ -236,7 +236,7 @@ pub(crate) async fn coordinator(ctx: Ctx, st: Rc<NodeState>, sh: Shared, c: u32)
             let resolved = if lookups.is_empty() {
                 None
             } else {
-                let answers = txbed_protocols::index::lookup(&ctx, &st, &lookups).await;
+                let answers = txbed_txn::index::lookup(&ctx, &st, &lookups).await;
                 match answers.and_then(|a| st.workload.resolve(&drawn_spec, &a)) {
                     Ok(t) => Some(t),
                     Err(e) => {
@@ -249,7 +249,7 @@ pub(crate) async fn coordinator(ctx: Ctx, st: Rc<NodeState>, sh: Shared, c: u32)
             seq += 1;
             let id = txn_id(n, wk, c, seq);
             let began = ctx.now();
-            let mut outcome = txbed_protocols::attempt(sh.protocol, &ctx, &st, t, id).await;
+            let mut outcome = st.protocol.attempt(&ctx, &st, t, id).await;
             // Answers gone stale by the time the transaction read its rows: a conflict.
             if outcome == Attempt::UserAbort && st.workload.retry_on_user_abort(t) {
                 outcome = Attempt::Conflict;
@@ -323,10 +323,10 @@ pub struct NodeResult {
     /// Latency histogram as (value ns, count) pairs.
     pub latency: Vec<(u64, u64)>,
     pub failures: Vec<String>,
-    pub stage_ns: [u64; 9],
-    pub stage_round_trips: [u64; 9],
-    pub stage_bytes: [u64; 9],
-    pub stage_calls: [u64; 9],
+    pub stage_ns: [u64; Stage::COUNT],
+    pub stage_round_trips: [u64; Stage::COUNT],
+    pub stage_bytes: [u64; Stage::COUNT],
+    pub stage_calls: [u64; Stage::COUNT],
     /// Work requests posted by this node's workers, by opcode (sockets backend only).
     #[serde(default)]
     pub verbs: [u64; 7],
@@ -455,7 +455,7 @@ pub(crate) fn assemble(
         stats.external_delta += r.external_delta;
         stats.log_records += r.log_records;
         stats.log_bytes += r.log_bytes;
-        for i in 0..9 {
+        for i in 0..Stage::COUNT {
             stats.stage_ns[i] += r.stage_ns[i];
             stats.stage_round_trips[i] += r.stage_round_trips[i];
             stats.stage_bytes[i] += r.stage_bytes[i];
@@ -529,10 +529,9 @@ pub fn run_txns_with(spec: &TxnRunSpec, progress: &mut dyn FnMut(u64, u64)) -> R
     // In the simulator a node's workers share one protocol state (one thread runs them all).
     let states: Vec<Rc<NodeState>> = (0..spec.nodes).map(|n| node_state(spec, n, &catalog)).collect();
     for (n, st) in states.iter().enumerate() {
-        txbed_protocols::index::build(st, &*sim.memory(n as u16));
+        txbed_txn::index::build(st, &*sim.memory(n as u16));
     }
     let sh = Shared {
-        protocol: spec.protocol,
         from: spec.warmup_ns,
         end: spec.warmup_ns + spec.duration_ns,
         measured: Rc::new(RefCell::new(Measured {
@@ -548,20 +547,18 @@ pub fn run_txns_with(spec: &TxnRunSpec, progress: &mut dyn FnMut(u64, u64)) -> R
         for wk in 0..spec.workers {
             if spec.trace {
                 sim.worker(n, wk).enable_trace();
-                for (id, name) in txbed_protocols::handler_names() {
-                    sim.worker(n, wk).name_handler(id, name);
-                }
             }
-            for (id, h) in node::handlers(&states[n as usize]) {
+            for (id, name, h) in node::handlers(&states[n as usize]) {
+                sim.worker(n, wk).name_handler(id, name);
                 sim.worker(n, wk).register_handler(id, h);
             }
             for c in 0..spec.coroutines {
                 let (st, sh) = (states[n as usize].clone(), sh.clone());
                 sim.spawn(n, wk, move |ctx| coordinator(ctx, st, sh, c));
             }
-            if spec.protocol.has_background() {
-                let (st, p, end) = (states[n as usize].clone(), spec.protocol, sh.end);
-                sim.spawn(n, wk, move |ctx| txbed_protocols::background(p, ctx, st, end));
+            if let Some(background) = spec.protocol.background() {
+                let (st, end) = (states[n as usize].clone(), sh.end);
+                sim.spawn(n, wk, move |ctx| background(ctx, st, end));
             }
         }
     }
@@ -591,7 +588,7 @@ pub fn run_txns_with(spec: &TxnRunSpec, progress: &mut dyn FnMut(u64, u64)) -> R
         let mem = sim.memory(b as u16);
         for sender in 0..spec.nodes {
             for wk in 0..spec.workers {
-                txbed_protocols::log::drain_ring(st, &*mem, sender, wk);
+                txbed_txn::log::drain_ring(st, &*mem, sender, wk);
             }
         }
     }

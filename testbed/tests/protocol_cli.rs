@@ -126,7 +126,7 @@ fn hybrid_search_ranks_every_code() {
 #[test]
 fn calvin_epoch_length_is_configurable() {
     let p50 = |epoch: &str| {
-        let e = format!("protocol.options.calvin_epoch_us={epoch}");
+        let e = format!("protocol.options.epoch_us={epoch}");
         let r = json(&txbed(&[
             "run",
             "scenarios/quickstart.ron",
@@ -145,8 +145,14 @@ fn calvin_epoch_length_is_configurable() {
     };
     let (short, long) = (p50("10"), p50("50"));
     assert!(long > short + 20.0, "p50 {short} us with 10 us epochs, {long} us with 50 us epochs");
-    let out = txbed(&["run", "scenarios/quickstart.ron", "--set", "protocol.options.calvin_epoch_us=0"]);
+    let calvin = ["run", "scenarios/quickstart.ron", "--set", "protocol.name=calvin", "--set", "protocol.mode=rpc"];
+    let out = txbed(&[&calvin[..], &["--set", "protocol.options.epoch_us=0"]].concat());
     assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("protocol.options: epoch_us must be 1..=1000000"));
+    // Another protocol's option is refused by name.
+    let out = txbed(&["run", "scenarios/quickstart.ron", "--set", "protocol.options.epoch_us=10"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown field `epoch_us`"));
 }
 
 /// TPC-C's large log records on 4 KiB log rings: writers wait for backups to apply their
@@ -155,7 +161,7 @@ fn calvin_epoch_length_is_configurable() {
 #[test]
 fn tiny_log_rings_lose_nothing() {
     for extra in [None, Some("protocol.preset=drtmh")] {
-        let mut args = vec!["run", "scenarios/tpcc/quick.ron", "--set", "protocol.options.log_ring_kib=4", "--json"];
+        let mut args = vec!["run", "scenarios/tpcc/quick.ron", "--set", "protocol.log_ring_kib=4", "--json"];
         if let Some(e) = extra {
             args.extend(["--set", e]);
         }

@@ -6,18 +6,23 @@ use std::sync::Arc;
 
 use txbed::bootstrap::Rank;
 use txbed::host::run_sockets_node;
-use txbed::txn::{Protocol, TxnRunSpec};
-use txbed_protocols::node::Options;
-use txbed_protocols::stage::Hybrid;
+use txbed::txn::{TxnRunSpec};
+use txbed_txn::protocol::Rdma as Options;
+use txbed_txn::stage::Hybrid;
 use txbed_sim::NicProfile;
 use txbed_workloads::smallbank::SmallBank;
+use txbed_txn::ProtocolRef;
 
-fn spec(protocol: Protocol, hybrid: Hybrid) -> TxnRunSpec {
+const NOWAIT: ProtocolRef = &txbed_protocols::nowait::NoWait;
+const OCC: ProtocolRef = &txbed_protocols::occ::Occ;
+
+fn spec(protocol: ProtocolRef, hybrid: Hybrid) -> TxnRunSpec {
     let mut p = NicProfile::load("cx4").unwrap();
     p.nics_per_node = 1;
     TxnRunSpec {
         link_delay_ns: Vec::new(),
         protocol,
+        protocol_options: Default::default(),
         nodes: 3,
         workers: 2,
         coroutines: 4,
@@ -36,7 +41,7 @@ fn spec(protocol: Protocol, hybrid: Hybrid) -> TxnRunSpec {
     }
 }
 
-fn run(protocol: Protocol, hybrid: Hybrid) -> txbed::txn::TxnRunResult {
+fn run(protocol: ProtocolRef, hybrid: Hybrid) -> txbed::txn::TxnRunResult {
     run_spec(spec(protocol, hybrid))
 }
 
@@ -62,9 +67,9 @@ fn run_spec(spec: TxnRunSpec) -> txbed::txn::TxnRunResult {
 #[test]
 fn occ_and_nowait_over_sockets_are_serializable() {
     for (protocol, hybrid) in [
-        (Protocol::Occ, Hybrid(38)),
-        (Protocol::NoWait, Hybrid::RPC),
-        (Protocol::Occ, Hybrid::full(Protocol::Occ.stages())),
+        (OCC, Hybrid(38)),
+        (NOWAIT, Hybrid::RPC),
+        (OCC, Hybrid::full(OCC.stages())),
     ] {
         let r = run(protocol, hybrid);
         eprintln!(
@@ -97,7 +102,7 @@ fn p50_ms(r: &txbed::txn::TxnRunResult) -> f64 {
 #[test]
 fn link_delay_slows_transactions_on_sockets_and_simulator() {
     const D: u64 = 3_000_000; // 3 ms one way
-    let mut s = spec(Protocol::Occ, Hybrid(38));
+    let mut s = spec(OCC, Hybrid(38));
     s.link_delay_ns = all_links(D);
     let real = run_spec(s.clone());
     assert!(real.clean() && real.failures.is_empty(), "{:?}", real.report.anomalies.first());
@@ -121,7 +126,7 @@ fn link_delay_slows_transactions_on_sockets_and_simulator() {
 /// duplicate suppression must keep the run correct. Losing every datagram must fail loudly.
 #[test]
 fn rpc_survives_datagram_loss_and_total_loss_fails_loudly() {
-    let mut s = spec(Protocol::NoWait, Hybrid::RPC);
+    let mut s = spec(NOWAIT, Hybrid::RPC);
     s.profile.reliability.ud_drop_probability = 0.05;
     let lossy = run_spec(s.clone());
     assert!(lossy.failures.is_empty(), "{:?}", lossy.failures.first());

@@ -530,12 +530,13 @@ impl WorkerCore {
         self.shared.borrow().qps.get(qp.0 as usize).map(|q| q.info)
     }
 
-    /// Registers an RPC handler under `id` on this worker.
+    /// Registers an RPC handler under `id` on this worker; an id is registered once.
     pub fn register_handler(&mut self, id: u16, h: Rc<HandlerFn>) {
         let mut s = self.shared.borrow_mut();
         if s.handlers.len() <= id as usize {
             s.handlers.resize(id as usize + 1, None);
         }
+        assert!(s.handlers[id as usize].is_none(), "RPC handler {id} registered twice on one worker");
         s.handlers[id as usize] = Some(h);
     }
 

@@ -22,17 +22,36 @@ use std::collections::VecDeque;
 use txbed_transport::{Ctx, LocalBuf, Op, Payload};
 
 use super::wire::{align8, SKIP};
-use crate::node::NodeState;
-use crate::ops;
-use crate::store::Layout;
+use txbed_txn::node::NodeState;
+use txbed_txn::ops;
+use txbed_txn::store::Layout;
+
+use super::RING_BYTES;
 
 /// The two channels.
 pub(crate) const INPUT: usize = 0;
 pub(crate) const FORWARD: usize = 1;
 
+/// Bytes of CALVIN's area in a cluster of `nodes` (RCC Sec. 4.6: "a specific buffer structure
+/// in each node that is known among all machines"), for 2 channels (input dispatch, value
+/// forwarding) x `nodes` peers: an inbox ring per sender, an outbox ring per receiver (the
+/// WRITEs' source, mirroring the receiver's inbox), then per channel and peer a tail word
+/// (written by the sender) and an ack word (written by the receiver).
+pub(crate) fn area_bytes(nodes: u16) -> u64 {
+    nodes as u64 * PER_NODE
+}
+
+const PER_NODE: u64 = 4 * RING_BYTES + 4 * 8;
+
+/// Peers the area was sized for.
+fn peers(l: &Layout) -> u64 {
+    debug_assert_eq!(l.area_bytes % PER_NODE, 0, "CALVIN's area is not area_bytes(nodes)");
+    l.area_bytes / PER_NODE
+}
+
 fn ring_at(l: &Layout, box_: u64, ch: usize, peer: u16) -> u64 {
-    let n = l.calvin_nodes as u64;
-    l.calvin_at + (box_ * 2 * n + ch as u64 * n + peer as u64) * l.calvin_ring
+    let n = peers(l);
+    l.area_at + (box_ * 2 * n + ch as u64 * n + peer as u64) * RING_BYTES
 }
 fn inbox(l: &Layout, ch: usize, sender: u16) -> u64 {
     ring_at(l, 0, ch, sender)
@@ -41,8 +60,8 @@ fn outbox(l: &Layout, ch: usize, receiver: u16) -> u64 {
     ring_at(l, 1, ch, receiver)
 }
 fn word_at(l: &Layout, which: u64, ch: usize, peer: u16) -> u64 {
-    let n = l.calvin_nodes as u64;
-    l.calvin_at + 4 * n * l.calvin_ring + (which * 2 * n + ch as u64 * n + peer as u64) * 8
+    let n = peers(l);
+    l.area_at + 4 * n * RING_BYTES + (which * 2 * n + ch as u64 * n + peer as u64) * 8
 }
 fn tail_word(l: &Layout, ch: usize, sender: u16) -> u64 {
     word_at(l, 0, ch, sender)
@@ -73,11 +92,11 @@ fn room(ctx: &Ctx, q: txbed_transport::QpId, n: u32) -> bool {
 /// Whether to signal a request: always, or with passive ACK only when the queue fills.
 fn signal(ctx: &Ctx, n: &NodeState, q: txbed_transport::QpId) -> bool {
     let depth = ctx.qp_info(q).map_or(2, |i| i.max_outstanding);
-    !n.options.passive_ack || ctx.outstanding(q) + 8 >= depth / 4
+    !n.rdma.passive_ack || ctx.outstanding(q) + 8 >= depth / 4
 }
 
 fn post(ctx: &Ctx, n: &NodeState, q: txbed_transport::QpId, ops: Vec<(Op, bool)>) -> Result<(), String> {
-    if n.options.doorbell {
+    if n.rdma.doorbell {
         ctx.post(q, ops).map_err(|e| e.to_string())
     } else {
         ops.into_iter().try_for_each(|op| ctx.post(q, [op]).map_err(|e| e.to_string()))
@@ -90,7 +109,7 @@ pub(crate) fn send(ctx: &Ctx, n: &NodeState, out: &mut Out, ch: usize, to: u16) 
         return Ok(0);
     }
     let l = &n.catalog.layout;
-    let (ring, base) = (l.calvin_ring, n.base());
+    let (ring, base) = (RING_BYTES, n.base());
     let q = ops::qp(ctx, to)?;
     if !room(ctx, q, 4) {
         return Ok(0);
@@ -147,7 +166,7 @@ pub(crate) fn send(ctx: &Ctx, n: &NodeState, out: &mut Out, ch: usize, to: u16) 
 /// once a quarter of the ring is consumed.
 pub(crate) fn poll(ctx: &Ctx, n: &NodeState, inb: &mut In, ch: usize, from: u16) -> Result<Vec<Vec<u8>>, String> {
     let l = &n.catalog.layout;
-    let (ring, base) = (l.calvin_ring, n.base());
+    let (ring, base) = (RING_BYTES, n.base());
     let tail = ctx.load_local(base + tail_word(l, ch, from)).map_err(|e| e.to_string())?;
     let mut msgs = Vec::new();
     while inb.head < tail {

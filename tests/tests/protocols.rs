@@ -3,11 +3,10 @@
 //! scenario to replay.
 
 use proptest::prelude::*;
-use txbed::txn::{run_txns, Protocol, TxnRunResult};
-use txbed_protocols::node::Bug;
-use txbed_protocols::stage::Hybrid;
+use txbed::txn::{run_txns, TxnRunResult};
+use txbed_txn::stage::Hybrid;
 use txbed_sim::NicProfile;
-use txbed_tests::harness::{rdma_options, Shape, W};
+use txbed_tests::harness::{NOWAIT, OCC, Protocol, Shape, W, rdma_options};
 
 /// The shared defaults, for 200 us.
 fn shape(protocol: Protocol, w: W, hybrid: Hybrid, seed: u64) -> Shape<W> {
@@ -25,12 +24,12 @@ fn assert_clean(s: &Shape<W>, r: &TxnRunResult) {
 /// nothing lost.
 #[test]
 fn every_hybrid_code_is_serializable() {
-    for (protocol, n) in [(Protocol::NoWait, 16), (Protocol::Occ, 64)] {
+    for (protocol, n) in [(NOWAIT, 16), (OCC, 64)] {
         let codes = Hybrid::all_codes(protocol.stages());
         assert_eq!(codes.len(), n);
         for code in codes {
             for w in [W::SmallBank, W::YcsbHigh] {
-                let seeds: &[u64] = if protocol == Protocol::NoWait { &[1, 2] } else { &[1] };
+                let seeds: &[u64] = if protocol == NOWAIT { &[1, 2] } else { &[1] };
                 for &seed in seeds {
                     let s = shape(protocol, w, code, seed);
                     let r = s.run();
@@ -55,7 +54,7 @@ proptest! {
         ycsb in any::<bool>(),
         seed in 0u64..1_000_000,
     ) {
-        let protocol = if occ { Protocol::Occ } else { Protocol::NoWait };
+        let protocol = if occ { OCC } else { NOWAIT };
         let codes = Hybrid::all_codes(protocol.stages());
         let hybrid = codes[code as usize % codes.len()];
         let w = if ycsb { W::YcsbHigh } else { W::SmallBank };
@@ -73,8 +72,8 @@ proptest! {
 fn planted_bugs_are_caught() {
     // OCC's bug needs read sets: YCSB mixes reads and writes in every transaction.
     let cases = [
-        (Protocol::NoWait, Bug::UnlockBeforeWriteBack, W::SmallBank),
-        (Protocol::Occ, Bug::SkipValidation, W::YcsbHigh),
+        (NOWAIT, txbed_protocols::nowait::UNLOCK_BEFORE_WRITE_BACK, W::SmallBank),
+        (OCC, txbed_protocols::occ::SKIP_VALIDATION, W::YcsbHigh),
     ];
     for (protocol, bug, w) in cases {
         for hybrid in [Hybrid::RPC, Hybrid::full(protocol.stages())] {
@@ -95,7 +94,7 @@ fn planted_bugs_are_caught() {
 /// one lock; the runner refuses such a setup unless told to, and the checker catches it.
 #[test]
 fn two_hca_nics_break_one_sided_locking() {
-    let s = shape(Protocol::NoWait, W::SmallBank, Hybrid::full(Protocol::NoWait.stages()), 1);
+    let s = shape(NOWAIT, W::SmallBank, Hybrid::full(NOWAIT.stages()), 1);
     let mut spec = s.spec();
     spec.profile = NicProfile::load("cx4").unwrap();
     let err = run_txns(&spec).err().expect("refused");
@@ -114,7 +113,7 @@ fn two_hca_nics_break_one_sided_locking() {
 
 #[test]
 fn runs_are_deterministic() {
-    let s = shape(Protocol::Occ, W::YcsbHigh, Hybrid(17), 9);
+    let s = shape(OCC, W::YcsbHigh, Hybrid(17), 9);
     let (a, b) = (s.run(), s.run());
     assert_eq!(a.digest, b.digest);
     assert_eq!(a.history, b.history);
@@ -124,7 +123,7 @@ fn runs_are_deterministic() {
 
 #[test]
 fn invalid_hybrid_bits_are_rejected() {
-    let err = run_txns(&shape(Protocol::NoWait, W::YcsbHigh, Hybrid(2 | 32), 1).spec()).err().unwrap();
+    let err = run_txns(&shape(NOWAIT, W::YcsbHigh, Hybrid(2 | 32), 1).spec()).err().unwrap();
     assert!(err.contains("read (2)") && err.contains("validate (32)") && err.contains("lock (1)"), "{err}");
 }
 
@@ -132,7 +131,7 @@ fn invalid_hybrid_bits_are_rejected() {
 /// protocol that skips the LOG stage is caught losing writes on the backups.
 #[test]
 fn backups_hold_every_committed_write() {
-    for protocol in [Protocol::NoWait, Protocol::Occ] {
+    for protocol in [NOWAIT, OCC] {
         for hybrid in [Hybrid::RPC, Hybrid(4)] {
             let s = shape(protocol, W::YcsbHigh, hybrid, 3);
             let r = s.run();
@@ -140,7 +139,7 @@ fn backups_hold_every_committed_write() {
             for replica in ["primary", "backup1", "backup2"] {
                 assert!(r.history.finals.iter().any(|f| f.replica == replica), "{}: no {replica} finals", s.replay());
             }
-            let bad = Shape { bug: Some(Bug::SkipLog), ..s };
+            let bad = Shape { bug: Some(txbed_txn::log::SKIP_LOG), ..s };
             let r = bad.run();
             assert!(r.report.serializable, "{}", bad.replay());
             assert_eq!(r.report.nothing_lost, Some(false), "{}: skipped logs not detected", bad.replay());
@@ -154,7 +153,7 @@ fn backups_hold_every_committed_write() {
 fn every_option_combination_is_serializable() {
     for bits in 0..16u32 {
         let options = rdma_options(bits);
-        for protocol in [Protocol::NoWait, Protocol::Occ] {
+        for protocol in [NOWAIT, OCC] {
             for hybrid in [Hybrid::RPC, Hybrid::full(protocol.stages())] {
                 let s = Shape { options, ..shape(protocol, W::YcsbHigh, hybrid, 5) };
                 let r = s.run();

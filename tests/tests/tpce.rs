@@ -6,10 +6,11 @@
 use std::collections::BTreeMap;
 
 use proptest::prelude::*;
-use txbed::txn::{Protocol, TxnRunResult};
-use txbed_protocols::node::{stage_index, Bug, Options};
-use txbed_protocols::stage::{Hybrid, Stage};
-use txbed_tests::harness::{run_sockets, Shape};
+use txbed::txn::{TxnRunResult};
+use txbed_txn::node::stage_index;
+use txbed_txn::protocol::Rdma as Options;
+use txbed_txn::stage::{Hybrid, Stage};
+use txbed_tests::harness::{NOWAIT, OCC, Protocol, REGISTRY, Shape, run_sockets};
 use txbed_workloads::tpce::{Tpce, KINDS};
 
 /// Small and contended: 200 customers (2 brokers) and 100 securities per node, a fifth of
@@ -46,14 +47,11 @@ fn committed_by_kind(r: &TxnRunResult) -> BTreeMap<String, usize> {
 #[test]
 fn every_protocol_and_mode_is_serializable() {
     let mut ran = Vec::new();
-    'protocols: for protocol in Protocol::ALL {
+    for &protocol in REGISTRY {
         for hybrid in [Hybrid::RPC, Hybrid::full(protocol.stages())] {
             for seed in [1, 2] {
                 let s = shape(protocol, hybrid, seed);
-                let Some(r) = s.run_if_implemented() else {
-                    eprintln!("skipped: {} is not implemented yet", protocol.name());
-                    continue 'protocols;
-                };
+                let r = s.run();
                 s.assert_clean(&r);
                 let conditions = r.history.invariants.iter().filter(|i| i.name.starts_with("TPC-E")).count();
                 assert_eq!(conditions, 4, "{}: the consistency conditions were not checked", s.replay());
@@ -66,7 +64,7 @@ fn every_protocol_and_mode_is_serializable() {
             }
         }
     }
-    assert!(ran.iter().any(|r| r.starts_with("OCC")) && ran.iter().any(|r| r.starts_with("NOWAIT")), "{ran:?}");
+    assert_eq!(ran.len(), REGISTRY.len() * 4, "{ran:?}");
 }
 
 /// OCC runs customer-position as read + validate only (DrTM+H Sec. 5.5): with nothing but
@@ -75,9 +73,9 @@ fn every_protocol_and_mode_is_serializable() {
 #[test]
 fn occ_runs_customer_position_on_the_read_only_path() {
     let ro = Tpce { mix: [100, 0, 0], ..tpce() };
-    for hybrid in [Hybrid::RPC, Hybrid::full(Protocol::Occ.stages())] {
-        let s = Shape { w: ro.clone(), ..shape(Protocol::Occ, hybrid, 3) };
-        let r = s.run_if_implemented().expect("OCC is implemented");
+    for hybrid in [Hybrid::RPC, Hybrid::full(OCC.stages())] {
+        let s = Shape { w: ro.clone(), ..shape(OCC, hybrid, 3) };
+        let r = s.run();
         s.assert_clean(&r);
         let calls = |st: Stage| r.stats.stage_calls[stage_index(st)];
         assert!(r.stats.committed > 50, "{}: {} commits", s.replay(), r.stats.committed);
@@ -85,8 +83,8 @@ fn occ_runs_customer_position_on_the_read_only_path() {
         assert!(calls(Stage::Read) >= r.stats.committed && calls(Stage::Validate) >= r.stats.committed);
         assert_eq!(r.stats.aborted_conflict, 0, "{}: read-only transactions alone never conflict", s.replay());
         assert!(r.history.txns.iter().all(|t| t.writes.is_empty() && t.reads.len() > 10));
-        let n = Shape { protocol: Protocol::NoWait, hybrid: Hybrid::RPC, ..s };
-        let r = n.run_if_implemented().expect("NOWAIT is implemented");
+        let n = Shape { protocol: NOWAIT, hybrid: Hybrid::RPC, ..s };
+        let r = n.run();
         n.assert_clean(&r);
         assert!(r.stats.stage_calls[stage_index(Stage::Lock)] >= r.stats.committed);
     }
@@ -98,11 +96,11 @@ fn occ_runs_customer_position_on_the_read_only_path() {
 #[test]
 fn customer_position_reads_prices_across_nodes_at_default_size() {
     let base = Tpce { customers_per_node: 500, securities_per_node: 400, mix: [90, 9, 1], ..Tpce::default() };
-    for (remote, hybrid) in [(None, Hybrid(38)), (None, Hybrid::full(Protocol::Occ.stages())), (Some(0.0), Hybrid(38))]
+    for (remote, hybrid) in [(None, Hybrid(38)), (None, Hybrid::full(OCC.stages())), (Some(0.0), Hybrid(38))]
     {
         let w = Tpce { remote_fraction: remote, ..base.clone() };
-        let s = Shape { w, nodes: 4, workers: 2, coroutines: 8, ..shape(Protocol::Occ, hybrid, 4) };
-        let r = s.run_if_implemented().unwrap();
+        let s = Shape { w, nodes: 4, workers: 2, coroutines: 8, ..shape(OCC, hybrid, 4) };
+        let r = s.run();
         s.assert_clean(&r);
         let (mut prices, mut remote_prices, mut cps) = (0, 0, 0);
         for t in r.history.txns.iter().filter(|t| t.label == "customer-position") {
@@ -125,14 +123,14 @@ fn customer_position_reads_prices_across_nodes_at_default_size() {
 /// market-feeds.
 #[test]
 fn skipped_validation_is_caught() {
-    for hybrid in [Hybrid::RPC, Hybrid::full(Protocol::Occ.stages())] {
+    for hybrid in [Hybrid::RPC, Hybrid::full(OCC.stages())] {
         let caught = (1..=30u64).find(|&seed| {
             let s = Shape {
-                bug: Some(Bug::SkipValidation),
+                bug: Some(txbed_protocols::occ::SKIP_VALIDATION),
                 options: Options { speculative: false, ..Options::default() },
-                ..shape(Protocol::Occ, hybrid, seed)
+                ..shape(OCC, hybrid, seed)
             };
-            let r = s.run_if_implemented().unwrap();
+            let r = s.run();
             if !r.report.serializable {
                 eprintln!("caught: {}\n{}", s.replay(), r.report.anomalies[0].explanation);
             }
@@ -146,8 +144,8 @@ fn skipped_validation_is_caught() {
 /// node in this process): checked like a simulated run.
 #[test]
 fn tpce_runs_on_the_sockets_backend() {
-    for hybrid in [Hybrid::RPC, Hybrid::full(Protocol::Occ.stages())] {
-        let s = Shape { duration_ns: 100_000_000, ..shape(Protocol::Occ, hybrid, 1) };
+    for hybrid in [Hybrid::RPC, Hybrid::full(OCC.stages())] {
+        let s = Shape { duration_ns: 100_000_000, ..shape(OCC, hybrid, 1) };
         let mut spec = s.spec();
         spec.warmup_ns = 10_000_000;
         let r = run_sockets(&spec);
@@ -162,18 +160,19 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 24, failure_persistence: None, ..ProptestConfig::default() })]
     #[test]
     fn random_shapes_are_serializable(
-        p in 0usize..Protocol::ALL.len(),
+        p in 0usize..REGISTRY.len(),
         code in 0u32..1024,
         nodes in 2u16..=4,
         workers in 1u16..=2,
         coroutines in 1u32..=5,
         seed in 0u64..1_000_000,
     ) {
-        let protocol = Protocol::ALL[p];
+        let protocol = REGISTRY[p];
         let codes = Hybrid::all_codes(protocol.stages());
         let hybrid = codes[code as usize % codes.len()];
         let s = Shape { nodes, replication: 3.min(nodes), workers, coroutines, ..shape(protocol, hybrid, seed) };
-        if let Some(r) = s.run_if_implemented() {
+        {
+            let r = s.run();
             let res = s.check(&r);
             prop_assert!(res.is_ok(), "{}", res.unwrap_err());
         }

@@ -110,16 +110,16 @@ pub fn qp(ctx: &Ctx, node: u16) -> Result<QpId, String> {
 
 /// Posts `ops` on `q` as the options say: one doorbell for the list (doorbell batching) or
 /// one per request; with outstanding requests off, waits for them before returning.
-pub(crate) async fn issue(ctx: &Ctx, n: &NodeState, q: QpId, ops: Vec<(Op, bool)>) -> Result<(), String> {
+pub async fn issue(ctx: &Ctx, n: &NodeState, q: QpId, ops: Vec<(Op, bool)>) -> Result<(), String> {
     room(ctx, q, ops.len() as u32).await?;
-    if n.options.doorbell {
+    if n.rdma.doorbell {
         ctx.post(q, ops).map_err(|e| e.to_string())?;
     } else {
         for op in ops {
             ctx.post(q, [op]).map_err(|e| e.to_string())?;
         }
     }
-    if !n.options.outstanding {
+    if !n.rdma.outstanding {
         ctx.wait().await.map_err(|c| c.to_string())?;
     }
     Ok(())
@@ -140,16 +140,16 @@ pub async fn room(ctx: &Ctx, q: QpId, k: u32) -> Result<(), String> {
 }
 
 /// Calls `handler` at `node`; with outstanding requests off, waits for the reply first.
-pub(crate) async fn call(ctx: &Ctx, n: &NodeState, node: u16, handler: u16, req: &[u8]) -> CallId {
+pub async fn call(ctx: &Ctx, n: &NodeState, node: u16, handler: u16, req: &[u8]) -> CallId {
     let id = ctx.call(endpoint(ctx, node), handler, req);
-    if !n.options.outstanding {
+    if !n.rdma.outstanding {
         let _ = ctx.wait().await;
     }
     id
 }
 
 /// Finds the tuple offset of every selected record (location cache, then index READs).
-pub(crate) async fn locate_all(
+pub async fn locate_all(
     ctx: &Ctx,
     n: &NodeState,
     recs: &mut [Rec],
@@ -167,7 +167,7 @@ pub(crate) async fn locate_all(
 
 /// Accounts one execution of stage `s` begun at `t0` and, when the worker traces, records it
 /// as a slice on the coroutine's track.
-pub(crate) fn account(ctx: &Ctx, n: &NodeState, s: Stage, t0: u64, round_trips: u64, bytes: u64) {
+pub fn account(ctx: &Ctx, n: &NodeState, s: Stage, t0: u64, round_trips: u64, bytes: u64) {
     let now = ctx.now();
     n.account(s, now - t0, round_trips, bytes);
     ctx.trace_slice_args(
@@ -179,7 +179,7 @@ pub(crate) fn account(ctx: &Ctx, n: &NodeState, s: Stage, t0: u64, round_trips: 
     );
 }
 
-pub(crate) fn tuple_bytes(n: &NodeState, table: u16) -> u32 {
+pub fn tuple_bytes(n: &NodeState, table: u16) -> u32 {
     n.catalog.layout.table(table).map(|p| p.tuple_bytes as u32).unwrap_or(0)
 }
 
@@ -271,7 +271,7 @@ pub async fn fetch(ctx: &Ctx, n: &NodeState, recs: &mut [Rec]) -> Result<(), Str
             };
             // Without speculation, each fetch completes before the next is issued.
             issue(ctx, n, qp(ctx, r.home)?, vec![(read, true)]).await?;
-            if !n.options.speculative {
+            if !n.rdma.speculative {
                 ctx.wait().await.map_err(|c| c.to_string())?;
             }
             slots.push(at);
@@ -290,7 +290,7 @@ pub async fn fetch(ctx: &Ctx, n: &NodeState, recs: &mut [Rec]) -> Result<(), Str
             req.extend_from_slice(&[0; 6]);
             req.extend_from_slice(&r.key.to_le_bytes());
             calls.push(call(ctx, n, r.home, H_FETCH, &req).await);
-            if !n.options.speculative {
+            if !n.rdma.speculative {
                 let _ = ctx.wait().await;
             }
         }
@@ -375,7 +375,7 @@ pub async fn validate(
 /// The payload of a WRITE: inline when small (DrTM+H inlines up to 64 B), otherwise staged
 /// in this coroutine's scratch at `*at`, which advances. Each request needs its own staging
 /// bytes: the NIC DMA-reads them when it processes the request, after later ones are posted.
-pub(crate) fn inline_or_staged(ctx: &Ctx, bytes: &[u8], at: &mut u64) -> Payload {
+pub fn inline_or_staged(ctx: &Ctx, bytes: &[u8], at: &mut u64) -> Payload {
     if bytes.len() <= 64 {
         return Payload::Inline(bytes.to_vec());
     }
@@ -389,7 +389,7 @@ pub(crate) fn inline_or_staged(ctx: &Ctx, bytes: &[u8], at: &mut u64) -> Payload
 
 /// LOG: the new values to the backups of every written record's primary.
 pub async fn log(ctx: &Ctx, n: &NodeState, recs: &[Rec], new_values: &[Vec<u8>], id: u64) -> Result<(), String> {
-    if n.replication <= 1 || new_values.is_empty() || n.bug == Some(crate::node::Bug::SkipLog) {
+    if n.replication <= 1 || new_values.is_empty() || n.bug == Some(crate::log::SKIP_LOG) {
         return Ok(());
     }
     let mut record = Vec::new();
@@ -447,7 +447,7 @@ pub async fn write_back(
 /// clears its lock: a WRITE (and the unlock WRITE behind it on the QP), or the protocol's
 /// COMMIT RPC `handler`. Records the access in `history`; returns the bytes sent.
 #[allow(clippy::too_many_arguments)]
-pub(crate) async fn write_back_one(
+pub async fn write_back_one(
     ctx: &Ctx,
     n: &NodeState,
     r: &Rec,
@@ -475,7 +475,7 @@ pub(crate) async fn write_back_one(
         // Passive ACK: the commit is confirmed by a later signaled request on the QP
         // (DrTM+H Sec. 3.2); signal anyway before the send queue fills.
         let depth = ctx.qp_info(q).map_or(2, |i| i.max_outstanding);
-        let signal = !n.options.passive_ack || ctx.outstanding(q) + 4 >= depth / 2;
+        let signal = !n.rdma.passive_ack || ctx.outstanding(q) + 4 >= depth / 2;
         let ops = if unlock {
             let unlock = Op::Write {
                 src: Payload::Inline(0u64.to_le_bytes().to_vec()),
@@ -490,7 +490,7 @@ pub(crate) async fn write_back_one(
         let mut req = Vec::with_capacity(8 + body.len());
         req.extend_from_slice(&r.offset.to_le_bytes());
         req.extend_from_slice(&body);
-        if n.options.passive_ack {
+        if n.rdma.passive_ack {
             ctx.call_oneway(endpoint(ctx, r.home), handler, &req);
         } else {
             call(ctx, n, r.home, handler, &req).await;

@@ -22,7 +22,7 @@ use crate::ops::endpoint;
 use crate::store::{self, META_BYTES, VERSION};
 
 /// Handler ids 60..=69 belong to lookups.
-pub const H_LOOKUP: u16 = 60;
+pub use crate::node::H_LOOKUP;
 
 /// CPU time of answering: a fixed part and a part per record read (a local hash lookup and
 /// copy), ns.

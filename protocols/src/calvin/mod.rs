@@ -29,7 +29,7 @@
 //! sequencer's later batches as empty, and stop once every sequencer has finished and their
 //! transactions have run.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::rc::Rc;
 
@@ -37,17 +37,17 @@ use txbed_checker::Access;
 use txbed_transport::{CallId, Ctx, Endpoint, Handled, HandlerCtx, HandlerFn, NodeId, ReplyToken};
 use txbed_workloads::{Executed, TxnSpec};
 
-#[path = "calvin_chan.rs"]
 mod chan;
-#[path = "calvin_wire.rs"]
 mod wire;
 
-use crate::history_key;
-use crate::node::{Bug, NodeState, H_LOG};
-use crate::nowait::{self, Attempt};
-use crate::ops;
-use crate::stage::Stage;
-use crate::store::{self, split_version_word, version_word, BUCKET_BYTES, META_BYTES, VERSION, WRITER};
+use txbed_txn::history_key;
+use txbed_txn::node::{NodeState, H_LOG};
+use txbed_txn::attempt::{self, Attempt};
+use txbed_txn::ops;
+use serde::{Deserialize, Serialize};
+use txbed_txn::protocol::{handler_id, in_id_order, parse_options, BackgroundFn, Bug, LocalBoxFuture, OptionValues, Protocol};
+use txbed_txn::stage::Stage;
+use txbed_txn::store::{self, split_version_word, version_word, BUCKET_BYTES, META_BYTES, VERSION, WRITER};
 use chan::{FORWARD, INPUT};
 use wire::Value;
 
@@ -70,47 +70,96 @@ const MAX_MSG: usize = 2048;
 const MAX_RPC: usize = 3 * 1024;
 
 /// RPC handler ids.
-pub const H_SUBMIT: u16 = 50;
-pub const H_INPUT: u16 = 51;
-pub const H_FORWARD: u16 = 52;
-pub const H_RESULT: u16 = 53;
+pub const H_SUBMIT: u16 = handler_id(0);
+pub const H_INPUT: u16 = handler_id(1);
+pub const H_FORWARD: u16 = handler_id(2);
+pub const H_RESULT: u16 = handler_id(3);
 
 /// Handler names, for traces.
-pub const HANDLER_NAMES: [(u16, &str); 4] = [
-    (H_SUBMIT, "CALVIN_SUBMIT"),
-    (H_INPUT, "CALVIN_INPUT"),
-    (H_FORWARD, "CALVIN_FORWARD"),
-    (H_RESULT, "CALVIN_RESULT"),
-];
+pub const HANDLER_NAMES: [&str; 4] = ["CALVIN_SUBMIT", "CALVIN_INPUT", "CALVIN_FORWARD", "CALVIN_RESULT"];
 
 const COMMITTED: u8 = 0;
 const USER_ABORT: u8 = 1;
 const TOO_LATE: u8 = 2;
 
-/// Tuple extension bytes for a record of `record_bytes`: none (locks live in the scheduler).
-pub fn ext_bytes(_record_bytes: u64) -> u64 {
-    0
-}
-
 /// Participant-side state of CALVIN on one node.
-#[derive(Default)]
 pub struct Participant {
-    epoch_ns: Cell<u64>,
+    /// The epoch length; every node of a run uses the same.
+    epoch_ns: u64,
     e: RefCell<Engine>,
 }
 
-impl Participant {
-    /// The epoch length (`DEFAULT_EPOCH_NS` unless set).
-    pub fn epoch_ns(&self) -> u64 {
-        match self.epoch_ns.get() {
-            0 => DEFAULT_EPOCH_NS,
-            ns => ns,
+pub struct Calvin;
+
+impl Protocol for Calvin {
+    fn name(&self) -> &'static str {
+        "CALVIN"
+    }
+    fn description(&self) -> &'static str {
+        "deterministic: sequenced epochs, ordered lock queues, no aborts (RCC Sec. 4.6)"
+    }
+    fn stages(&self) -> &'static [Stage] {
+        &STAGES
+    }
+    fn area_bytes(&self, nodes: u16) -> u64 {
+        chan::area_bytes(nodes)
+    }
+    fn bugs(&self) -> &'static [Bug] {
+        &[READ_BEFORE_LOCK]
+    }
+    fn check_options(&self, given: &OptionValues) -> Result<(), String> {
+        let o = parse_options::<Options>(given)?;
+        if o.epoch_us == 0 || o.epoch_us > 1_000_000 {
+            return Err(format!("epoch_us must be 1..=1000000 (1 us to 1 s), got {}", o.epoch_us));
         }
+        Ok(())
     }
-    /// Sets the epoch length; every node of a run must use the same.
-    pub fn set_epoch_ns(&self, ns: u64) {
-        self.epoch_ns.set(ns);
+    fn default_options(&self) -> OptionValues {
+        serde_json::to_value(Options::default()).expect("options serialise")
     }
+    fn participant(&self, options: &OptionValues) -> Box<dyn std::any::Any> {
+        let o = parse_options::<Options>(options).expect("options were checked");
+        Box::new(Participant { epoch_ns: o.epoch_us * 1000, e: RefCell::default() })
+    }
+    fn handler_names(&self) -> &'static [&'static str] {
+        &HANDLER_NAMES
+    }
+    fn handlers(&self, n: &Rc<NodeState>) -> Vec<Rc<HandlerFn>> {
+        in_id_order(handlers(n))
+    }
+    fn background(&self) -> Option<BackgroundFn> {
+        Some(|ctx, n, end| Box::pin(background(ctx, n, end)))
+    }
+    fn attempt<'a>(&self, ctx: &'a Ctx, n: &'a NodeState, spec: &'a TxnSpec, id: u64) -> LocalBoxFuture<'a, Attempt> {
+        Box::pin(attempt(ctx, n, spec, id))
+    }
+}
+
+/// CALVIN's options (`protocol.options`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Options {
+    /// Epoch length, us: how often each sequencer closes and broadcasts its batch.
+    pub epoch_us: u64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { epoch_us: DEFAULT_EPOCH_NS / 1000 }
+    }
+}
+
+/// Participants read their records as soon as a transaction is sequenced, without waiting
+/// for the deterministic lock manager's grant (RCC Sec. 4.6 done wrong): they miss the writes
+/// of earlier transactions in the order.
+pub const READ_BEFORE_LOCK: Bug = Bug {
+    name: "CalvinReadBeforeLock",
+    about: "reads records before the lock manager grants them: misses earlier transactions' writes",
+};
+
+/// This node's CALVIN state.
+fn part(n: &NodeState) -> &Participant {
+    n.participant()
 }
 
 /// A lock request in a record's queue.
@@ -333,8 +382,8 @@ fn max_rpc(ctx: &Ctx) -> usize {
 }
 
 /// Largest message: fits a quarter ring and, framed, an RPC payload.
-fn max_msg(ctx: &Ctx, n: &NodeState) -> usize {
-    MAX_MSG.min((n.catalog.layout.calvin_ring / 4).saturating_sub(8) as usize).min(max_rpc(ctx) - 8)
+fn max_msg(ctx: &Ctx) -> usize {
+    MAX_MSG.min((RING_BYTES / 4).saturating_sub(8) as usize).min(max_rpc(ctx) - 8)
 }
 
 fn home(n: &NodeState, key: u64) -> u16 {
@@ -356,7 +405,7 @@ pub fn handlers(n: &Rc<NodeState>) -> Vec<(u16, Rc<HandlerFn>)> {
                 // The sequencer takes the input, once all its fragments are here; the
                 // coordinator hears back on the fragment that completed it, once it ran.
                 ctx.compute((req.len() as u64).div_ceil(10));
-                let mut e = submit.calvin.e.borrow_mut();
+                let mut e = part(&submit).e.borrow_mut();
                 let Some((id, frag, frags, bytes)) = wire::decode_submit(req) else { return Handled::Reply };
                 if e.sealed {
                     e.submitting.remove(&id);
@@ -379,7 +428,7 @@ pub fn handlers(n: &Rc<NodeState>) -> Vec<(u16, Rc<HandlerFn>)> {
             Rc::new(move |_: &mut HandlerCtx<'_>, req: &[u8]| {
                 // Answered by the sequencer's coroutine: `send_deferred_reply` also remembers
                 // the reply for a coordinator that retransmits its call.
-                result.calvin.e.borrow_mut().results.push(req.to_vec());
+                part(&result).e.borrow_mut().results.push(req.to_vec());
                 Handled::Reply
             }),
         ),
@@ -390,7 +439,7 @@ pub fn handlers(n: &Rc<NodeState>) -> Vec<(u16, Rc<HandlerFn>)> {
             h,
             Rc::new(move |ctx: &mut HandlerCtx<'_>, req: &[u8]| {
                 ctx.compute((req.len() as u64).div_ceil(10));
-                let mut e = n.calvin.e.borrow_mut();
+                let mut e = part(&n).e.borrow_mut();
                 for m in wire::unframe(req).unwrap_or_default() {
                     e.deliver(ch, ctx.src.node.0, m);
                 }
@@ -402,7 +451,7 @@ pub fn handlers(n: &Rc<NodeState>) -> Vec<(u16, Rc<HandlerFn>)> {
 }
 
 /// Submits the transaction to this node's sequencer and waits for its outcome.
-pub async fn attempt(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Attempt {
+async fn attempt(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Attempt {
     let start_ns = ctx.now();
     let mut input = Vec::new();
     wire::encode_input(&mut input, id, spec);
@@ -427,7 +476,7 @@ pub async fn attempt(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Attem
     if versions.len() != spec.reads.len() + spec.writes.len() {
         return Attempt::Failed("CALVIN result has the wrong number of versions".into());
     }
-    let mut h = nowait::new_history(ctx, n, spec, id, start_ns);
+    let mut h = attempt::new_history(ctx, n, spec, id, start_ns);
     let (rs, ws) = versions.split_at(spec.reads.len());
     for (k, &v) in spec.reads.iter().zip(rs) {
         h.reads.push(Access { key: history_key(k.table, k.row), version: v });
@@ -436,21 +485,18 @@ pub async fn attempt(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Attem
         h.reads.push(Access { key: history_key(k.table, k.row), version: v });
         h.writes.push(Access { key: history_key(k.table, k.row), version: v + 1 });
     }
-    nowait::committed(ctx, n, h, delta);
+    attempt::committed(ctx, n, h, delta);
     Attempt::Committed
 }
 
 /// The worker's background coroutine: on worker 0, the node's sequencer and scheduler, until
 /// the final epoch is sequenced and everything in it has run here.
-pub async fn background(ctx: Ctx, n: Rc<NodeState>, end: u64) {
+async fn background(ctx: Ctx, n: Rc<NodeState>, end: u64) {
     if ctx.me().worker != 0 {
         return;
     }
-    let epoch_ns = match n.options.calvin_epoch_ns {
-        0 => n.calvin.epoch_ns(),
-        ns => ns,
-    };
-    n.calvin.e.borrow_mut().init(n.nodes);
+    let epoch_ns = part(&n).epoch_ns;
+    part(&n).e.borrow_mut().init(n.nodes);
     loop {
         if let Err(e) = step(&ctx, &n, epoch_ns, end) {
             panic!("CALVIN scheduler on node {}: {e}", n.me);
@@ -467,7 +513,7 @@ pub async fn background(ctx: Ctx, n: Rc<NodeState>, end: u64) {
         if executed || applied {
             continue; // new work may be ready
         }
-        let e = n.calvin.e.borrow();
+        let e = part(&n).e.borrow();
         let finished = e.sealed
             && e.all_scheduled()
             && e.waiting.is_empty()
@@ -487,7 +533,7 @@ pub async fn background(ctx: Ctx, n: Rc<NodeState>, end: u64) {
 
 /// Sequencer, arrivals, scheduling and local reads: everything that needs no waiting.
 fn step(ctx: &Ctx, n: &NodeState, epoch_ns: u64, end: u64) -> Result<(), String> {
-    let mut e = n.calvin.e.borrow_mut();
+    let mut e = part(n).e.borrow_mut();
     let e = &mut *e;
     for r in std::mem::take(&mut e.results) {
         if let Some(token) = wire::Reader::new(&r).u64().and_then(|id| e.waiting.remove(&id)) {
@@ -507,7 +553,7 @@ fn step(ctx: &Ctx, n: &NodeState, epoch_ns: u64, end: u64) -> Result<(), String>
             e.next_due = now + epoch_ns; // fell behind: restart the grid
         }
         e.sealed = now >= end + epoch_ns;
-        let parts = wire::batch_parts(epoch, e.sealed, &std::mem::take(&mut e.queue), max_msg(ctx, n));
+        let parts = wire::batch_parts(epoch, e.sealed, &std::mem::take(&mut e.queue), max_msg(ctx));
         let mut bytes = 0;
         for to in 0..n.nodes {
             for p in &parts {
@@ -589,7 +635,7 @@ fn schedule(ctx: &Ctx, n: &NodeState, e: &mut Engine, g: u64, origin: u16, id: u
     let records = keys.len();
     let local: Vec<(u64, bool)> = keys.into_iter().filter(|&(k, _)| home(n, k) == n.me).collect();
     let t = Local { id, origin, spec, keys: local, missing: 0, actives, records, ready_at: 0 };
-    e.enqueue(g, t, n.bug == Some(Bug::CalvinReadBeforeLock));
+    e.enqueue(g, t, n.bug == Some(READ_BEFORE_LOCK));
 }
 
 /// The tuple offset of a record this node owns (its index, through local memory).
@@ -633,7 +679,7 @@ fn read_ready(ctx: &Ctx, n: &NodeState, e: &mut Engine) -> Result<(), String> {
         }
         let refs: Vec<(u64, &Value)> = vals.iter().map(|(k, v)| (*k, v)).collect();
         for &a in actives.iter().filter(|&&a| a != n.me) {
-            for m in wire::forward_msgs(id, &refs, max_msg(ctx, n)) {
+            for m in wire::forward_msgs(id, &refs, max_msg(ctx)) {
                 e.out[FORWARD * n.nodes as usize + a as usize].msgs.push_back(m);
             }
         }
@@ -657,7 +703,7 @@ fn read_ready(ctx: &Ctx, n: &NodeState, e: &mut Engine) -> Result<(), String> {
 
 /// Actives holding every record run the logic; returns what must be logged and applied.
 fn execute(ctx: &Ctx, n: &NodeState) -> Vec<Done> {
-    let mut e = n.calvin.e.borrow_mut();
+    let mut e = part(n).e.borrow_mut();
     let e = &mut *e;
     let mut done = Vec::new();
     let runnable: Vec<u64> = e
@@ -712,7 +758,7 @@ fn execute(ctx: &Ctx, n: &NodeState) -> Vec<Done> {
 fn log(ctx: &Ctx, n: &NodeState, done: Vec<Done>) {
     let mut calls = Vec::new();
     let mut bytes = 0;
-    if n.replication > 1 && n.bug != Some(Bug::SkipLog) {
+    if n.replication > 1 && n.bug != Some(txbed_txn::log::SKIP_LOG) {
         let backups: Vec<u16> = (1..n.replication).map(|k| (n.me + k) % n.nodes).collect();
         let mut records: Vec<Vec<u8>> = Vec::new();
         for d in &done {
@@ -721,7 +767,7 @@ fn log(ctx: &Ctx, n: &NodeState, done: Vec<Done>) {
                     records.push(d.id.to_le_bytes().to_vec());
                 }
                 let k = wire::unpack(*key);
-                crate::log::entry(
+                txbed_txn::log::entry(
                     records.last_mut().expect("record"),
                     k.table,
                     k.row,
@@ -733,7 +779,7 @@ fn log(ctx: &Ctx, n: &NodeState, done: Vec<Done>) {
         // Backups apply a log record to their replica whichever worker serves it: spare the
         // scheduler's worker 0 when there are others.
         let workers = ctx.workers();
-        let mut e = n.calvin.e.borrow_mut();
+        let mut e = part(n).e.borrow_mut();
         e.log_rounds += 1;
         let worker = if workers > 1 { 1 + (e.log_rounds % (workers as u64 - 1)) as u16 } else { 0 };
         drop(e);
@@ -747,7 +793,7 @@ fn log(ctx: &Ctx, n: &NodeState, done: Vec<Done>) {
             st.log_bytes += (backups.len() * r.len()) as u64;
         }
     }
-    n.calvin.e.borrow_mut().logging.push_back(Logging { calls, t0: ctx.now(), bytes, done });
+    part(n).e.borrow_mut().logging.push_back(Logging { calls, t0: ctx.now(), bytes, done });
 }
 
 /// Applies every round whose log every backup acknowledged, and forgets the replies nobody
@@ -755,7 +801,7 @@ fn log(ctx: &Ctx, n: &NodeState, done: Vec<Done>) {
 fn reap(ctx: &Ctx, n: &NodeState) -> bool {
     let mut rounds = Vec::new();
     {
-        let mut e = n.calvin.e.borrow_mut();
+        let mut e = part(n).e.borrow_mut();
         e.inflight.retain(|&c| ctx.take_reply(c).is_none());
         for l in e.logging.iter_mut() {
             // A failed log call (a dead backup: the RPC layer retransmits through loss) is
@@ -779,7 +825,7 @@ fn reap(ctx: &Ctx, n: &NodeState) -> bool {
 
 /// Applies logged writes (version + 1, writer, record), releases the locks and reports.
 fn apply(ctx: &Ctx, n: &NodeState, done: Vec<Done>) {
-    let mut e = n.calvin.e.borrow_mut();
+    let mut e = part(n).e.borrow_mut();
     for d in done {
         for (_, off, ver, value) in &d.writes {
             let at = n.base() + off;
@@ -809,14 +855,14 @@ fn apply(ctx: &Ctx, n: &NodeState, done: Vec<Done>) {
         }
     }
     drop(e);
-    if let Err(err) = read_ready(ctx, n, &mut n.calvin.e.borrow_mut()) {
+    if let Err(err) = read_ready(ctx, n, &mut part(n).e.borrow_mut()) {
         panic!("CALVIN scheduler on node {}: {err}", n.me);
     }
 }
 
 /// Sends every queued message: batched RPCs, or one-sided WRITEs, as each stage's bit says.
 fn flush(ctx: &Ctx, n: &NodeState) {
-    let mut e = n.calvin.e.borrow_mut();
+    let mut e = part(n).e.borrow_mut();
     for ch in [INPUT, FORWARD] {
         let onesided = n.hybrid.onesided(stage_of(ch));
         for to in (0..n.nodes).filter(|&t| t != n.me) {

@@ -1,6 +1,7 @@
 //! What every node of a transaction run shares: the catalog, the location cache, the
 //! workload, the history it records, and the participant's RPC handlers.
 
+use std::any::Any;
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -10,7 +11,8 @@ use txbed_transport::{Handled, HandlerCtx, HandlerFn, HostMemory};
 use txbed_workloads::Workload;
 
 use crate::locate::{Catalog, LocationCache};
-use crate::stage::Hybrid;
+use crate::protocol::{handler_id, Bug, ProtocolRef, Rdma, FIRST_PROTOCOL_HANDLER};
+use crate::stage::{Hybrid, Stage};
 use crate::store::{self, TablePlace, LOCK, META_BYTES, VERSION, WRITER};
 
 /// RPC handler ids.
@@ -21,9 +23,11 @@ pub const H_LOG: u16 = 13;
 pub const H_RECLAIM: u16 = 14;
 pub const H_FETCH: u16 = 15;
 pub const H_VALIDATE: u16 = 16;
+pub const H_LOOKUP: u16 = 17;
+const _: () = assert!(H_LOOKUP < FIRST_PROTOCOL_HANDLER);
 
 /// Handler names, for traces.
-pub const HANDLER_NAMES: [(u16, &str); 7] = [
+pub const HANDLER_NAMES: [(u16, &str); 8] = [
     (H_LOCK, "LOCK"),
     (H_RELEASE, "RELEASE"),
     (H_COMMIT, "COMMIT"),
@@ -31,6 +35,7 @@ pub const HANDLER_NAMES: [(u16, &str); 7] = [
     (H_RECLAIM, "RECLAIM"),
     (H_FETCH, "FETCH"),
     (H_VALIDATE, "VALIDATE"),
+    (H_LOOKUP, "LOOKUP"),
 ];
 
 pub const OK: u8 = 0;
@@ -49,10 +54,10 @@ pub struct TxnStats {
     pub external_delta: i64,
     /// Per stage (index = position of the bit, RCC numbering): time spent, round trips
     /// (waits for the network), and bytes sent.
-    pub stage_ns: [u64; 9],
-    pub stage_round_trips: [u64; 9],
-    pub stage_bytes: [u64; 9],
-    pub stage_calls: [u64; 9],
+    pub stage_ns: [u64; Stage::COUNT],
+    pub stage_round_trips: [u64; Stage::COUNT],
+    pub stage_bytes: [u64; Stage::COUNT],
+    pub stage_calls: [u64; Stage::COUNT],
 }
 
 impl TxnStats {
@@ -64,7 +69,7 @@ impl TxnStats {
         self.log_records += o.log_records;
         self.log_bytes += o.log_bytes;
         self.external_delta += o.external_delta;
-        for i in 0..9 {
+        for i in 0..Stage::COUNT {
             self.stage_ns[i] += o.stage_ns[i];
             self.stage_round_trips[i] += o.stage_round_trips[i];
             self.stage_bytes[i] += o.stage_bytes[i];
@@ -74,46 +79,8 @@ impl TxnStats {
 }
 
 /// Index of a stage's counters.
-pub fn stage_index(s: crate::stage::Stage) -> usize {
+pub fn stage_index(s: Stage) -> usize {
     (s.bit().trailing_zeros()) as usize
-}
-
-/// The RDMA optimisations of DrTM+H Sec. 3.2 a run uses (the location cache is sized
-/// separately).
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct Options {
-    /// Issue all requests of a stage before waiting (otherwise one at a time).
-    pub outstanding: bool,
-    /// One doorbell for the requests posted together on a QP (otherwise one each).
-    pub doorbell: bool,
-    /// Do not wait for write-back acknowledgements (commit is decided by the log).
-    pub passive_ack: bool,
-    /// Fetch all records of a transaction in parallel (DrTM+H Sec. 6.1).
-    pub speculative: bool,
-    /// OCC only: lock and read the write set during execution, when the read/write set is
-    /// known up front, instead of at validation (FaSST's variant, DrTM+H Sec. 6.3).
-    pub lock_in_execution: bool,
-    /// CALVIN only: epoch length in ns (0: `calvin::DEFAULT_EPOCH_NS`).
-    pub calvin_epoch_ns: u64,
-    /// Bytes of each one-sided log ring a backup keeps per (sender node, sender worker).
-    pub log_ring_bytes: u64,
-}
-
-/// Default size of a log ring.
-pub const DEFAULT_LOG_RING_BYTES: u64 = 64 << 10;
-
-impl Default for Options {
-    fn default() -> Self {
-        Options {
-            outstanding: true,
-            doorbell: true,
-            passive_ack: false,
-            speculative: true,
-            lock_in_execution: false,
-            calvin_epoch_ns: 0,
-            log_ring_bytes: DEFAULT_LOG_RING_BYTES,
-        }
-    }
 }
 
 pub struct NodeState {
@@ -122,14 +89,17 @@ pub struct NodeState {
     pub catalog: Rc<Catalog>,
     pub cache: RefCell<LocationCache>,
     pub workload: Arc<dyn Workload>,
+    /// The protocol the node runs.
+    pub protocol: ProtocolRef,
     pub hybrid: Hybrid,
-    pub options: Options,
+    pub rdma: Rdma,
     /// Committed (and user-aborted) transactions, in completion order.
     pub history: RefCell<Vec<Txn>>,
     pub stats: RefCell<TxnStats>,
     /// Replicas including the primary (log to `replication - 1` backups).
     pub replication: u16,
-    /// Planted bugs, for the checker's own tests: never set in real runs.
+    /// A planted bug (the protocol's or `log::SKIP_LOG`), for the checker's own tests: never
+    /// set in real runs.
     pub bug: Option<Bug>,
     /// Sender side, per (worker, backup): where this worker writes in its ring there.
     pub rings: RefCell<Vec<RingTail>>,
@@ -137,11 +107,9 @@ pub struct NodeState {
     pub readers: RefCell<Vec<RingHead>>,
     /// Backup side: the version of every record this node keeps a replica of.
     pub replica: RefCell<std::collections::BTreeMap<u64, u64>>,
-    /// Participant state of the protocols that keep some (wait lists, sequencer buffers).
-    pub waitdie: crate::waitdie::Participant,
-    pub mvcc: crate::mvcc::Participant,
-    pub sundial: crate::sundial::Participant,
-    pub calvin: crate::calvin::Participant,
+    /// The protocol's own per-node state (`Protocol::participant`): wait lists, sequencer
+    /// buffers, clocks.
+    pub participant: Box<dyn Any>,
     /// The ordered index lookups are answered from (`index`).
     pub index: crate::index::NodeIndex,
 }
@@ -180,34 +148,21 @@ pub struct Tail {
     pub reclaim: bool,
 }
 
-/// A deliberately wrong variant of a protocol, to show the checker catches it.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum Bug {
-    /// NOWAIT releases its locks before writing back (RCC Sec. 4.2 done wrong).
-    UnlockBeforeWriteBack,
-    /// OCC skips read-set validation.
-    SkipValidation,
-    /// Commit without logging to the backups (their replicas fall behind).
-    SkipLog,
-    /// WAITDIE hands a transaction that waited for a lock the tuple as it was when it began
-    /// to wait, before the holder's write-back (a stale read: lost updates).
-    WaitDieStaleRead,
-    /// CALVIN participants read their records as soon as a transaction is sequenced, without
-    /// waiting for the deterministic lock manager's grant (RCC Sec. 4.6 done wrong): they miss
-    /// the writes of earlier transactions in the order.
-    CalvinReadBeforeLock,
-    /// SUNDIAL renews a read lease without checking the tuple's lock (RCC Sec. 4.5's renewal
-    /// condition (2) dropped): a lease grows under a writer that already fixed its commit
-    /// timestamp, so two transactions can each read what the other overwrites (write skew).
-    SundialRenewIgnoresLock,
-    /// MVCC reads never raise the tuple's `rts` (RCC Sec. 4.4 done wrong): a writer older than
-    /// a reader can still install the version after the one the reader saw (write skew).
-    MvccSkipRts,
-}
-
 impl NodeState {
+    /// The protocol's per-node state, as its `Protocol::participant` built it.
+    pub fn participant<T: 'static>(&self) -> &T {
+        match self.participant.downcast_ref::<T>() {
+            Some(p) => p,
+            None => panic!(
+                "{}'s participant state is not a {}: Protocol::participant and the protocol's code disagree",
+                self.protocol.name(),
+                std::any::type_name::<T>()
+            ),
+        }
+    }
+
     /// Accounts one execution of a stage: elapsed time, round trips and bytes.
-    pub fn account(&self, s: crate::stage::Stage, ns: u64, round_trips: u64, bytes: u64) {
+    pub fn account(&self, s: Stage, ns: u64, round_trips: u64, bytes: u64) {
         let i = stage_index(s);
         let mut st = self.stats.borrow_mut();
         st.stage_ns[i] += ns;
@@ -376,15 +331,34 @@ fn replying(n: &Rc<NodeState>, f: fn(&NodeState, &dyn HostMemory, &[u8], &mut Ve
     })
 }
 
-/// The participant handlers of `n`, to register on each of its workers.
-pub fn handlers(n: &Rc<NodeState>) -> Vec<(u16, Rc<HandlerFn>)> {
-    let mut hs = common_handlers(n);
-    hs.extend(crate::waitdie::handlers(n));
-    hs.extend(crate::mvcc::handlers(n));
-    hs.extend(crate::sundial::handlers(n));
-    hs.extend(crate::calvin::handlers(n));
-    hs.extend(crate::index::handlers(n));
+/// Every handler node `n` serves, with its id and its name (for traces): the common ones
+/// (ids 10..=16), the index's lookup (17), then its protocol's at `handler_id(0)`, ...
+pub fn handlers(n: &Rc<NodeState>) -> Vec<(u16, &'static str, Rc<HandlerFn>)> {
+    let mut hs: Vec<(u16, &'static str, Rc<HandlerFn>)> = common_handlers(n)
+        .into_iter()
+        .chain(crate::index::handlers(n))
+        .map(|(id, h)| (id, name_of(id), h))
+        .collect();
+    let names = n.protocol.handler_names();
+    let own = n.protocol.handlers(n);
+    assert_eq!(
+        names.len(),
+        own.len(),
+        "{}: handler_names() and handlers() must list the same handlers",
+        n.protocol.name()
+    );
+    for (i, (name, h)) in names.iter().zip(own).enumerate() {
+        hs.push((handler_id(i), name, h));
+    }
     hs
+}
+
+/// The name of a shared handler.
+fn name_of(id: u16) -> &'static str {
+    match HANDLER_NAMES.iter().find(|(i, _)| *i == id) {
+        Some((_, name)) => name,
+        None => panic!("shared handler {id} has no name in HANDLER_NAMES"),
+    }
 }
 
 /// The handlers every protocol shares (ids 10..=16).

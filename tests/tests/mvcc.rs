@@ -7,19 +7,18 @@
 use std::sync::Arc;
 
 use proptest::prelude::*;
-use txbed::txn::{run_txns, Protocol, TxnRunResult};
+use txbed::txn::{run_txns, TxnRunResult};
 use txbed_protocols::mvcc::{self, Geometry, SLOTS};
-use txbed_protocols::node::Bug;
-use txbed_protocols::stage::{Hybrid, Stage};
-use txbed_protocols::store::{split_version_word, version_word, META_BYTES, VERSION};
+use txbed_txn::stage::{Hybrid, Stage};
+use txbed_txn::store::{split_version_word, version_word, META_BYTES, VERSION};
 use txbed_sim::NicProfile;
-use txbed_tests::harness::{rdma_options, Shape, W, WORKLOADS};
+use txbed_tests::harness::{MVCC, Shape, W, WORKLOADS, rdma_options};
 use txbed_workloads::smallbank::SmallBank;
 use txbed_workloads::ycsb::Ycsb;
 
 /// MVCC on the shared defaults.
 fn shape(w: W, hybrid: Hybrid, seed: u64) -> Shape<W> {
-    Shape::new(Protocol::Mvcc, w, hybrid, seed)
+    Shape::new(MVCC, w, hybrid, seed)
 }
 
 #[track_caller]
@@ -146,7 +145,7 @@ fn old_versions_are_read_serializably() {
 fn planted_bug_is_caught() {
     for hybrid in [Hybrid::RPC, Hybrid(2), Hybrid::full(&mvcc::STAGES)] {
         let caught = (1..=1000u64).find(|&seed| {
-            let s = Shape { bug: Some(Bug::MvccSkipRts), ..shape(W::YcsbHigh, hybrid, seed) };
+            let s = Shape { bug: Some(txbed_protocols::mvcc::SKIP_RTS), ..shape(W::YcsbHigh, hybrid, seed) };
             let r = s.run();
             if r.report.serializable {
                 return false;
@@ -216,10 +215,10 @@ fn word(t: &[u8], at: usize) -> u64 {
 
 #[test]
 fn layout_matches_the_store() {
-    assert_eq!(Protocol::Mvcc.ext_bytes(REC as u64), (SLOTS * (24 + REC) + 24) as u64);
-    assert_eq!(G.tuple_bytes() as u64, META_BYTES + REC as u64 + Protocol::Mvcc.ext_bytes(REC as u64));
-    let spec = txbed_protocols::store::TableSpec { id: 0, record_bytes: 12, rows_per_node: 10 };
-    let layout = txbed_protocols::store::Layout::with_ext(&[spec], 0.9, &|r| Protocol::Mvcc.ext_bytes(r));
+    assert_eq!(MVCC.ext_bytes(REC as u64), (SLOTS * (24 + REC) + 24) as u64);
+    assert_eq!(G.tuple_bytes() as u64, META_BYTES + REC as u64 + MVCC.ext_bytes(REC as u64));
+    let spec = txbed_txn::store::TableSpec { id: 0, record_bytes: 12, rows_per_node: 10 };
+    let layout = txbed_txn::store::Layout::with_ext(&[spec], 0.9, &|r| MVCC.ext_bytes(r));
     let place = &layout.tables[0];
     let g = Geometry::of(place);
     assert_eq!(g.rec, 16);
@@ -340,7 +339,7 @@ fn timestamps_are_unique_ordered_and_never_zero() {
 #[test]
 fn stages_and_handlers() {
     assert_eq!(mvcc::STAGES.to_vec(), vec![Stage::Lock, Stage::Read, Stage::Log, Stage::Release, Stage::Commit]);
-    assert!(mvcc::HANDLER_NAMES.iter().all(|(id, _)| (30..=39).contains(id)));
+    assert_eq!(MVCC.handler_names(), ["MVCC_READ", "MVCC_LOCK", "MVCC_COMMIT"]);
 }
 
 /// MVCC's one-sided READ CASes rts: with two HCA-atomic NICs per node a raise can be lost

@@ -88,11 +88,10 @@ pub struct Layout {
     pub log_at: u64,
     pub ring_bytes: u64,
     pub log_workers: u16,
-    /// CALVIN's message rings (`with_calvin`): from `calvin_at`, `calvin_ring` bytes each,
-    /// for `calvin_nodes` peers; 0 when the protocol is not CALVIN.
-    pub calvin_at: u64,
-    pub calvin_ring: u64,
-    pub calvin_nodes: u16,
+    /// The protocol's own area (`with_area`, `Protocol::area_bytes`): from `area_at`,
+    /// `area_bytes` long; 0 when the protocol keeps none.
+    pub area_at: u64,
+    pub area_bytes: u64,
     pub bytes: u64,
 }
 
@@ -160,9 +159,8 @@ impl Layout {
             log_at: at,
             ring_bytes: 0,
             log_workers: 0,
-            calvin_at: 0,
-            calvin_ring: 0,
-            calvin_nodes: 0,
+            area_at: 0,
+            area_bytes: 0,
             bytes: at.max(8),
         }
     }
@@ -181,18 +179,14 @@ impl Layout {
         self.log_at + (sender as u64 * self.log_workers as u64 + worker as u64) * self.ring_bytes
     }
 
-    /// Adds CALVIN's one-sided message rings (RCC Sec. 4.6: "a specific buffer structure in
-    /// each node that is known among all machines"), for 2 channels (input dispatch, value
-    /// forwarding) x `nodes` peers: an inbox ring per sender, an outbox ring per receiver (the
-    /// WRITEs' source, mirroring the receiver's inbox), then per channel and peer a tail word
-    /// (written by the sender) and an ack word (written by the receiver). `calvin.rs` owns the
-    /// offsets within the area.
-    pub fn with_calvin(mut self, nodes: u16, ring_bytes: u64) -> Layout {
-        self.calvin_at = self.bytes.div_ceil(64) * 64;
-        self.calvin_ring = align8(ring_bytes);
-        self.calvin_nodes = nodes;
-        let n = nodes as u64;
-        self.bytes = self.calvin_at + 4 * n * self.calvin_ring + 4 * n * 8;
+    /// Appends the protocol's own area of `bytes` (64-byte aligned), after everything else.
+    pub fn with_area(mut self, bytes: u64) -> Layout {
+        if bytes == 0 {
+            return self;
+        }
+        self.area_at = self.bytes.div_ceil(64) * 64;
+        self.area_bytes = bytes;
+        self.bytes = self.area_at + bytes;
         self
     }
 

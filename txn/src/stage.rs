@@ -20,7 +20,9 @@ pub enum Stage {
 }
 
 impl Stage {
-    pub const ALL: [Stage; 9] = [
+    /// How many stages there are (the length of every per-stage counter array).
+    pub const COUNT: usize = 9;
+    pub const ALL: [Stage; Stage::COUNT] = [
         Stage::Lock,
         Stage::Read,
         Stage::Log,

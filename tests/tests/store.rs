@@ -4,8 +4,8 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use rand::Rng;
-use txbed_protocols::locate::{locate, Catalog, LocationCache, LookupError};
-use txbed_protocols::store::{self, Layout, Slot, TableSpec, META_BYTES};
+use txbed_txn::locate::{locate, Catalog, LocationCache, LookupError};
+use txbed_txn::store::{self, Layout, Slot, TableSpec, META_BYTES};
 use txbed_tests::{cell, small_sim};
 use txbed_transport::*;
 
@@ -110,7 +110,7 @@ fn stale_cache_entries_are_detected() {
         let loc = locate(&ctx, &c2, &cache, s, 1, 1, k).await.unwrap();
         let qp = ctx.rc_qp(NodeId(1), 0).unwrap();
         let len = c2.layout.tables[0].tuple_bytes as u32;
-        let read_tuple = |loc: &txbed_protocols::locate::Located| {
+        let read_tuple = |loc: &txbed_txn::locate::Located| {
             (Op::Read { local: LocalBuf { len, ..s }, remote: c2.remote(1, loc.offset, len) }, true)
         };
         ctx.post(qp, [read_tuple(&loc)]).unwrap();

@@ -1,4 +1,4 @@
-//! TPC-C on every protocol of `Protocol::ALL`, in RPC and one-sided form and every hybrid
+//! TPC-C on every protocol of `REGISTRY`, in RPC and one-sided form and every hybrid
 //! code, on small clusters: every run is checked serializable with nothing lost, W_YTD -
 //! C_YTD_PAYMENT conserved, and TPC-C's consistency conditions 1-4 holding at the end. A
 //! protocol that is not implemented yet (its attempts fail saying so) is skipped. Failures
@@ -7,10 +7,10 @@
 use std::sync::Arc;
 
 use proptest::prelude::*;
-use txbed::txn::{run_txns, Protocol, TxnRunResult};
-use txbed_protocols::node::Options;
-use txbed_protocols::stage::Hybrid;
-use txbed_tests::harness::{problems, run_sockets, Shape};
+use txbed::txn::{run_txns, TxnRunResult};
+use txbed_txn::protocol::Rdma as Options;
+use txbed_txn::stage::Hybrid;
+use txbed_tests::harness::{CALVIN, NOWAIT, OCC, Protocol, REGISTRY, Shape, problems, run_sockets};
 use txbed_workloads::tpcc::{PreparedTpcc, Tpcc, KINDS};
 use txbed_workloads::*;
 
@@ -66,11 +66,11 @@ fn committed_kinds(r: &TxnRunResult) -> std::collections::BTreeMap<String, u64> 
 #[test]
 fn every_protocol_and_mode_runs_tpcc() {
     let mut ran = Vec::new();
-    for protocol in Protocol::ALL {
+    for &protocol in REGISTRY {
         for hybrid in [Hybrid::RPC, Hybrid::full(protocol.stages())] {
             for mix in [Mix::Full, Mix::NewOrder] {
                 let s = shape(protocol, mix, hybrid, 1);
-                let Some(r) = s.run_if_implemented() else { continue };
+                let r = s.run();
                 assert_clean(&s, &r);
                 let kinds = committed_kinds(&r);
                 if mix == Mix::NewOrder {
@@ -78,7 +78,7 @@ fn every_protocol_and_mode_runs_tpcc() {
                 } else {
                     assert!(kinds.len() >= 3, "{}: {kinds:?}", s.replay());
                     // A stock-level's input (~400 keys, 3-4 KB) spans several CALVIN messages.
-                    if protocol == Protocol::Calvin {
+                    if protocol == CALVIN {
                         assert!(kinds.contains_key("stock-level"), "{}: {kinds:?}", s.replay());
                     }
                 }
@@ -88,16 +88,16 @@ fn every_protocol_and_mode_runs_tpcc() {
     }
     ran.dedup();
     eprintln!("TPC-C ran on {ran:?}");
-    assert!(ran.contains(&"NOWAIT") && ran.contains(&"OCC"), "{ran:?}");
+    assert_eq!(ran.len(), REGISTRY.len(), "{ran:?}");
 }
 
 /// With every type at 20%, each commits, on both primitives, under locking and OCC.
 #[test]
 fn every_transaction_type_commits() {
-    for protocol in [Protocol::NoWait, Protocol::Occ] {
+    for protocol in [NOWAIT, OCC] {
         for hybrid in [Hybrid::RPC, Hybrid::full(protocol.stages())] {
             let s = Shape { duration_ns: 500_000, ..shape(protocol, Mix::Even, hybrid, 2) };
-            let r = s.run_if_implemented().unwrap();
+            let r = s.run();
             assert_clean(&s, &r);
             let kinds = committed_kinds(&r);
             for k in KINDS {
@@ -112,7 +112,7 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 16, failure_persistence: None, ..ProptestConfig::default() })]
     #[test]
     fn random_shapes_keep_tpcc_consistent(
-        p in 0usize..Protocol::ALL.len(),
+        p in 0usize..REGISTRY.len(),
         nodes in 2u16..=3,
         warehouses in 1u32..=2,
         workers in 1u16..=2,
@@ -121,7 +121,7 @@ proptest! {
         new_order in any::<bool>(),
         seed in 0u64..1_000_000,
     ) {
-        let protocol = Protocol::ALL[p];
+        let protocol = REGISTRY[p];
         let codes = Hybrid::all_codes(protocol.stages());
         let hybrid = codes[code as usize % codes.len()];
         let mix = if new_order { Mix::NewOrder } else { Mix::Full };
@@ -134,10 +134,9 @@ proptest! {
             duration_ns: 200_000,
             ..shape(protocol, mix, hybrid, seed)
         };
-        if let Some(r) = s.run_if_implemented() {
-            let res = s.check(&r);
-            prop_assert!(res.is_ok(), "{}", res.unwrap_err());
-        }
+        let r = s.run();
+        let res = s.check(&r);
+        prop_assert!(res.is_ok(), "{}", res.unwrap_err());
     }
 }
 
@@ -199,7 +198,7 @@ impl Workload for ForgetsNextOrderId {
 
 #[test]
 fn a_new_order_that_forgets_d_next_o_id_fails_condition_two() {
-    for protocol in [Protocol::NoWait, Protocol::Occ] {
+    for protocol in [NOWAIT, OCC] {
         for hybrid in [Hybrid::RPC, Hybrid::full(protocol.stages())] {
             let s = shape(protocol, Mix::NewOrder, hybrid, 3);
             let forgets = ForgetsNextOrderId(s.w.prepare(s.nodes, s.workers, s.coroutines));
@@ -216,8 +215,8 @@ fn a_new_order_that_forgets_d_next_o_id_fails_condition_two() {
 /// Per-type throughput adds up to the total.
 #[test]
 fn throughput_is_reported_per_type() {
-    let s = Shape { duration_ns: 1_000_000, ..shape(Protocol::Occ, Mix::Full, Hybrid::RPC, 4) };
-    let r = s.run_if_implemented().unwrap();
+    let s = Shape { duration_ns: 1_000_000, ..shape(OCC, Mix::Full, Hybrid::RPC, 4) };
+    let r = s.run();
     let sum: u64 = r.measured.per_kind.values().sum();
     assert_eq!(sum, r.measured.committed);
     assert!(r.measured.per_kind.get("new-order") > Some(&0), "{:?}", r.measured.per_kind);
@@ -234,7 +233,7 @@ fn tpcc_scenarios_load_and_fit() {
         let W::Tpcc(t) = &s.workload else { panic!("{f}: not TPC-C") };
         let c = &s.cluster;
         // The whole cluster's stores, as the simulator holds them in one process.
-        let s = shape(Protocol::Occ, Mix::Full, Hybrid::RPC, 1);
+        let s = shape(OCC, Mix::Full, Hybrid::RPC, 1);
         let mut spec = s.spec_with(Arc::new(t.prepare(c.nodes, c.workers, c.coroutines)));
         spec.nodes = c.nodes;
         spec.workers = c.workers;
@@ -256,7 +255,7 @@ fn tpcc_scenarios_load_and_fit() {
 /// writers now wait for the backup to apply (`protocols/src/log.rs`).
 #[test]
 fn tpcc_runs_on_the_sockets_backend() {
-    for (protocol, mix, onesided) in [(Protocol::Occ, Mix::Full, false), (Protocol::NoWait, Mix::NewOrder, true)] {
+    for (protocol, mix, onesided) in [(OCC, Mix::Full, false), (NOWAIT, Mix::NewOrder, true)] {
         let hybrid = if onesided { Hybrid::full(protocol.stages()) } else { Hybrid::RPC };
         let s = Shape { duration_ns: 200_000_000, ..shape(protocol, mix, hybrid, 5) };
         let mut spec = s.spec();
@@ -273,13 +272,13 @@ fn tpcc_runs_on_the_sockets_backend() {
 #[test]
 fn small_log_rings_lose_nothing() {
     for (protocol, mix) in
-        [(Protocol::Occ, Mix::NewOrder), (Protocol::NoWait, Mix::NewOrder), (Protocol::Occ, Mix::Full)]
+        [(OCC, Mix::NewOrder), (NOWAIT, Mix::NewOrder), (OCC, Mix::Full)]
     {
         for kib in [4, 8] {
             let hybrid = Hybrid::full(protocol.stages());
             let options = Options { log_ring_bytes: kib << 10, ..Options::default() };
             let s = Shape { options, ..shape(protocol, mix, hybrid, 8) };
-            let r = s.run_if_implemented().unwrap();
+            let r = s.run();
             assert_clean(&s, &r);
             // Each (sender worker, backup) ring is written around at least twice on average.
             let rings = s.nodes as u64 * s.workers as u64 * 2;
@@ -295,7 +294,7 @@ fn small_log_rings_lose_nothing() {
 /// protocol stays clean in both modes.
 #[test]
 fn small_mtu_runs_tpcc_on_every_protocol() {
-    for protocol in Protocol::ALL {
+    for &protocol in REGISTRY {
         for hybrid in [Hybrid::RPC, Hybrid::full(protocol.stages())] {
             let s = Shape { mtu: 1024, duration_ns: 400_000, ..shape(protocol, Mix::Even, hybrid, 9) };
             let r = s.run();
@@ -308,11 +307,11 @@ fn small_mtu_runs_tpcc_on_every_protocol() {
 /// A TPC-C run is a pure function of its seed, lookups and index included.
 #[test]
 fn tpcc_runs_are_deterministic() {
-    let s = shape(Protocol::Occ, Mix::Full, Hybrid::full(Protocol::Occ.stages()), 6);
-    let (a, b) = (s.run_if_implemented().unwrap(), s.run_if_implemented().unwrap());
+    let s = shape(OCC, Mix::Full, Hybrid::full(OCC.stages()), 6);
+    let (a, b) = (s.run(), s.run());
     assert_eq!(a.digest, b.digest);
     assert_eq!(a.history, b.history);
-    assert_ne!(a.digest, Shape { seed: 7, ..s }.run_if_implemented().unwrap().digest);
+    assert_ne!(a.digest, Shape { seed: 7, ..s }.run().digest);
 }
 
 /// Every hybrid code of every protocol, on a tiny cluster with every transaction type in the
@@ -321,7 +320,7 @@ fn tpcc_runs_are_deterministic() {
 fn every_hybrid_code_of_every_protocol_runs_tpcc() {
     let t0 = std::time::Instant::now();
     let mut runs = 0;
-    for protocol in Protocol::ALL {
+    for &protocol in REGISTRY {
         for (k, hybrid) in Hybrid::all_codes(protocol.stages()).into_iter().enumerate() {
             let s = Shape {
                 w: tpcc(Mix::Even, 1),
@@ -332,7 +331,7 @@ fn every_hybrid_code_of_every_protocol_runs_tpcc() {
                 duration_ns: 150_000,
                 ..shape(protocol, Mix::Even, hybrid, 10 + k as u64)
             };
-            let Some(r) = s.run_if_implemented() else { continue };
+            let r = s.run();
             s.assert_clean(&r);
             s.assert_commits(&r, 0);
             runs += 1;

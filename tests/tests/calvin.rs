@@ -7,11 +7,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use proptest::prelude::*;
-use txbed::txn::{Protocol, TxnRunResult};
+use txbed::txn::{TxnRunResult};
 use txbed_protocols::calvin::STAGES;
-use txbed_protocols::node::{Bug, Options};
-use txbed_protocols::stage::Hybrid;
-use txbed_tests::harness::{rdma_options, run_sockets, smallbank, ycsb, Load, Shape};
+use txbed_txn::protocol::Rdma as Options;
+use txbed_txn::stage::Hybrid;
+use txbed_tests::harness::{CALVIN, Load, Shape, rdma_options, run_sockets, smallbank, ycsb};
 use txbed_workloads::Workload;
 
 /// As `harness::W`, but the uniform YCSB spreads over ten times the rows.
@@ -36,7 +36,7 @@ impl Load for W {
 
 /// CALVIN on the shared defaults.
 fn shape(w: W, hybrid: Hybrid, seed: u64) -> Shape<W> {
-    Shape::new(Protocol::Calvin, w, hybrid, seed)
+    Shape::new(CALVIN, w, hybrid, seed)
 }
 
 #[track_caller]
@@ -60,7 +60,7 @@ fn every_hybrid_code_is_serializable() {
                 assert_clean(&s, &r);
                 // Both communication stages ran and were accounted.
                 for stage in STAGES {
-                    let i = txbed_protocols::node::stage_index(stage);
+                    let i = txbed_txn::node::stage_index(stage);
                     assert!(r.stats.stage_calls[i] > 0, "{}: no {} stage", s.replay(), stage.name());
                 }
             }
@@ -171,7 +171,7 @@ fn every_node_commits_in_the_same_order() {
 fn planted_bug_is_caught() {
     for hybrid in [Hybrid::RPC, Hybrid::full(&STAGES)] {
         let caught = (1..=1000u64).find(|&seed| {
-            let s = Shape { bug: Some(Bug::CalvinReadBeforeLock), ..shape(W::YcsbHot, hybrid, seed) };
+            let s = Shape { bug: Some(txbed_protocols::calvin::READ_BEFORE_LOCK), ..shape(W::YcsbHot, hybrid, seed) };
             let r = s.run();
             let bad = !r.report.serializable || r.report.nothing_lost != Some(true) || !r.report.invariants_ok;
             if bad {
@@ -216,7 +216,7 @@ fn one_sided_rings_wrap_and_stay_serializable() {
         assert_clean(&s, &r);
         let channels = (s.nodes * (s.nodes - 1)) as u64;
         for stage in STAGES {
-            let per_channel = r.stats.stage_bytes[txbed_protocols::node::stage_index(stage)] / channels;
+            let per_channel = r.stats.stage_bytes[txbed_txn::node::stage_index(stage)] / channels;
             eprintln!("{}: {} B per channel, {} commits", stage.name(), per_channel, r.stats.committed);
             assert!(
                 per_channel > 3 * txbed_protocols::calvin::RING_BYTES / 2,

@@ -4,14 +4,14 @@
 //! Failures print the scenario to replay.
 
 use proptest::prelude::*;
-use txbed::txn::{Protocol, TxnRunResult};
-use txbed_protocols::node::{stage_index, Bug};
-use txbed_protocols::stage::{Hybrid, Stage};
+use txbed::txn::{TxnRunResult};
+use txbed_txn::node::stage_index;
+use txbed_txn::stage::{Hybrid, Stage};
 use txbed_protocols::waitdie::WAIT_BOUND_NS;
-use txbed_tests::harness::{rdma_options, Shape, W, WORKLOADS};
+use txbed_tests::harness::{Protocol, Shape, W, WAITDIE, WORKLOADS, rdma_options};
 use txbed_transport::trace::STAGE;
 
-const WD: Protocol = Protocol::WaitDie;
+const WD: Protocol = WAITDIE;
 
 /// WAIT-DIE on the shared defaults, traced: the trace shows how long each LOCK stage took
 /// (see `check_clean`).
@@ -136,7 +136,7 @@ fn every_option_combination_is_serializable() {
 fn planted_stale_read_is_caught() {
     for hybrid in [Hybrid::RPC, Hybrid::full(WD.stages())] {
         let caught = (1..=1000u64).find(|&seed| {
-            let s = Shape { bug: Some(Bug::WaitDieStaleRead), ..shape(W::YcsbHigh, hybrid, seed) };
+            let s = Shape { bug: Some(txbed_protocols::waitdie::STALE_READ), ..shape(W::YcsbHigh, hybrid, seed) };
             let r = s.run();
             if !r.clean() {
                 eprintln!(

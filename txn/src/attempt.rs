@@ -1,0 +1,57 @@
+//! How one attempt of a transaction ends, and the steps every protocol takes around its own:
+//! run the workload's logic on the records read, start the history entry, record a commit.
+
+use txbed_checker::{Status, Txn};
+use txbed_transport::Ctx;
+use txbed_workloads::{Executed, TxnSpec};
+
+use crate::node::NodeState;
+use crate::ops::Rec;
+
+/// How one attempt ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Attempt {
+    Committed,
+    /// Another transaction held a lock, or a validation failed: retry.
+    Conflict,
+    /// The transaction's logic aborted: do not retry.
+    UserAbort,
+    /// A verb or RPC failed (peer dead): the message says which.
+    Failed(String),
+}
+
+/// A history entry for transaction `id`, started at `start_ns`, not yet ended.
+pub fn new_history(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64, start_ns: u64) -> Txn {
+    Txn {
+        id,
+        node: n.me,
+        worker: ctx.me().worker,
+        coroutine: ctx.coroutine(),
+        start_ns,
+        end_ns: 0,
+        status: Status::Committed,
+        label: spec.kind.to_string(),
+        reads: Vec::new(),
+        writes: Vec::new(),
+    }
+}
+
+/// Runs the transaction's logic on the records as read: the new values of the write set (in
+/// its order) and the external delta, or `None` for a user abort.
+pub fn execute(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, recs: &[Rec]) -> Option<(Vec<Vec<u8>>, i64)> {
+    let reads: Vec<&[u8]> = recs.iter().filter(|r| !r.write).map(|r| r.record()).collect();
+    let olds: Vec<&[u8]> = recs.iter().filter(|r| r.write).map(|r| r.record()).collect();
+    ctx.compute(spec.compute_ns);
+    match n.workload.execute(spec, &reads, &olds) {
+        Executed::Commit { new_values, external_delta } => Some((new_values, external_delta)),
+        Executed::UserAbort => None,
+    }
+}
+
+/// Records a committed transaction.
+pub fn committed(ctx: &Ctx, n: &NodeState, mut h: Txn, delta: i64) {
+    assert!(h.end_ns == 0, "transaction {} recorded twice", h.id);
+    h.end_ns = ctx.now();
+    n.history.borrow_mut().push(h);
+    n.stats.borrow_mut().external_delta += delta;
+}

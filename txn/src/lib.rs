@@ -1,0 +1,39 @@
+//! What every protocol shares, written against `txbed-transport` only: the layer between the
+//! transport and the protocols (`txbed-protocols`), which import it and never each other.
+//!
+//! - [`protocol`]: the [`Protocol`] interface a protocol implements, and what it declares
+//!   (stages, isolation, needs, options, presets, planted bugs, handlers).
+//! - [`attempt`]: how an attempt ends ([`Attempt`]), the workload's logic and the history.
+//! - [`store`]: tuples and the cluster-hashing index in registered memory (DrTM Sec. 6.2).
+//! - [`locate`]: finding records with one-sided READs and a bucket-caching location cache.
+//! - [`stage`]: transaction stages and RCC's per-stage hybrid code.
+//! - [`node`]: what a node shares (catalog, cache, history) and the participant's common
+//!   handlers.
+//! - [`index`]: lookups before a transaction (data-dependent keys), answered by the node that
+//!   owns the rows from its records and ordered index.
+//! - [`log`]: the LOG stage (ring buffers on backups, or RPC).
+//! - [`ops`]: the operations protocols are built from, each in RPC and one-sided form.
+//!
+//! Every protocol keeps the common tuple words (`store`): lock at 0 (0 = free), the version
+//! word at 8 (incarnation, and a counter bumped by every committed write: the history's
+//! version order), the writer (id of the transaction that installed the record) at 16, and
+//! the latest committed record at 24. Protocol-specific metadata (timestamps, old versions)
+//! lives in the tuple's extension after the record (`Protocol::ext_bytes`, `TablePlace::ext_at`).
+
+pub mod attempt;
+pub mod index;
+pub mod locate;
+pub mod log;
+pub mod node;
+pub mod ops;
+pub mod protocol;
+pub mod stage;
+pub mod store;
+
+pub use crate::attempt::Attempt;
+pub use crate::protocol::{Bug, Isolation, Needs, Preset, Protocol, ProtocolRef, Rdma};
+
+/// The key a history names: table in the top 16 bits, row below (as `workloads::Key`).
+pub fn history_key(table: u16, row: u64) -> u64 {
+    ((table as u64) << 48) | row
+}

@@ -1,0 +1,278 @@
+//! The protocol interface: everything a concurrency-control protocol is, in one trait.
+//!
+//! A protocol is a value implementing [`Protocol`] (usually a unit struct in a `static`). The
+//! runner asks it for its stages, tuple extension, memory area, handlers, background coroutine
+//! and transaction attempt; the scenario schema, `txbed protocols`, sweeps, `hybrid-search`,
+//! presets and the tests that iterate over protocols read the same answers. Nothing outside
+//! the protocol's own module names it, but the one line that lists it in a registry
+//! (`txbed_protocols::REGISTRY`) or, for a protocol kept outside the workspace's registry, the
+//! `TxnRunSpec` that runs it.
+//!
+//! Call contract (what the runner guarantees):
+//! - `options` is called on the scenario's `protocol.options` before anything is built; a
+//!   run only starts if it returns `Ok`, and `participant` later gets the same value.
+//! - On every node, `participant` is called once, then `handlers` once; the handlers are
+//!   registered on every worker of the node under ids `handler_id(0)`, `handler_id(1)`, ... in
+//!   the order returned, after the common handlers of [`crate::node`].
+//! - `attempt` runs on a coordinator coroutine, any number of times, one at a time per
+//!   coroutine; `background` (when there is one) runs once per worker beside them and must
+//!   return once the clock passes `end` and its work is drained.
+
+use std::any::Any;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+
+use txbed_transport::{Ctx, HandlerFn};
+use txbed_workloads::TxnSpec;
+
+use crate::attempt::Attempt;
+use crate::node::NodeState;
+use crate::stage::{Hybrid, Stage};
+
+/// A boxed, non-`Send` future (coroutines run on one thread).
+pub type LocalBoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
+
+/// A registered protocol.
+pub type ProtocolRef = &'static dyn Protocol;
+
+/// A worker's background coroutine: `(ctx, node, end)`.
+pub type BackgroundFn = fn(Ctx, Rc<NodeState>, u64) -> LocalBoxFuture<'static, ()>;
+
+/// The isolation level a protocol promises; the history checker verifies it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Isolation {
+    /// Committed transactions are equivalent to some serial order (no G0, G1, G2).
+    Serializable,
+    /// Reads see a consistent snapshot; write skew (G2) is allowed.
+    SnapshotIsolation,
+    /// Reads see only committed data (no G0, G1).
+    ReadCommitted,
+}
+
+impl Isolation {
+    pub fn name(self) -> &'static str {
+        match self {
+            Isolation::Serializable => "serializable",
+            Isolation::SnapshotIsolation => "snapshot isolation",
+            Isolation::ReadCommitted => "read committed",
+        }
+    }
+}
+
+/// What a protocol needs from the run beyond a cluster of nodes.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Needs {
+    /// Clocks synchronized within a known error bound (leases, timestamp ordering).
+    pub synchronized_clocks: bool,
+    /// Nodes grouped into data centers with long-haul links between them.
+    pub data_centers: bool,
+}
+
+impl Needs {
+    pub const NOTHING: Needs = Needs { synchronized_clocks: false, data_centers: false };
+
+    /// The needs in words, `-` when there are none.
+    pub fn describe(self) -> String {
+        let mut v = Vec::new();
+        if self.synchronized_clocks {
+            v.push("synchronized clocks");
+        }
+        if self.data_centers {
+            v.push("data centers");
+        }
+        if v.is_empty() {
+            "-".into()
+        } else {
+            v.join(", ")
+        }
+    }
+}
+
+/// A deliberately wrong variant of a protocol, to show the checker catches it. Protocols
+/// compare `NodeState::bug` with their own constants; never set in real runs.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Bug {
+    /// The name tests and `txbed protocols` use (`UnlockBeforeWriteBack`).
+    pub name: &'static str,
+    /// What goes wrong, and which rule of the paper it breaks.
+    pub about: &'static str,
+}
+
+/// The RDMA optimisations of DrTM+H Sec. 3.2 and the log's sizing: what the shared
+/// operations ([`crate::ops`], [`crate::log`]) do for every protocol.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Rdma {
+    /// Issue all requests of a stage before waiting (otherwise one at a time).
+    pub outstanding: bool,
+    /// One doorbell for the requests posted together on a QP (otherwise one each).
+    pub doorbell: bool,
+    /// Do not wait for write-back acknowledgements (commit is decided by the log).
+    pub passive_ack: bool,
+    /// Fetch all records of a transaction in parallel (DrTM+H Sec. 6.1).
+    pub speculative: bool,
+    /// Bytes of each one-sided log ring a backup keeps per (sender node, sender worker).
+    pub log_ring_bytes: u64,
+}
+
+/// Default size of a log ring.
+pub const DEFAULT_LOG_RING_BYTES: u64 = 64 << 10;
+
+impl Default for Rdma {
+    fn default() -> Self {
+        Rdma { outstanding: true, doorbell: true, passive_ack: false, speculative: true, log_ring_bytes: DEFAULT_LOG_RING_BYTES }
+    }
+}
+
+/// A protocol's own options, as given in the scenario (`protocol.options`): plain data
+/// (numbers, booleans, strings, lists, structures); `Null` when the scenario gives none.
+pub type OptionValues = serde_json::Value;
+
+/// A prior system emulated by a protocol's stages and options (DrTM+H Sec. 6.3).
+#[derive(Copy, Clone)]
+pub struct Preset {
+    /// The name scenarios use (`Drtmh`); matched ignoring case and punctuation.
+    pub name: &'static str,
+    pub about: &'static str,
+    /// The hybrid code, RDMA options and protocol options; `atomics_safe`: one-sided CAS is
+    /// atomic with every other access to the word on this NIC setup.
+    pub resolve: fn(atomics_safe: bool) -> (Hybrid, Rdma, OptionValues),
+}
+
+/// A concurrency-control protocol (see the module documentation for the call contract).
+pub trait Protocol: Sync {
+    /// The name scenarios and reports use (`OCC`); matched ignoring case and punctuation.
+    fn name(&self) -> &'static str;
+
+    /// One line: what it is and where it comes from.
+    fn description(&self) -> &'static str;
+
+    /// The stages it has: the bits its hybrid code may set.
+    fn stages(&self) -> &'static [Stage];
+
+    /// The isolation level it promises.
+    fn isolation(&self) -> Isolation {
+        Isolation::Serializable
+    }
+
+    /// What it needs from the run.
+    fn needs(&self) -> Needs {
+        Needs::NOTHING
+    }
+
+    /// Bytes of metadata after a record of `record_bytes` (8-byte aligned) in a tuple.
+    fn ext_bytes(&self, _record_bytes: u64) -> u64 {
+        0
+    }
+
+    /// Bytes of registered memory it keeps on every node for itself, after the log rings
+    /// (64-byte aligned, at `Layout::area_at`), in a cluster of `nodes`.
+    fn area_bytes(&self, _nodes: u16) -> u64 {
+        0
+    }
+
+    /// Whether code `hybrid` makes it CAS tuple words with NIC atomics (unsafe across
+    /// several NICs with HCA-level atomicity).
+    fn nic_atomics(&self, hybrid: Hybrid) -> bool {
+        hybrid.onesided(Stage::Lock)
+    }
+
+    /// Its planted bugs.
+    fn bugs(&self) -> &'static [Bug] {
+        &[]
+    }
+
+    /// The prior systems it can emulate.
+    fn presets(&self) -> &'static [Preset] {
+        &[]
+    }
+
+    /// Checks its options; the error names the field and the problem. Without options of its
+    /// own, only `Null` (none given) is accepted.
+    fn check_options(&self, given: &OptionValues) -> Result<(), String> {
+        if given.is_null() {
+            Ok(())
+        } else {
+            Err(format!("{} has no options of its own", self.name()))
+        }
+    }
+
+    /// Its options with every default filled in (`Null` when it has none), for
+    /// `txbed protocols`.
+    fn default_options(&self) -> OptionValues {
+        OptionValues::Null
+    }
+
+    /// Its per-node state, built from its (checked) options; protocols reach it with
+    /// [`NodeState::participant`].
+    fn participant(&self, _options: &OptionValues) -> Box<dyn Any> {
+        Box::new(())
+    }
+
+    /// Names of its RPC handlers, in registration order (ids: [`handler_id`]), for traces.
+    fn handler_names(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// Its RPC handlers on node `n`, in the order of `handler_names`.
+    fn handlers(&self, _n: &Rc<NodeState>) -> Vec<Rc<HandlerFn>> {
+        Vec::new()
+    }
+
+    /// Its per-worker background coroutine, if it has one.
+    fn background(&self) -> Option<BackgroundFn> {
+        None
+    }
+
+    /// Runs one attempt of `spec` as transaction `id` (nonzero, unique).
+    fn attempt<'a>(&self, ctx: &'a Ctx, n: &'a NodeState, spec: &'a TxnSpec, id: u64) -> LocalBoxFuture<'a, Attempt>;
+}
+
+impl fmt::Debug for dyn Protocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl PartialEq for dyn Protocol {
+    fn eq(&self, other: &Self) -> bool {
+        self.name() == other.name()
+    }
+}
+
+/// Ids below this are the shared layer's (the common participant handlers and the index).
+pub const FIRST_PROTOCOL_HANDLER: u16 = 32;
+
+/// The id of a protocol's `i`-th handler (`Protocol::handler_names` order).
+pub const fn handler_id(i: usize) -> u16 {
+    FIRST_PROTOCOL_HANDLER + i as u16
+}
+
+/// A name as scenarios may spell it: lower case, letters and digits only (`DrTM+H` and
+/// `drtmh`, `WAIT-DIE` and `waitdie` are the same).
+pub fn fold_name(name: &str) -> String {
+    name.chars().filter(|c| c.is_ascii_alphanumeric()).map(|c| c.to_ascii_lowercase()).collect()
+}
+
+/// Parses a protocol's options of type `T` (a serde structure with defaults and
+/// `deny_unknown_fields`); `Null` gives the defaults.
+pub fn parse_options<T: serde::de::DeserializeOwned + Default>(given: &OptionValues) -> Result<T, String> {
+    if given.is_null() {
+        return Ok(T::default());
+    }
+    serde_json::from_value(given.clone()).map_err(|e| e.to_string())
+}
+
+/// A protocol's handlers given as `(id, handler)` pairs, checked to be at `handler_id(0)`,
+/// `handler_id(1)`, ... in order, as `Protocol::handlers` returns them.
+pub fn in_id_order(handlers: Vec<(u16, Rc<HandlerFn>)>) -> Vec<Rc<HandlerFn>> {
+    handlers
+        .into_iter()
+        .enumerate()
+        .map(|(i, (id, h))| {
+            assert_eq!(id, handler_id(i), "handler {i} has id {id}, not handler_id({i})");
+            h
+        })
+        .collect()
+}
