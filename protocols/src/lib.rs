@@ -19,14 +19,8 @@ pub mod waitdie;
 pub use txbed_txn::{Protocol, ProtocolRef};
 
 /// Every protocol, one line each, in the order `txbed protocols` lists them.
-pub static REGISTRY: &[ProtocolRef] = &[
-    &nowait::NoWait,
-    &waitdie::WaitDie,
-    &occ::Occ,
-    &mvcc::Mvcc,
-    &sundial::Sundial,
-    &calvin::Calvin,
-];
+pub static REGISTRY: &[ProtocolRef] =
+    &[&nowait::NoWait, &waitdie::WaitDie, &occ::Occ, &mvcc::Mvcc, &sundial::Sundial, &calvin::Calvin];
 
 /// The protocol a scenario names, matched ignoring case and punctuation (`occ`, `WAIT-DIE`).
 pub fn named(name: &str) -> Option<ProtocolRef> {
@@ -48,7 +42,9 @@ mod tests {
         for p in REGISTRY {
             assert_eq!(named(p.name()).map(|q| q.name()), Some(p.name()));
             assert_eq!(named(&p.name().to_lowercase()).map(|q| q.name()), Some(p.name()));
-            let same = REGISTRY.iter().filter(|q| txbed_txn::protocol::fold_name(q.name()) == txbed_txn::protocol::fold_name(p.name()));
+            let same = REGISTRY
+                .iter()
+                .filter(|q| txbed_txn::protocol::fold_name(q.name()) == txbed_txn::protocol::fold_name(p.name()));
             assert_eq!(same.count(), 1, "{} is registered twice", p.name());
         }
         assert!(named("no-such-protocol").is_none());

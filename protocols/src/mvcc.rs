@@ -37,9 +37,9 @@ use txbed_checker::Access;
 use txbed_transport::{Ctx, Handled, HandlerCtx, HandlerFn, HostMemory, LocalBuf, Op, Payload};
 use txbed_workloads::{Executed, TxnSpec};
 
+use txbed_txn::attempt::{committed, new_history, Attempt};
 use txbed_txn::history_key;
 use txbed_txn::node::{NodeState, BUSY, MISSING, OK};
-use txbed_txn::attempt::{committed, new_history, Attempt};
 use txbed_txn::ops::{self, Rec};
 use txbed_txn::protocol::{handler_id, in_id_order, Bug, LocalBoxFuture, OptionValues, Protocol};
 use txbed_txn::stage::{Hybrid, Stage};

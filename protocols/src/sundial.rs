@@ -42,9 +42,9 @@ use txbed_checker::Access;
 use txbed_transport::{Ctx, Handled, HandlerCtx, HandlerFn, HostMemory, LocalBuf, Op};
 use txbed_workloads::{Executed, TxnSpec};
 
+use txbed_txn::attempt::{committed, new_history, Attempt};
 use txbed_txn::history_key;
 use txbed_txn::node::{NodeState, BUSY, MISSING, OK};
-use txbed_txn::attempt::{committed, new_history, Attempt};
 use txbed_txn::ops::{self, account, Rec};
 use txbed_txn::protocol::{handler_id, in_id_order, Bug, LocalBoxFuture, Protocol};
 use txbed_txn::stage::Stage;
@@ -113,7 +113,6 @@ const RENEW_TRIES: u32 = 4;
 pub fn ext_bytes(_record_bytes: u64) -> u64 {
     16
 }
-
 
 fn word(b: &[u8], i: usize) -> u64 {
     u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"))

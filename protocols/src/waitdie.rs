@@ -32,9 +32,9 @@ use txbed_checker::{Access, Txn};
 use txbed_transport::{Ctx, Handled, HandlerCtx, HandlerFn, LocalBuf, Op, Payload, ReplyToken};
 use txbed_workloads::TxnSpec;
 
+use txbed_txn::attempt::{committed, execute, new_history, Attempt};
 use txbed_txn::history_key;
 use txbed_txn::node::{NodeState, BUSY, MISSING, OK};
-use txbed_txn::attempt::{committed, execute, new_history, Attempt};
 use txbed_txn::ops::{self, account, Rec};
 use txbed_txn::protocol::{handler_id, in_id_order, BackgroundFn, Bug, LocalBoxFuture, OptionValues, Protocol};
 use txbed_txn::stage::Stage;
@@ -347,12 +347,8 @@ async fn background(ctx: Ctx, n: Rc<NodeState>, end: u64) {
     let me = ctx.me().worker;
     let mut side = ctx.clone();
     loop {
-        let offs: Vec<u64> = part(&n).waits
-            .borrow()
-            .iter()
-            .filter(|(_, l)| l.iter().any(|w| w.worker == me))
-            .map(|(o, _)| *o)
-            .collect();
+        let offs: Vec<u64> =
+            part(&n).waits.borrow().iter().filter(|(_, l)| l.iter().any(|w| w.worker == me)).map(|(o, _)| *o).collect();
         let mut left = false;
         for off in offs {
             left |= serve(&n, &mut side, off);

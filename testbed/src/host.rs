@@ -12,15 +12,15 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use hdrhistogram::Histogram;
 use txbed_checker::Final;
+use txbed_sim::NicProfile;
+use txbed_transport::{
+    CpuCosts, Endpoint, HostMemory, LocalBuf, MemoryRegion, NodeId, RpcConfig, WorkerConfig, WorkerCore, WorkerStats,
+};
 use txbed_txn::locate::Catalog;
 use txbed_txn::node::{self, NodeState};
 use txbed_txn::protocol::{Bug, OptionValues, ProtocolRef, Rdma};
 use txbed_txn::stage::Hybrid;
 use txbed_txn::store::Layout;
-use txbed_sim::NicProfile;
-use txbed_transport::{
-    CpuCosts, Endpoint, HostMemory, LocalBuf, MemoryRegion, NodeId, RpcConfig, WorkerConfig, WorkerCore, WorkerStats,
-};
 use txbed_workloads::Workload;
 
 use crate::bootstrap::{Bootstrap, Rank};

@@ -4,11 +4,11 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use serde::Serialize;
-use txbed_txn::node::stage_index;
-use txbed_txn::stage::Stage;
 use txbed_sim::bench_verbs::{closed_loop, LoopSpec, Setting, Window};
 use txbed_sim::NicProfile;
 use txbed_transport::Opcode;
+use txbed_txn::node::stage_index;
+use txbed_txn::stage::Stage;
 
 use crate::scenario::{Scenario, Workload};
 use crate::txn::TxnRunSpec;

@@ -8,11 +8,11 @@ use std::fmt;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
-use txbed_txn::protocol::{fold_name, OptionValues, Preset, ProtocolRef, Rdma};
-use txbed_txn::stage::{Hybrid, Stage};
 use txbed_sim::bench_verbs::{rpc_max_payload, RawVerb};
 use txbed_sim::profile::Atomicity;
 use txbed_sim::NicProfile;
+use txbed_txn::protocol::{fold_name, OptionValues, Preset, ProtocolRef, Rdma};
+use txbed_txn::stage::{Hybrid, Stage};
 use txbed_workloads::smallbank::SmallBank;
 use txbed_workloads::tpcc::Tpcc;
 use txbed_workloads::tpce::Tpce;
@@ -66,11 +66,15 @@ impl Serialize for ProtocolName {
 
 impl<'de> Deserialize<'de> for ProtocolName {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_enum("Protocol", &[], NameVisitor("a protocol name", |name| {
-            txbed_protocols::named(name)
-                .map(ProtocolName)
-                .ok_or_else(|| format!("unknown protocol `{name}`, expected one of {}", txbed_protocols::names().join(", ")))
-        }))
+        d.deserialize_enum(
+            "Protocol",
+            &[],
+            NameVisitor("a protocol name", |name| {
+                txbed_protocols::named(name).map(ProtocolName).ok_or_else(|| {
+                    format!("unknown protocol `{name}`, expected one of {}", txbed_protocols::names().join(", "))
+                })
+            }),
+        )
     }
 }
 
@@ -86,14 +90,18 @@ impl Serialize for PresetName {
 
 impl<'de> Deserialize<'de> for PresetName {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_enum("Preset", &[], NameVisitor("a preset name", |name| {
-            let all = || txbed_protocols::REGISTRY.iter().flat_map(|p| p.presets());
-            let want = fold_name(name);
-            all().find(|p| fold_name(p.name) == want).map(|p| PresetName(p.name)).ok_or_else(|| {
-                let names: Vec<&str> = all().map(|p| p.name).collect();
-                format!("unknown preset `{name}`, expected one of {}", names.join(", "))
-            })
-        }))
+        d.deserialize_enum(
+            "Preset",
+            &[],
+            NameVisitor("a preset name", |name| {
+                let all = || txbed_protocols::REGISTRY.iter().flat_map(|p| p.presets());
+                let want = fold_name(name);
+                all().find(|p| fold_name(p.name) == want).map(|p| PresetName(p.name)).ok_or_else(|| {
+                    let names: Vec<&str> = all().map(|p| p.name).collect();
+                    format!("unknown preset `{name}`, expected one of {}", names.join(", "))
+                })
+            }),
+        )
     }
 }
 
@@ -227,7 +235,12 @@ pub struct RdmaSpec {
 impl Default for RdmaSpec {
     fn default() -> Self {
         let d = Rdma::default();
-        RdmaSpec { outstanding: d.outstanding, doorbell: d.doorbell, passive_ack: d.passive_ack, speculative: d.speculative }
+        RdmaSpec {
+            outstanding: d.outstanding,
+            doorbell: d.doorbell,
+            passive_ack: d.passive_ack,
+            speculative: d.speculative,
+        }
     }
 }
 
@@ -596,7 +609,8 @@ impl Scenario {
                 return Err((
                     "protocol.mode",
                     format!(
-                        "one-sided CAS (this code's LOCK or READ) is unsafe on {:?}: its {} NICs per node have HCA-level atomicity (CAS through different NICs is not atomic); set cluster.nics_per_node: 1 or use RPC locking",
+                        "one-sided {} is unsafe on {:?}: its {} NICs per node have HCA-level atomicity (CAS through different NICs is not atomic); set cluster.nics_per_node: 1 or run that stage by RPC",
+                        if h.onesided(Stage::Lock) { "LOCK" } else { "READ (it CASes tuple words)" },
                         profile.name, profile.nics_per_node
                     ),
                 ));

@@ -12,17 +12,16 @@ use std::sync::Arc;
 use hdrhistogram::Histogram;
 use rand::Rng;
 use txbed_checker::{check, Final, History, Invariant, Options, Report};
+use txbed_sim::{NicProfile, Sim, SimConfig};
+use txbed_transport::{Ctx, HostMemory, MemoryRegion, TraceEvent};
 use txbed_txn::history_key;
 use txbed_txn::locate::{Catalog, LocationCache};
 use txbed_txn::node::{self, NodeState, TxnStats};
 use txbed_txn::protocol::{Bug, OptionValues, ProtocolRef, Rdma};
 use txbed_txn::stage::{Hybrid, Stage};
-use txbed_txn::Attempt;
 use txbed_txn::store::{self, split_version_word, Layout, TableSpec, VERSION};
-use txbed_sim::{NicProfile, Sim, SimConfig};
-use txbed_transport::{Ctx, HostMemory, MemoryRegion, TraceEvent};
+use txbed_txn::Attempt;
 use txbed_workloads::{Consistency, Key, Terminal, Workload};
-
 
 /// Scratch memory per coroutine: 16 KiB, or four times the record buffers of the workload's
 /// largest transaction (`Workload::max_accesses`; `ops::buffers_end` and the areas after it).
@@ -71,6 +70,36 @@ pub struct TxnRunSpec {
     /// Record trace events on every simulated worker (`TxnRunResult::trace`); changes nothing
     /// else in the run.
     pub trace: bool,
+}
+
+impl TxnRunSpec {
+    /// A small run of `protocol` on `workload`: 3 nodes x 2 workers x 4 coroutines on the
+    /// cx4 profile with one NIC per node, all stages by RPC, 3 replicas, 200 us measured from
+    /// the start, seed 1, the protocol's default options, no planted bug. Change any field.
+    pub fn new(protocol: ProtocolRef, workload: Arc<dyn Workload>) -> TxnRunSpec {
+        let mut profile = NicProfile::load("cx4").expect("built-in profile");
+        profile.nics_per_node = 1;
+        TxnRunSpec {
+            protocol,
+            protocol_options: OptionValues::Null,
+            nodes: 3,
+            workers: 2,
+            coroutines: 4,
+            profile,
+            seed: 1,
+            hybrid: Hybrid::RPC,
+            replication: 3,
+            workload,
+            warmup_ns: 0,
+            duration_ns: 200_000,
+            cache_bytes: 1 << 20,
+            options: Rdma::default(),
+            bug: None,
+            allow_unsafe_atomics: false,
+            link_delay_ns: Vec::new(),
+            trace: false,
+        }
+    }
 }
 
 /// What happened inside the measured window.

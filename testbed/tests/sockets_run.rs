@@ -6,12 +6,12 @@ use std::sync::Arc;
 
 use txbed::bootstrap::Rank;
 use txbed::host::run_sockets_node;
-use txbed::txn::{TxnRunSpec};
+use txbed::txn::TxnRunSpec;
+use txbed_sim::NicProfile;
 use txbed_txn::protocol::Rdma as Options;
 use txbed_txn::stage::Hybrid;
-use txbed_sim::NicProfile;
-use txbed_workloads::smallbank::SmallBank;
 use txbed_txn::ProtocolRef;
+use txbed_workloads::smallbank::SmallBank;
 
 const NOWAIT: ProtocolRef = &txbed_protocols::nowait::NoWait;
 const OCC: ProtocolRef = &txbed_protocols::occ::Occ;
@@ -66,11 +66,7 @@ fn run_spec(spec: TxnRunSpec) -> txbed::txn::TxnRunResult {
 
 #[test]
 fn occ_and_nowait_over_sockets_are_serializable() {
-    for (protocol, hybrid) in [
-        (OCC, Hybrid(38)),
-        (NOWAIT, Hybrid::RPC),
-        (OCC, Hybrid::full(OCC.stages())),
-    ] {
+    for (protocol, hybrid) in [(OCC, Hybrid(38)), (NOWAIT, Hybrid::RPC), (OCC, Hybrid::full(OCC.stages()))] {
         let r = run(protocol, hybrid);
         eprintln!(
             "{} {hybrid}: {} committed ({} in window), {} conflicts, failures {:?}, anomalies {:?}",

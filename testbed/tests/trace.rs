@@ -7,11 +7,11 @@ use std::sync::Arc;
 use serde_json::Value;
 use txbed::trace::{chrome_trace_json, write_chrome_trace};
 use txbed::txn::{run_txns, TxnRunResult, TxnRunSpec};
+use txbed_sim::NicProfile;
 use txbed_txn::protocol::Rdma as Options;
 use txbed_txn::stage::{Hybrid, Stage};
-use txbed_sim::NicProfile;
-use txbed_workloads::smallbank::SmallBank;
 use txbed_txn::ProtocolRef;
+use txbed_workloads::smallbank::SmallBank;
 
 const NOWAIT: ProtocolRef = &txbed_protocols::nowait::NoWait;
 const OCC: ProtocolRef = &txbed_protocols::occ::Occ;

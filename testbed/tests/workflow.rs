@@ -98,7 +98,7 @@ fn bad_sets_name_what_is_valid() {
     let cases = [
         ("protocol.nmae=occ", "unknown field `nmae`, expected one of `name`, `mode`"),
         ("cluster.nodes=many", "--set cluster.nodes=many: invalid type: string \"many\", expected u16"),
-        ("protocol.name=paxos", "unknown variant `paxos`"),
+        ("protocol.name=paxos", "unknown protocol `paxos`, expected one of NOWAIT"),
         ("cluster.nodes=1", "(with --set): cluster.nodes: must be at least 2"),
         ("cluster.nodes", "expected path=value"),
         ("cluster..nodes=2", "is not a field path"),

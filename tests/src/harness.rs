@@ -7,10 +7,10 @@ use std::sync::Arc;
 
 use txbed::txn::{run_txns, TxnRunResult, TxnRunSpec};
 pub use txbed_protocols::REGISTRY;
-pub use txbed_txn::ProtocolRef as Protocol;
+use txbed_sim::NicProfile;
 use txbed_txn::protocol::{Bug, Rdma as Options};
 use txbed_txn::stage::Hybrid;
-use txbed_sim::NicProfile;
+pub use txbed_txn::ProtocolRef as Protocol;
 use txbed_workloads::smallbank::SmallBank;
 use txbed_workloads::tpcc::Tpcc;
 use txbed_workloads::tpce::Tpce;

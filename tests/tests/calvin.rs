@@ -7,11 +7,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use proptest::prelude::*;
-use txbed::txn::{TxnRunResult};
+use txbed::txn::TxnRunResult;
 use txbed_protocols::calvin::STAGES;
+use txbed_tests::harness::{rdma_options, run_sockets, smallbank, ycsb, Load, Shape, CALVIN};
 use txbed_txn::protocol::Rdma as Options;
 use txbed_txn::stage::Hybrid;
-use txbed_tests::harness::{CALVIN, Load, Shape, rdma_options, run_sockets, smallbank, ycsb};
 use txbed_workloads::Workload;
 
 /// As `harness::W`, but the uniform YCSB spreads over ten times the rows.

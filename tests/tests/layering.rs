@@ -1,6 +1,10 @@
-//! The sans-IO rule, enforced: nothing under protocols/ or workloads/ names a backend (the
-//! simulator, sockets, verbs), a runtime, threads, the wall clock, or std's randomly ordered
-//! hash containers. Protocol code sees only the transport interface, a clock and an RNG.
+//! The layering rules, enforced:
+//! - sans-IO: nothing under txn/ (the shared transaction layer), protocols/ or workloads/
+//!   names a backend (the simulator, sockets, verbs), a runtime, threads, the wall clock, or
+//!   std's randomly ordered hash containers. Protocol code sees only the transport interface,
+//!   a clock and an RNG;
+//! - no protocol imports another: what two protocols share lives in txn/ (the crate graph
+//!   already keeps txn/ from importing protocols/: txbed-txn does not depend on them).
 
 use std::path::{Path, PathBuf};
 
@@ -55,7 +59,7 @@ fn files(dir: &Path, out: &mut Vec<PathBuf>) {
 fn protocols_and_workloads_name_no_backend() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
     let mut all = Vec::new();
-    for part in ["protocols", "workloads"] {
+    for part in ["txn", "protocols", "workloads"] {
         files(&root.join(part), &mut all);
     }
     assert!(all.len() >= 10, "found only {} files: wrong root?", all.len());
@@ -75,4 +79,89 @@ fn the_scan_catches_a_backend_name() {
     assert_eq!(violations("ok\nuse txbed_sim::Sim;"), vec![(2, "txbed_sim")]);
     assert!(violations("let t = Instant::now();").contains(&(1, "instant::now")));
     assert!(violations("post(ctx, Op::Read { .. })").is_empty());
+}
+
+/// The protocol modules of protocols/src: its files and folders but lib.rs.
+fn protocol_modules(src: &Path) -> Vec<(String, Vec<PathBuf>)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(src).unwrap() {
+        let p = e.unwrap().path();
+        let name = p.file_stem().unwrap().to_string_lossy().to_string();
+        if name == "lib" {
+            continue;
+        }
+        let mut fs = Vec::new();
+        if p.is_dir() {
+            files(&p, &mut fs);
+        } else {
+            fs.push(p);
+        }
+        out.push((name, fs));
+    }
+    out.sort();
+    out
+}
+
+/// Paths in `text` (a file of protocol `me`, `top`: its module's root file) that reach
+/// another protocol module of `all`.
+fn foreign_imports(text: &str, me: &str, top: bool, all: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let code = line.split("//").next().unwrap_or("");
+        for other in all.iter().filter(|o| *o != me) {
+            let mut paths = vec![format!("crate::{other}"), format!("txbed_protocols::{other}")];
+            if top {
+                paths.push(format!("super::{other}"));
+            }
+            for p in paths {
+                let hit = code.match_indices(&p).any(|(at, _)| {
+                    let next = code[at + p.len()..].chars().next();
+                    !next.is_some_and(|c| c.is_alphanumeric() || c == '_')
+                });
+                if hit {
+                    out.push(format!("line {}: {p}", i + 1));
+                }
+            }
+        }
+        if code.contains("crate::{") || (top && code.contains("super::{")) {
+            // A grouped import could name a sibling: list the group's names.
+            for other in all.iter().filter(|o| *o != me) {
+                let group = code.split('{').nth(1).unwrap_or("");
+                if group.split(|c: char| !c.is_alphanumeric() && c != '_').any(|w| w == other) {
+                    out.push(format!("line {}: {other} in a grouped import", i + 1));
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn no_protocol_imports_another() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let modules = protocol_modules(&root.join("protocols/src"));
+    let names: Vec<String> = modules.iter().map(|(n, _)| n.clone()).collect();
+    assert!(names.len() >= 6, "found protocol modules {names:?}: wrong root?");
+    let mut bad = Vec::new();
+    for (me, fs) in &modules {
+        for f in fs {
+            let top = f.file_stem().is_some_and(|s| s == me.as_str() || s == "mod");
+            let text = std::fs::read_to_string(f).unwrap();
+            for hit in foreign_imports(&text, me, top, &names) {
+                bad.push(format!("{}: {hit}", f.strip_prefix(root).unwrap().display()));
+            }
+        }
+    }
+    assert!(bad.is_empty(), "a protocol imports another (move what they share to txn/):\n{}", bad.join("\n"));
+}
+
+#[test]
+fn the_import_scan_catches_a_sibling() {
+    let all: Vec<String> = ["nowait", "occ", "calvin"].map(String::from).to_vec();
+    assert_eq!(foreign_imports("use crate::nowait::execute;", "occ", true, &all), ["line 1: crate::nowait"]);
+    assert_eq!(foreign_imports("x\nlet a = super::calvin::RING;", "occ", true, &all), ["line 2: super::calvin"]);
+    assert_eq!(foreign_imports("use crate::{nowait, ops};", "occ", true, &all), ["line 1: nowait in a grouped import"]);
+    // Its own submodules, the shared layer and comments are fine.
+    assert!(foreign_imports("use super::wire;\nuse txbed_txn::ops; // crate::occ", "calvin", false, &all).is_empty());
+    assert!(foreign_imports("use crate::occasional;", "calvin", true, &all).is_empty());
 }

@@ -9,10 +9,10 @@ use std::sync::Arc;
 use proptest::prelude::*;
 use txbed::txn::{run_txns, TxnRunResult};
 use txbed_protocols::mvcc::{self, Geometry, SLOTS};
+use txbed_sim::NicProfile;
+use txbed_tests::harness::{rdma_options, Shape, MVCC, W, WORKLOADS};
 use txbed_txn::stage::{Hybrid, Stage};
 use txbed_txn::store::{split_version_word, version_word, META_BYTES, VERSION};
-use txbed_sim::NicProfile;
-use txbed_tests::harness::{MVCC, Shape, W, WORKLOADS, rdma_options};
 use txbed_workloads::smallbank::SmallBank;
 use txbed_workloads::ycsb::Ycsb;
 

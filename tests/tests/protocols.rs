@@ -4,9 +4,9 @@
 
 use proptest::prelude::*;
 use txbed::txn::{run_txns, TxnRunResult};
-use txbed_txn::stage::Hybrid;
 use txbed_sim::NicProfile;
-use txbed_tests::harness::{NOWAIT, OCC, Protocol, Shape, W, rdma_options};
+use txbed_tests::harness::{rdma_options, Protocol, Shape, NOWAIT, OCC, W};
+use txbed_txn::stage::Hybrid;
 
 /// The shared defaults, for 200 us.
 fn shape(protocol: Protocol, w: W, hybrid: Hybrid, seed: u64) -> Shape<W> {

@@ -4,10 +4,10 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use rand::Rng;
-use txbed_txn::locate::{locate, Catalog, LocationCache, LookupError};
-use txbed_txn::store::{self, Layout, Slot, TableSpec, META_BYTES};
 use txbed_tests::{cell, small_sim};
 use txbed_transport::*;
+use txbed_txn::locate::{locate, Catalog, LocationCache, LookupError};
+use txbed_txn::store::{self, Layout, Slot, TableSpec, META_BYTES};
 
 const ROWS: u64 = 20_000;
 

@@ -5,11 +5,11 @@
 use std::sync::Arc;
 
 use proptest::prelude::*;
-use txbed::txn::{TxnRunResult};
+use txbed::txn::TxnRunResult;
+use txbed_tests::harness::{rdma_options, smallbank, ycsb, Load, Protocol, Shape, SUNDIAL};
 use txbed_txn::node::stage_index;
 use txbed_txn::protocol::Rdma as Options;
 use txbed_txn::stage::{Hybrid, Stage};
-use txbed_tests::harness::{Load, Protocol, SUNDIAL, Shape, rdma_options, smallbank, ycsb};
 use txbed_workloads::ycsb::{PreparedYcsb, Ycsb};
 use txbed_workloads::{Executed, Key, Table, TxnSpec, Workload};
 
@@ -230,7 +230,8 @@ fn rcc_smallbank_hybrid_runs_every_stage() {
 fn renewal_ignoring_the_lock_is_caught() {
     for hybrid in [Hybrid::RPC, Hybrid::full(SD.stages())] {
         let caught = (1..=1000u64).find(|&seed| {
-            let s = Shape { bug: Some(txbed_protocols::sundial::RENEW_IGNORES_LOCK), ..shape(W::YcsbHigh, hybrid, seed) };
+            let s =
+                Shape { bug: Some(txbed_protocols::sundial::RENEW_IGNORES_LOCK), ..shape(W::YcsbHigh, hybrid, seed) };
             let r = s.run();
             if !r.clean() {
                 eprintln!("caught at seed {seed}: {}\n{}", s.replay(), r.report.anomalies[0].explanation);

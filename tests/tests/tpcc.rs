@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 use txbed::txn::{run_txns, TxnRunResult};
+use txbed_tests::harness::{problems, run_sockets, Protocol, Shape, CALVIN, NOWAIT, OCC, REGISTRY};
 use txbed_txn::protocol::Rdma as Options;
 use txbed_txn::stage::Hybrid;
-use txbed_tests::harness::{CALVIN, NOWAIT, OCC, Protocol, REGISTRY, Shape, problems, run_sockets};
 use txbed_workloads::tpcc::{PreparedTpcc, Tpcc, KINDS};
 use txbed_workloads::*;
 
@@ -271,9 +271,7 @@ fn tpcc_runs_on_the_sockets_backend() {
 /// and the backup must read a wrap marker in a ring's last 16 bytes. Both once lost writes.
 #[test]
 fn small_log_rings_lose_nothing() {
-    for (protocol, mix) in
-        [(OCC, Mix::NewOrder), (NOWAIT, Mix::NewOrder), (OCC, Mix::Full)]
-    {
+    for (protocol, mix) in [(OCC, Mix::NewOrder), (NOWAIT, Mix::NewOrder), (OCC, Mix::Full)] {
         for kib in [4, 8] {
             let hybrid = Hybrid::full(protocol.stages());
             let options = Options { log_ring_bytes: kib << 10, ..Options::default() };

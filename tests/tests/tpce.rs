@@ -6,11 +6,11 @@
 use std::collections::BTreeMap;
 
 use proptest::prelude::*;
-use txbed::txn::{TxnRunResult};
+use txbed::txn::TxnRunResult;
+use txbed_tests::harness::{run_sockets, Protocol, Shape, NOWAIT, OCC, REGISTRY};
 use txbed_txn::node::stage_index;
 use txbed_txn::protocol::Rdma as Options;
 use txbed_txn::stage::{Hybrid, Stage};
-use txbed_tests::harness::{NOWAIT, OCC, Protocol, REGISTRY, Shape, run_sockets};
 use txbed_workloads::tpce::{Tpce, KINDS};
 
 /// Small and contended: 200 customers (2 brokers) and 100 securities per node, a fifth of
@@ -96,8 +96,7 @@ fn occ_runs_customer_position_on_the_read_only_path() {
 #[test]
 fn customer_position_reads_prices_across_nodes_at_default_size() {
     let base = Tpce { customers_per_node: 500, securities_per_node: 400, mix: [90, 9, 1], ..Tpce::default() };
-    for (remote, hybrid) in [(None, Hybrid(38)), (None, Hybrid::full(OCC.stages())), (Some(0.0), Hybrid(38))]
-    {
+    for (remote, hybrid) in [(None, Hybrid(38)), (None, Hybrid::full(OCC.stages())), (Some(0.0), Hybrid(38))] {
         let w = Tpce { remote_fraction: remote, ..base.clone() };
         let s = Shape { w, nodes: 4, workers: 2, coroutines: 8, ..shape(OCC, hybrid, 4) };
         let r = s.run();

@@ -4,12 +4,12 @@
 //! Failures print the scenario to replay.
 
 use proptest::prelude::*;
-use txbed::txn::{TxnRunResult};
+use txbed::txn::TxnRunResult;
+use txbed_protocols::waitdie::WAIT_BOUND_NS;
+use txbed_tests::harness::{rdma_options, Protocol, Shape, W, WAITDIE, WORKLOADS};
+use txbed_transport::trace::STAGE;
 use txbed_txn::node::stage_index;
 use txbed_txn::stage::{Hybrid, Stage};
-use txbed_protocols::waitdie::WAIT_BOUND_NS;
-use txbed_tests::harness::{Protocol, Shape, W, WAITDIE, WORKLOADS, rdma_options};
-use txbed_transport::trace::STAGE;
 
 const WD: Protocol = WAITDIE;
 

@@ -25,10 +25,8 @@ use crate::stage::Stage;
 
 /// Planted bug shared by every protocol: commit without logging to the backups (their
 /// replicas fall behind, which the checker reports as lost writes).
-pub const SKIP_LOG: Bug = Bug {
-    name: "SkipLog",
-    about: "commits without logging to the backups: their replicas fall behind (lost writes)",
-};
+pub const SKIP_LOG: Bug =
+    Bug { name: "SkipLog", about: "commits without logging to the backups: their replicas fall behind (lost writes)" };
 
 const WRAP: u32 = u32::MAX;
 /// Header (length, pad, sequence) plus trailer (length).

@@ -334,11 +334,8 @@ fn replying(n: &Rc<NodeState>, f: fn(&NodeState, &dyn HostMemory, &[u8], &mut Ve
 /// Every handler node `n` serves, with its id and its name (for traces): the common ones
 /// (ids 10..=16), the index's lookup (17), then its protocol's at `handler_id(0)`, ...
 pub fn handlers(n: &Rc<NodeState>) -> Vec<(u16, &'static str, Rc<HandlerFn>)> {
-    let mut hs: Vec<(u16, &'static str, Rc<HandlerFn>)> = common_handlers(n)
-        .into_iter()
-        .chain(crate::index::handlers(n))
-        .map(|(id, h)| (id, name_of(id), h))
-        .collect();
+    let mut hs: Vec<(u16, &'static str, Rc<HandlerFn>)> =
+        common_handlers(n).into_iter().chain(crate::index::handlers(n)).map(|(id, h)| (id, name_of(id), h)).collect();
     let names = n.protocol.handler_names();
     let own = n.protocol.handlers(n);
     assert_eq!(

@@ -239,7 +239,8 @@ pub async fn lock_and_read(
                     r.offset = u64::from_le_bytes(rep[1..9].try_into().expect("reply"));
                     r.tuple = rep[9..].to_vec();
                 }
-                Some(Ok(rep)) if rep.first() == Some(&BUSY) => {}
+                // Held by another: not ours, whatever an earlier round of this attempt got.
+                Some(Ok(rep)) if rep.first() == Some(&BUSY) => r.locked = false,
                 Some(Ok(_)) => return Err(format!("key {} missing on node {}", r.key, r.home)),
                 Some(Err(e)) => return Err(e.to_string()),
                 None => return Err("lock reply lost".into()),

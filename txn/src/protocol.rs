@@ -121,7 +121,13 @@ pub const DEFAULT_LOG_RING_BYTES: u64 = 64 << 10;
 
 impl Default for Rdma {
     fn default() -> Self {
-        Rdma { outstanding: true, doorbell: true, passive_ack: false, speculative: true, log_ring_bytes: DEFAULT_LOG_RING_BYTES }
+        Rdma {
+            outstanding: true,
+            doorbell: true,
+            passive_ack: false,
+            speculative: true,
+            log_ring_bytes: DEFAULT_LOG_RING_BYTES,
+        }
     }
 }
 
@@ -264,9 +270,10 @@ pub fn parse_options<T: serde::de::DeserializeOwned + Default>(given: &OptionVal
     serde_json::from_value(given.clone()).map_err(|e| e.to_string())
 }
 
-/// A protocol's handlers given as `(id, handler)` pairs, checked to be at `handler_id(0)`,
-/// `handler_id(1)`, ... in order, as `Protocol::handlers` returns them.
-pub fn in_id_order(handlers: Vec<(u16, Rc<HandlerFn>)>) -> Vec<Rc<HandlerFn>> {
+/// A protocol's handlers given as `(id, handler)` pairs, in id order as `Protocol::handlers`
+/// returns them; the ids must be exactly `handler_id(0)`, `handler_id(1)`, ...
+pub fn in_id_order(mut handlers: Vec<(u16, Rc<HandlerFn>)>) -> Vec<Rc<HandlerFn>> {
+    handlers.sort_by_key(|(id, _)| *id);
     handlers
         .into_iter()
         .enumerate()

@@ -40,15 +40,17 @@ use txbed_workloads::{Executed, TxnSpec};
 mod chan;
 mod wire;
 
+use chan::{FORWARD, INPUT};
+use serde::{Deserialize, Serialize};
+use txbed_txn::attempt::{self, Attempt};
 use txbed_txn::history_key;
 use txbed_txn::node::{NodeState, H_LOG};
-use txbed_txn::attempt::{self, Attempt};
 use txbed_txn::ops;
-use serde::{Deserialize, Serialize};
-use txbed_txn::protocol::{handler_id, in_id_order, parse_options, BackgroundFn, Bug, LocalBoxFuture, OptionValues, Protocol};
+use txbed_txn::protocol::{
+    handler_id, in_id_order, parse_options, BackgroundFn, Bug, LocalBoxFuture, OptionValues, Protocol,
+};
 use txbed_txn::stage::Stage;
 use txbed_txn::store::{self, split_version_word, version_word, BUCKET_BYTES, META_BYTES, VERSION, WRITER};
-use chan::{FORWARD, INPUT};
 use wire::Value;
 
 /// The stages CALVIN has, hence the bits its hybrid code may set.
