@@ -17,7 +17,7 @@ use txbed_transport::{
     CpuCosts, Endpoint, HostMemory, LocalBuf, MemoryRegion, NodeId, RpcConfig, WorkerConfig, WorkerCore, WorkerStats,
 };
 use txbed_txn::locate::Catalog;
-use txbed_txn::node::{self, NodeState};
+use txbed_txn::node::NodeState;
 use txbed_txn::protocol::{Bug, OptionValues, ProtocolRef, Rdma};
 use txbed_txn::stage::Hybrid;
 use txbed_txn::store::Layout;
@@ -259,11 +259,12 @@ impl WorkerSeed {
             }
         };
         txbed_txn::index::build(&st, &*mem);
-        for (id, name, h) in node::handlers(&st) {
+        for (id, name, h) in txbed_txn::participant::handlers(spec.protocol, &st) {
             w.core().name_handler(id, name);
             w.core().register_handler(id, h);
         }
         let sh = Shared {
+            protocol: spec.protocol,
             from: spec.warmup_ns,
             end: spec.warmup_ns + spec.duration_ns,
             measured: Rc::new(std::cell::RefCell::new(Measured {

@@ -16,7 +16,7 @@ use txbed_sim::{NicProfile, Sim, SimConfig};
 use txbed_transport::{Ctx, HostMemory, MemoryRegion, TraceEvent};
 use txbed_txn::history_key;
 use txbed_txn::locate::{Catalog, LocationCache};
-use txbed_txn::node::{self, NodeState, TxnStats};
+use txbed_txn::node::{NodeState, TxnStats};
 use txbed_txn::protocol::{Bug, OptionValues, ProtocolRef, Rdma};
 use txbed_txn::stage::{Hybrid, Stage};
 use txbed_txn::store::{self, split_version_word, Layout, TableSpec, VERSION};
@@ -222,7 +222,6 @@ pub(crate) fn node_state(spec: &TxnRunSpec, me: u16, catalog: &Rc<Catalog>) -> R
         catalog: catalog.clone(),
         cache: RefCell::new(LocationCache::new(spec.cache_bytes)),
         workload: spec.workload.clone(),
-        protocol: spec.protocol,
         hybrid: spec.hybrid,
         rdma: spec.options,
         history: RefCell::new(Vec::new()),
@@ -240,6 +239,7 @@ pub(crate) fn node_state(spec: &TxnRunSpec, me: u16, catalog: &Rc<Catalog>) -> R
 /// The window and counters coordinators of one thread share.
 #[derive(Clone)]
 pub(crate) struct Shared {
+    pub(crate) protocol: ProtocolRef,
     pub(crate) from: u64,
     pub(crate) end: u64,
     pub(crate) measured: Rc<RefCell<Measured>>,
@@ -278,7 +278,7 @@ pub(crate) async fn coordinator(ctx: Ctx, st: Rc<NodeState>, sh: Shared, c: u32)
             seq += 1;
             let id = txn_id(n, wk, c, seq);
             let began = ctx.now();
-            let mut outcome = st.protocol.attempt(&ctx, &st, t, id).await;
+            let mut outcome = sh.protocol.attempt(&ctx, &st, t, id).await;
             // Answers gone stale by the time the transaction read its rows: a conflict.
             if outcome == Attempt::UserAbort && st.workload.retry_on_user_abort(t) {
                 outcome = Attempt::Conflict;
@@ -561,6 +561,7 @@ pub fn run_txns_with(spec: &TxnRunSpec, progress: &mut dyn FnMut(u64, u64)) -> R
         txbed_txn::index::build(st, &*sim.memory(n as u16));
     }
     let sh = Shared {
+        protocol: spec.protocol,
         from: spec.warmup_ns,
         end: spec.warmup_ns + spec.duration_ns,
         measured: Rc::new(RefCell::new(Measured {
@@ -577,7 +578,7 @@ pub fn run_txns_with(spec: &TxnRunSpec, progress: &mut dyn FnMut(u64, u64)) -> R
             if spec.trace {
                 sim.worker(n, wk).enable_trace();
             }
-            for (id, name, h) in node::handlers(&states[n as usize]) {
+            for (id, name, h) in txbed_txn::participant::handlers(spec.protocol, &states[n as usize]) {
                 sim.worker(n, wk).name_handler(id, name);
                 sim.worker(n, wk).register_handler(id, h);
             }

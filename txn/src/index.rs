@@ -11,16 +11,17 @@
 //!
 //! Request: `args` as i64s; reply: the answer as i64s (both little-endian).
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::rc::Rc;
 
 use txbed_transport::{Ctx, Handled, HandlerCtx, HandlerFn, HostMemory, MemError, MemoryRegion};
-use txbed_workloads::{Key, Lookup, OrderedIndex};
+use txbed_workloads::{Key, Lookup};
 
 use crate::node::NodeState;
-use crate::ops::endpoint;
+use crate::post::endpoint;
 use crate::store::{self, META_BYTES, VERSION};
 
+pub use crate::node::NodeIndex;
 /// Handler ids 60..=69 belong to lookups.
 pub use crate::node::H_LOOKUP;
 
@@ -28,11 +29,6 @@ pub use crate::node::H_LOOKUP;
 /// copy), ns.
 const ANSWER_NS: u64 = 150;
 const ROW_NS: u64 = 40;
-
-/// A node's ordered index (one per protocol state: per node, or per worker where workers keep
-/// their own state; each is built from the same store).
-#[derive(Default)]
-pub struct NodeIndex(pub RefCell<OrderedIndex>);
 
 fn encode(xs: &[i64]) -> Vec<u8> {
     xs.iter().flat_map(|x| x.to_le_bytes()).collect()

@@ -26,14 +26,12 @@ pub mod locate;
 pub mod log;
 pub mod node;
 pub mod ops;
+pub mod participant;
+pub mod post;
 pub mod protocol;
 pub mod stage;
 pub mod store;
 
 pub use crate::attempt::Attempt;
 pub use crate::protocol::{Bug, Isolation, Needs, Preset, Protocol, ProtocolRef, Rdma};
-
-/// The key a history names: table in the top 16 bits, row below (as `workloads::Key`).
-pub fn history_key(table: u16, row: u64) -> u64 {
-    ((table as u64) << 48) | row
-}
+pub use crate::store::history_key;

@@ -163,7 +163,7 @@ pub async fn locate(
                     let qp =
                         ctx.rc_qp(NodeId(node), ctx.coroutine() as usize).ok_or(LookupError::Verb("no QP".into()))?;
                     let read = Op::Read { local, remote: cat.remote(node, offset, BUCKET_BYTES as u32) };
-                    crate::ops::room(ctx, qp, 1).await.map_err(LookupError::Verb)?;
+                    crate::post::room(ctx, qp, 1).await.map_err(LookupError::Verb)?;
                     ctx.post(qp, [(read, true)]).map_err(|e| LookupError::Verb(e.to_string()))?;
                     ctx.wait().await.map_err(|c| LookupError::Verb(c.to_string()))?;
                     ctx.read_local(scratch.addr, &mut b).map_err(|e| LookupError::Verb(e.to_string()))?;

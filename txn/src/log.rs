@@ -18,10 +18,10 @@
 
 use txbed_transport::{Ctx, Endpoint, HostMemory, LocalBuf, NodeId, Op, Payload};
 
-use crate::history_key;
+use crate::node::Bug;
 use crate::node::{NodeState, H_LOG, H_RECLAIM};
-use crate::protocol::Bug;
 use crate::stage::Stage;
+use crate::store::history_key;
 
 /// Planted bug shared by every protocol: commit without logging to the backups (their
 /// replicas fall behind, which the checker reports as lost writes).
@@ -184,7 +184,7 @@ pub async fn append(ctx: &Ctx, n: &NodeState, backups: &[u16], record: &[u8]) ->
         return append_rpc(ctx, n, backups, &pieces).await;
     }
     let copies = backups.len().max(1) as u64;
-    let area = crate::ops::log_area(ctx).1.min(n.catalog.layout.ring_bytes);
+    let area = crate::post::log_area(ctx).1.min(n.catalog.layout.ring_bytes);
     let framed = (record.len() as u64 + FRAME).div_ceil(8) * 8;
     if framed * copies <= area {
         return append_onesided(ctx, n, backups, record).await;
@@ -229,7 +229,7 @@ async fn append_onesided(ctx: &Ctx, n: &NodeState, backups: &[u16], record: &[u8
     let worker = ctx.me().worker;
     let framed_len = (record.len() as u64 + FRAME).div_ceil(8) * 8;
     let ring = n.catalog.layout.ring_bytes;
-    let (area_at, area) = crate::ops::log_area(ctx);
+    let (area_at, area) = crate::post::log_area(ctx);
     if framed_len > ring || framed_len > area {
         return Err(format!("log record of {} B exceeds the ring or the {area} B staging area", record.len()));
     }
@@ -246,7 +246,7 @@ async fn append_onesided(ctx: &Ctx, n: &NodeState, backups: &[u16], record: &[u8
         // reserves and posts a later ring position in between.
         let q = ctx.rc_qp(NodeId(b), ctx.coroutine() as usize).ok_or("no QP to backup")?;
         loop {
-            crate::ops::room(ctx, q, 2).await?;
+            crate::post::room(ctx, q, 2).await?;
             if n.log_fits(worker, b, framed_len) {
                 break;
             }

@@ -7,13 +7,10 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use txbed_checker::Txn;
-use txbed_transport::{Handled, HandlerCtx, HandlerFn, HostMemory};
-use txbed_workloads::Workload;
+use txbed_workloads::{OrderedIndex, Workload};
 
 use crate::locate::{Catalog, LocationCache};
-use crate::protocol::{handler_id, Bug, ProtocolRef, Rdma, FIRST_PROTOCOL_HANDLER};
 use crate::stage::{Hybrid, Stage};
-use crate::store::{self, TablePlace, LOCK, META_BYTES, VERSION, WRITER};
 
 /// RPC handler ids.
 pub const H_LOCK: u16 = 10;
@@ -24,6 +21,9 @@ pub const H_RECLAIM: u16 = 14;
 pub const H_FETCH: u16 = 15;
 pub const H_VALIDATE: u16 = 16;
 pub const H_LOOKUP: u16 = 17;
+/// Ids below this are the shared layer's (the common participant handlers and the index);
+/// a protocol's `i`-th handler is `FIRST_PROTOCOL_HANDLER + i` (`protocol::handler_id`).
+pub const FIRST_PROTOCOL_HANDLER: u16 = 32;
 const _: () = assert!(H_LOOKUP < FIRST_PROTOCOL_HANDLER);
 
 /// Handler names, for traces.
@@ -83,14 +83,58 @@ pub fn stage_index(s: Stage) -> usize {
     (s.bit().trailing_zeros()) as usize
 }
 
+/// A deliberately wrong variant of a protocol, to show the checker catches it. Protocols
+/// compare `NodeState::bug` with their own constants; never set in real runs.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Bug {
+    /// The name tests and `txbed protocols` use (`UnlockBeforeWriteBack`).
+    pub name: &'static str,
+    /// What goes wrong, and which rule of the paper it breaks.
+    pub about: &'static str,
+}
+
+/// The RDMA optimisations of DrTM+H Sec. 3.2 and the log's sizing: what the shared
+/// operations ([`crate::ops`], [`crate::log`]) do for every protocol.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Rdma {
+    /// Issue all requests of a stage before waiting (otherwise one at a time).
+    pub outstanding: bool,
+    /// One doorbell for the requests posted together on a QP (otherwise one each).
+    pub doorbell: bool,
+    /// Do not wait for write-back acknowledgements (commit is decided by the log).
+    pub passive_ack: bool,
+    /// Fetch all records of a transaction in parallel (DrTM+H Sec. 6.1).
+    pub speculative: bool,
+    /// Bytes of each one-sided log ring a backup keeps per (sender node, sender worker).
+    pub log_ring_bytes: u64,
+}
+
+/// Default size of a log ring.
+pub const DEFAULT_LOG_RING_BYTES: u64 = 64 << 10;
+
+impl Default for Rdma {
+    fn default() -> Self {
+        Rdma {
+            outstanding: true,
+            doorbell: true,
+            passive_ack: false,
+            speculative: true,
+            log_ring_bytes: DEFAULT_LOG_RING_BYTES,
+        }
+    }
+}
+
+/// A node's ordered index (`crate::index`), one per protocol state: per node, or per worker
+/// where workers keep their own state; each is built from the same store.
+#[derive(Default)]
+pub struct NodeIndex(pub RefCell<OrderedIndex>);
+
 pub struct NodeState {
     pub me: u16,
     pub nodes: u16,
     pub catalog: Rc<Catalog>,
     pub cache: RefCell<LocationCache>,
     pub workload: Arc<dyn Workload>,
-    /// The protocol the node runs.
-    pub protocol: ProtocolRef,
     pub hybrid: Hybrid,
     pub rdma: Rdma,
     /// Committed (and user-aborted) transactions, in completion order.
@@ -111,7 +155,7 @@ pub struct NodeState {
     /// buffers, clocks.
     pub participant: Box<dyn Any>,
     /// The ordered index lookups are answered from (`index`).
-    pub index: crate::index::NodeIndex,
+    pub index: NodeIndex,
 }
 
 /// Where a log entry goes in a ring.
@@ -154,8 +198,7 @@ impl NodeState {
         match self.participant.downcast_ref::<T>() {
             Some(p) => p,
             None => panic!(
-                "{}'s participant state is not a {}: Protocol::participant and the protocol's code disagree",
-                self.protocol.name(),
+                "the participant state is not a {}: Protocol::participant and the protocol's code disagree",
                 std::any::type_name::<T>()
             ),
         }
@@ -238,159 +281,4 @@ impl NodeState {
         }
         r[slot] = head;
     }
-}
-
-fn u64_at(b: &[u8], i: usize) -> u64 {
-    u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or([0; 8]))
-}
-
-/// LOCK: CAS the owner into the tuple's lock word (so a one-sided RELEASE can later clear
-/// it, RCC Sec. 5.2) and reply with the tuple's offset and bytes.
-/// Request: table u16 | pad 6 | key u64 | owner u64. Reply: status u8 | offset u64 | tuple.
-/// The table and tuple offset a request's `table u16 | pad 6 | key u64` prefix names, or
-/// `MISSING` in the reply.
-fn find<'a>(
-    n: &'a NodeState,
-    mem: &dyn HostMemory,
-    req: &[u8],
-    reply: &mut Vec<u8>,
-) -> Option<(&'a TablePlace, u64, u64)> {
-    let table = u16::from_le_bytes([req[0], req[1]]);
-    let key = u64_at(req, 8);
-    let found = n.catalog.layout.table(table).and_then(|p| Some((p, store::find_local(mem, n.base(), p, key)?, key)));
-    if found.is_none() {
-        reply.push(MISSING);
-    }
-    found
-}
-
-fn lock(n: &NodeState, mem: &dyn HostMemory, req: &[u8], reply: &mut Vec<u8>) {
-    let owner = u64_at(req, 16);
-    let Some((place, off, _)) = find(n, mem, req, reply) else { return };
-    let old = mem.cas_u64(n.base() + off + LOCK, 0, owner).unwrap_or(u64::MAX);
-    if old != 0 {
-        reply.push(BUSY);
-        return;
-    }
-    reply.push(OK);
-    reply.extend_from_slice(&off.to_le_bytes());
-    let mut t = vec![0u8; place.tuple_bytes as usize];
-    let _ = mem.read(n.base() + off, &mut t);
-    reply.extend_from_slice(&t);
-}
-
-/// FETCH (OCC's execution by RPC): the tuple, its offset, and the key's main bucket so the
-/// caller's location cache fills even over RPC (DrTM+H Sec. 5.1).
-/// Request: table u16 | pad 6 | key u64. Reply: status | offset | bucket offset | bucket | tuple.
-fn fetch(n: &NodeState, mem: &dyn HostMemory, req: &[u8], reply: &mut Vec<u8>) {
-    let Some((place, off, key)) = find(n, mem, req, reply) else { return };
-    let bucket_at = place.buckets_at + store::bucket_of(key, place.buckets) * store::BUCKET_BYTES;
-    let mut b = [0u8; store::BUCKET_BYTES as usize];
-    let _ = mem.read(n.base() + bucket_at, &mut b);
-    let mut t = vec![0u8; place.tuple_bytes as usize];
-    let _ = mem.read(n.base() + off, &mut t);
-    reply.push(OK);
-    reply.extend_from_slice(&off.to_le_bytes());
-    reply.extend_from_slice(&bucket_at.to_le_bytes());
-    reply.extend_from_slice(&b);
-    reply.extend_from_slice(&t);
-}
-
-/// VALIDATE: the tuple's lock and version words. Request: offset u64.
-fn validate(n: &NodeState, mem: &dyn HostMemory, req: &[u8], reply: &mut Vec<u8>) {
-    let off = u64_at(req, 0);
-    let lock = mem.load_u64(n.base() + off + LOCK).unwrap_or(u64::MAX);
-    let ver = mem.load_u64(n.base() + off + VERSION).unwrap_or(u64::MAX);
-    reply.extend_from_slice(&lock.to_le_bytes());
-    reply.extend_from_slice(&ver.to_le_bytes());
-}
-
-/// RELEASE: clear the lock if `owner` holds it. Request: offset u64 | owner u64.
-fn release(n: &NodeState, mem: &dyn HostMemory, req: &[u8]) {
-    let (off, owner) = (u64_at(req, 0), u64_at(req, 8));
-    let _ = mem.cas_u64(n.base() + off + LOCK, owner, 0);
-}
-
-/// COMMIT: write back version, writer and record, then clear the lock.
-/// Request: offset u64 | version word u64 | writer u64 | record.
-fn commit(n: &NodeState, mem: &dyn HostMemory, req: &[u8]) {
-    let off = u64_at(req, 0);
-    let base = n.base() + off;
-    let _ = mem.write(base + META_BYTES, &req[24..]);
-    let _ = mem.store_u64(base + VERSION, u64_at(req, 8));
-    let _ = mem.store_u64(base + WRITER, u64_at(req, 16));
-    let _ = mem.store_u64(base + LOCK, 0);
-}
-
-/// A handler that runs `f` on the node's state and replies with what it wrote.
-fn replying(n: &Rc<NodeState>, f: fn(&NodeState, &dyn HostMemory, &[u8], &mut Vec<u8>)) -> Rc<HandlerFn> {
-    let n = n.clone();
-    Rc::new(move |ctx: &mut HandlerCtx<'_>, req: &[u8]| {
-        f(&n, ctx.mem, req, ctx.reply);
-        Handled::Reply
-    })
-}
-
-/// Every handler node `n` serves, with its id and its name (for traces): the common ones
-/// (ids 10..=16), the index's lookup (17), then its protocol's at `handler_id(0)`, ...
-pub fn handlers(n: &Rc<NodeState>) -> Vec<(u16, &'static str, Rc<HandlerFn>)> {
-    let mut hs: Vec<(u16, &'static str, Rc<HandlerFn>)> =
-        common_handlers(n).into_iter().chain(crate::index::handlers(n)).map(|(id, h)| (id, name_of(id), h)).collect();
-    let names = n.protocol.handler_names();
-    let own = n.protocol.handlers(n);
-    assert_eq!(
-        names.len(),
-        own.len(),
-        "{}: handler_names() and handlers() must list the same handlers",
-        n.protocol.name()
-    );
-    for (i, (name, h)) in names.iter().zip(own).enumerate() {
-        hs.push((handler_id(i), name, h));
-    }
-    hs
-}
-
-/// The name of a shared handler.
-fn name_of(id: u16) -> &'static str {
-    match HANDLER_NAMES.iter().find(|(i, _)| *i == id) {
-        Some((_, name)) => name,
-        None => panic!("shared handler {id} has no name in HANDLER_NAMES"),
-    }
-}
-
-/// The handlers every protocol shares (ids 10..=16).
-fn common_handlers(n: &Rc<NodeState>) -> Vec<(u16, Rc<HandlerFn>)> {
-    let log_node = n.clone();
-    let reclaim_node = n.clone();
-    vec![
-        (H_LOCK, replying(n, lock)),
-        (H_RELEASE, replying(n, |n, mem, req, _| release(n, mem, req))),
-        (H_COMMIT, replying(n, |n, mem, req, _| commit(n, mem, req))),
-        (H_FETCH, replying(n, fetch)),
-        (H_VALIDATE, replying(n, validate)),
-        (
-            H_LOG,
-            Rc::new(move |ctx: &mut HandlerCtx<'_>, req: &[u8]| {
-                // The RPC log handler copies the record and applies it (DrTM+H Sec. 5.4).
-                ctx.compute((req.len() as u64).div_ceil(10));
-                crate::log::apply(&log_node, req);
-                Handled::Reply
-            }),
-        ),
-        (
-            H_RECLAIM,
-            Rc::new(move |ctx: &mut HandlerCtx<'_>, req: &[u8]| {
-                // Applies what the ring holds; a caller waiting for room (not a lazy one-way
-                // reclaim) hears how many bytes are now consumed.
-                if req.len() < 4 {
-                    return Handled::NoReply;
-                }
-                let sender = u16::from_le_bytes([req[0], req[1]]);
-                let worker = u16::from_le_bytes([req[2], req[3]]);
-                let consumed = crate::log::drain_ring(&reclaim_node, ctx.mem, sender, worker);
-                ctx.reply.extend_from_slice(&consumed.to_le_bytes());
-                Handled::Reply
-            }),
-        ),
-    ]
 }

@@ -15,13 +15,15 @@
 //! write-back staging ([0, 8), [8, 12), [12, 16) KiB of the default 16 KiB).
 
 use txbed_checker::{Access, Txn};
-use txbed_transport::{CallId, Ctx, Endpoint, LocalBuf, NodeId, Op, Payload, QpId};
+use txbed_transport::{CallId, Ctx, LocalBuf, Op, Payload, QpId};
 use txbed_workloads::TxnSpec;
 
-use crate::history_key;
 use crate::locate::locate;
 use crate::node::{NodeState, BUSY, H_COMMIT, H_FETCH, H_LOCK, H_RELEASE, H_VALIDATE, OK};
+use crate::post::check_buffers;
+pub use crate::post::{buffers_end, endpoint, inline_or_staged, log_area, qp, room, staging_at};
 use crate::stage::Stage;
+use crate::store::history_key;
 use crate::store::{split_version_word, version_word, BUCKET_BYTES, LOCK, META_BYTES, VERSION};
 
 /// One record a transaction accesses.
@@ -70,44 +72,6 @@ pub fn records(n: &NodeState, spec: &TxnSpec) -> Vec<Rec> {
         .collect()
 }
 
-/// A coroutine's scratch, in quarters: LOCK/READ/VALIDATE buffers (and index buckets) in the
-/// first half, the log record's staging in the third quarter, write-back staging in the last
-/// (0, 8 and 12 KiB of the default 16 KiB; the runner gives a workload with larger
-/// transactions a larger scratch, `Workload::max_accesses`).
-pub fn buffers_end(ctx: &Ctx) -> u64 {
-    let s = ctx.scratch();
-    s.addr + s.len as u64 / 2
-}
-
-/// The log staging area (address, bytes).
-pub fn log_area(ctx: &Ctx) -> (u64, u64) {
-    let s = ctx.scratch();
-    (s.addr + s.len as u64 / 2, s.len as u64 / 4)
-}
-
-/// Where write-back staging starts.
-pub fn staging_at(ctx: &Ctx) -> u64 {
-    let s = ctx.scratch();
-    s.addr + s.len as u64 / 4 * 3
-}
-
-/// Fails (rather than overrun the next coroutine's scratch) when `bytes` of buffers do not fit.
-fn check_buffers(ctx: &Ctx, bytes: u64) -> Result<(), String> {
-    let s = ctx.scratch();
-    if s.addr + bytes > buffers_end(ctx) {
-        return Err(format!("{bytes} B of record buffers exceed the {} B scratch half", s.len / 2));
-    }
-    Ok(())
-}
-
-pub fn endpoint(ctx: &Ctx, node: u16) -> Endpoint {
-    Endpoint { node: NodeId(node), worker: ctx.me().worker }
-}
-
-pub fn qp(ctx: &Ctx, node: u16) -> Result<QpId, String> {
-    ctx.rc_qp(NodeId(node), ctx.coroutine() as usize).ok_or_else(|| format!("no QP to node {node}"))
-}
-
 /// Posts `ops` on `q` as the options say: one doorbell for the list (doorbell batching) or
 /// one per request; with outstanding requests off, waits for them before returning.
 pub async fn issue(ctx: &Ctx, n: &NodeState, q: QpId, ops: Vec<(Op, bool)>) -> Result<(), String> {
@@ -121,20 +85,6 @@ pub async fn issue(ctx: &Ctx, n: &NodeState, q: QpId, ops: Vec<(Op, bool)>) -> R
     }
     if !n.rdma.outstanding {
         ctx.wait().await.map_err(|c| c.to_string())?;
-    }
-    Ok(())
-}
-
-/// Waits until `q`'s send queue has room for `k` more requests. A worker's coroutines share
-/// its QPs, so transactions with many records on one node (TPC-E's customer-position reads
-/// about 50) can fill it: drain this coroutine's own requests, then give the others time.
-pub async fn room(ctx: &Ctx, q: QpId, k: u32) -> Result<(), String> {
-    let full = || ctx.outstanding(q).saturating_add(k) > ctx.qp_info(q).map_or(u32::MAX, |i| i.max_outstanding);
-    while full() {
-        ctx.wait().await.map_err(|c| c.to_string())?;
-        if full() {
-            ctx.sleep(500).await;
-        }
     }
     Ok(())
 }
@@ -371,21 +321,6 @@ pub async fn validate(
         let r = &recs[i];
         (lock == 0 || lock == id) && split_version_word(ver) == r.version()
     }))
-}
-
-/// The payload of a WRITE: inline when small (DrTM+H inlines up to 64 B), otherwise staged
-/// in this coroutine's scratch at `*at`, which advances. Each request needs its own staging
-/// bytes: the NIC DMA-reads them when it processes the request, after later ones are posted.
-pub fn inline_or_staged(ctx: &Ctx, bytes: &[u8], at: &mut u64) -> Payload {
-    if bytes.len() <= 64 {
-        return Payload::Inline(bytes.to_vec());
-    }
-    let s = ctx.scratch();
-    let here = *at;
-    *at += (bytes.len() as u64).div_ceil(8) * 8;
-    assert!(*at <= s.addr + s.len as u64, "scratch too small for the write set");
-    let _ = ctx.write_local(here, bytes);
-    Payload::Local(LocalBuf { lkey: s.lkey, addr: here, len: bytes.len() as u32 })
 }
 
 /// LOG: the new values to the backups of every written record's primary.

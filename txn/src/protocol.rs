@@ -29,6 +29,7 @@ use txbed_workloads::TxnSpec;
 
 use crate::attempt::Attempt;
 use crate::node::NodeState;
+pub use crate::node::{Bug, Rdma, DEFAULT_LOG_RING_BYTES, FIRST_PROTOCOL_HANDLER};
 use crate::stage::{Hybrid, Stage};
 
 /// A boxed, non-`Send` future (coroutines run on one thread).
@@ -86,47 +87,6 @@ impl Needs {
             "-".into()
         } else {
             v.join(", ")
-        }
-    }
-}
-
-/// A deliberately wrong variant of a protocol, to show the checker catches it. Protocols
-/// compare `NodeState::bug` with their own constants; never set in real runs.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct Bug {
-    /// The name tests and `txbed protocols` use (`UnlockBeforeWriteBack`).
-    pub name: &'static str,
-    /// What goes wrong, and which rule of the paper it breaks.
-    pub about: &'static str,
-}
-
-/// The RDMA optimisations of DrTM+H Sec. 3.2 and the log's sizing: what the shared
-/// operations ([`crate::ops`], [`crate::log`]) do for every protocol.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct Rdma {
-    /// Issue all requests of a stage before waiting (otherwise one at a time).
-    pub outstanding: bool,
-    /// One doorbell for the requests posted together on a QP (otherwise one each).
-    pub doorbell: bool,
-    /// Do not wait for write-back acknowledgements (commit is decided by the log).
-    pub passive_ack: bool,
-    /// Fetch all records of a transaction in parallel (DrTM+H Sec. 6.1).
-    pub speculative: bool,
-    /// Bytes of each one-sided log ring a backup keeps per (sender node, sender worker).
-    pub log_ring_bytes: u64,
-}
-
-/// Default size of a log ring.
-pub const DEFAULT_LOG_RING_BYTES: u64 = 64 << 10;
-
-impl Default for Rdma {
-    fn default() -> Self {
-        Rdma {
-            outstanding: true,
-            doorbell: true,
-            passive_ack: false,
-            speculative: true,
-            log_ring_bytes: DEFAULT_LOG_RING_BYTES,
         }
     }
 }
@@ -246,9 +206,6 @@ impl PartialEq for dyn Protocol {
         self.name() == other.name()
     }
 }
-
-/// Ids below this are the shared layer's (the common participant handlers and the index).
-pub const FIRST_PROTOCOL_HANDLER: u16 = 32;
 
 /// The id of a protocol's `i`-th handler (`Protocol::handler_names` order).
 pub const fn handler_id(i: usize) -> u16 {

@@ -328,3 +328,8 @@ pub fn find_local(mem: &dyn HostMemory, base: u64, place: &TablePlace, key: u64)
     }
     None
 }
+
+/// The key a history names: table in the top 16 bits, row below (as `workloads::Key`).
+pub fn history_key(table: u16, row: u64) -> u64 {
+    ((table as u64) << 48) | row
+}

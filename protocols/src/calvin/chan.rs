@@ -26,7 +26,8 @@ use txbed_txn::node::NodeState;
 use txbed_txn::ops;
 use txbed_txn::store::Layout;
 
-use super::RING_BYTES;
+/// Bytes of each one-sided ring in CALVIN's area.
+pub const RING_BYTES: u64 = 16 << 10;
 
 /// The two channels.
 pub(crate) const INPUT: usize = 0;

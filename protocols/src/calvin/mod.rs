@@ -40,6 +40,8 @@ use txbed_workloads::{Executed, TxnSpec};
 mod chan;
 mod wire;
 
+pub use chan::RING_BYTES;
+
 use chan::{FORWARD, INPUT};
 use serde::{Deserialize, Serialize};
 use txbed_txn::attempt::{self, Attempt};
@@ -59,8 +61,6 @@ pub const STAGES: [Stage; 2] = [Stage::CalvinInput, Stage::CalvinForward];
 /// Default epoch length. Calvin and RCC use 10 ms on real clusters; runs of a few hundred
 /// microseconds need short epochs to sequence anything.
 pub const DEFAULT_EPOCH_NS: u64 = 10_000;
-/// Bytes of each one-sided ring (`Layout::with_calvin`).
-pub const RING_BYTES: u64 = 16 << 10;
 /// How often the scheduler looks for new work (one-sided arrivals need polling).
 const POLL_NS: u64 = 500;
 /// Epochs a sequencer may close beyond those its node has scheduled.
