@@ -165,3 +165,105 @@ fn the_import_scan_catches_a_sibling() {
     assert!(foreign_imports("use super::wire;\nuse txbed_txn::ops; // crate::occ", "calvin", false, &all).is_empty());
     assert!(foreign_imports("use crate::occasional;", "calvin", true, &all).is_empty());
 }
+
+/// The modules of a crate's `src/` (a file `a.rs` or a folder `a/` is module `a`; a folder's
+/// files are submodules `a::b`) and, for each, the modules it names through `crate::X` (and,
+/// in a submodule, `super::X`).
+fn module_graph(src: &Path) -> std::collections::BTreeMap<String, std::collections::BTreeSet<String>> {
+    let mut graph = std::collections::BTreeMap::new();
+    let mut fs = Vec::new();
+    files(src, &mut fs);
+    for f in fs.iter().filter(|f| f.extension().is_some_and(|x| x == "rs")) {
+        let rel = f.strip_prefix(src).unwrap().with_extension("");
+        let parts: Vec<String> = rel.iter().map(|p| p.to_string_lossy().to_string()).collect();
+        let parts: Vec<String> = parts.into_iter().filter(|p| p != "mod").collect();
+        let me = if parts == ["lib"] { "crate".to_string() } else { parts.join("::") };
+        let parent = if parts.len() > 1 { parts[..parts.len() - 1].join("::") } else { "crate".into() };
+        let text = std::fs::read_to_string(f).unwrap();
+        // Test modules may use their parent's items: they are not part of the layering.
+        let code = text.split("#[cfg(test)]").next().unwrap_or("");
+        let mut deps = std::collections::BTreeSet::new();
+        for line in code.lines().map(|l| l.split("//").next().unwrap_or("")) {
+            for (prefix, base) in [("crate::", String::new()), ("super::", format!("{parent}::"))] {
+                for (at, _) in line.match_indices(prefix) {
+                    let name: String =
+                        line[at + prefix.len()..].chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+                    if name.is_empty() || name.starts_with(char::is_uppercase) {
+                        continue;
+                    }
+                    let dep = if prefix == "super::" && parent == "crate" { name } else { format!("{base}{name}") };
+                    let dep = dep.trim_start_matches("crate::").to_string();
+                    if dep != me && graph_node(&dep, src) {
+                        deps.insert(dep);
+                    }
+                }
+            }
+        }
+        graph.insert(me, deps);
+    }
+    graph
+}
+
+/// Whether `module` (`a` or `a::b`) is a file or folder under `src`.
+fn graph_node(module: &str, src: &Path) -> bool {
+    let p = src.join(module.replace("::", "/"));
+    p.with_extension("rs").exists() || p.is_dir()
+}
+
+/// A cycle in `graph` (the modules on it, the first repeated at the end), if there is one.
+fn find_cycle(graph: &std::collections::BTreeMap<String, std::collections::BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit<'a>(
+        n: &'a str,
+        g: &'a std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
+        path: &mut Vec<&'a str>,
+        done: &mut std::collections::BTreeSet<&'a str>,
+    ) -> Option<Vec<String>> {
+        if let Some(i) = path.iter().position(|p| *p == n) {
+            let mut c: Vec<String> = path[i..].iter().map(|s| s.to_string()).collect();
+            c.push(n.to_string());
+            return Some(c);
+        }
+        if !done.insert(n) {
+            return None;
+        }
+        path.push(n);
+        for d in g.get(n).into_iter().flatten() {
+            if let Some(c) = visit(d, g, path, done) {
+                return Some(c);
+            }
+        }
+        path.pop();
+        None
+    }
+    let mut done = std::collections::BTreeSet::new();
+    graph.keys().find_map(|k| visit(k, graph, &mut Vec::new(), &mut done))
+}
+
+/// No import cycle among the modules of the crates that hold protocol code: each module of
+/// txn/ and protocols/ uses only modules below it (the crate root only re-exports).
+#[test]
+fn protocol_crates_have_no_module_cycle() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    for krate in ["txn", "protocols"] {
+        let mut graph = module_graph(&root.join(krate).join("src"));
+        assert!(graph.len() >= 6, "{krate}: found only {:?}", graph.keys());
+        // The root's `pub use` re-exports point down; only the modules' own uses count.
+        graph.remove("crate");
+        if let Some(c) = find_cycle(&graph) {
+            panic!("{krate}: modules import each other in a cycle: {}", c.join(" -> "));
+        }
+    }
+}
+
+#[test]
+fn the_cycle_scan_catches_a_cycle() {
+    let g: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> =
+        [("a", vec!["b"]), ("b", vec!["c"]), ("c", vec!["a"]), ("d", vec![])]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.into_iter().map(String::from).collect()))
+            .collect();
+    assert_eq!(find_cycle(&g), Some(["a", "b", "c", "a"].map(String::from).to_vec()));
+    let mut acyclic = g.clone();
+    acyclic.get_mut("c").unwrap().clear();
+    assert_eq!(find_cycle(&acyclic), None);
+}
