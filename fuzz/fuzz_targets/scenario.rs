@@ -8,7 +8,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use txbed::scenario::Scenario;
+use txbed_scenario::Scenario;
 use txbed_sim::profile::BUILTIN;
 
 /// `cluster.nic` may name a profile file. Inputs that would read outside the working tree

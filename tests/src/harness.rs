@@ -5,8 +5,8 @@ use std::fmt::Debug;
 use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
 
-use txbed::txn::{run_txns, TxnRunResult, TxnRunSpec};
 pub use txbed_protocols::REGISTRY;
+use txbed_runner::{run_txns, TxnRunResult, TxnRunSpec};
 use txbed_sim::NicProfile;
 use txbed_txn::protocol::{Bug, Rdma as Options};
 use txbed_txn::stage::Hybrid;
@@ -229,8 +229,8 @@ pub fn run_sockets(spec: &TxnRunSpec) -> TxnRunResult {
         .map(|rank| {
             let spec = spec.clone();
             std::thread::spawn(move || {
-                let me = txbed::bootstrap::Rank { rank, size };
-                txbed::host::run_sockets_node(&spec, me, addr, "127.0.0.1".parse().unwrap())
+                let me = txbed_real::bootstrap::Rank { rank, size };
+                txbed_real::host::run_sockets_node(&spec, me, addr, "127.0.0.1".parse().unwrap())
             })
         })
         .collect();

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use proptest::prelude::*;
-use txbed::txn::TxnRunResult;
 use txbed_protocols::calvin::STAGES;
+use txbed_runner::TxnRunResult;
 use txbed_tests::harness::{rdma_options, run_sockets, smallbank, ycsb, Load, Shape, CALVIN};
 use txbed_txn::protocol::Rdma as Options;
 use txbed_txn::stage::Hybrid;

@@ -4,7 +4,9 @@
 //!   std's randomly ordered hash containers. Protocol code sees only the transport interface,
 //!   a clock and an RNG;
 //! - no protocol imports another: what two protocols share lives in txn/ (the crate graph
-//!   already keeps txn/ from importing protocols/: txbed-txn does not depend on them).
+//!   already keeps txn/ from importing protocols/: txbed-txn does not depend on them);
+//! - crates in layers: each workspace crate depends only on crates of lower layers
+//!   (`LAYERS`), the real runtime does not need plotting and plotting needs none of ours.
 
 use std::path::{Path, PathBuf};
 
@@ -266,4 +268,78 @@ fn the_cycle_scan_catches_a_cycle() {
     let mut acyclic = g.clone();
     acyclic.get_mut("c").unwrap().clear();
     assert_eq!(find_cycle(&acyclic), None);
+}
+
+/// The workspace's crates by folder, lowest layer first. A crate may depend on crates of
+/// lower layers only (its `[dependencies]`; tests may use anything).
+const LAYERS: &[&[&str]] = &[
+    &["transport", "checker", "workloads", "plot"],
+    &["sim", "txn"],
+    &["protocols"],
+    &["scenario"],
+    &["runner"],
+    &["report"],
+    &["real"],
+    &["cli"],
+];
+
+/// The folders of the workspace crates a Cargo.toml's `[dependencies]` names.
+fn crate_deps(manifest: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut in_deps = false;
+    for line in manifest.lines().map(str::trim) {
+        if line.starts_with('[') {
+            in_deps = line == "[dependencies]";
+        } else if in_deps && line.starts_with("txbed") {
+            let name = line.split(|c: char| c == ' ' || c == '.' || c == '=').next().unwrap_or("");
+            out.push(if name == "txbed" { "cli".to_string() } else { name.trim_start_matches("txbed-").to_string() });
+        }
+    }
+    out
+}
+
+fn layer_of(krate: &str) -> Option<usize> {
+    LAYERS.iter().position(|l| l.contains(&krate))
+}
+
+fn layer_violations(krate: &str, deps: &[String]) -> Vec<String> {
+    let me = layer_of(krate).unwrap_or_else(|| panic!("{krate} is in no layer: add it to LAYERS"));
+    let mut bad = Vec::new();
+    for d in deps {
+        match layer_of(d) {
+            Some(l) if l < me => {}
+            _ => bad.push(format!("{krate} depends on {d}, which is not in a layer below it")),
+        }
+        if d == "plot" && krate != "cli" {
+            bad.push(format!("{krate} depends on plot: only the CLI draws"));
+        }
+    }
+    bad
+}
+
+#[test]
+fn crates_depend_only_on_lower_layers() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let mut bad = Vec::new();
+    for krate in LAYERS.iter().flat_map(|l| l.iter()) {
+        let manifest = std::fs::read_to_string(root.join(krate).join("Cargo.toml")).unwrap();
+        bad.extend(layer_violations(krate, &crate_deps(&manifest)));
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+    // Every workspace member folder with a crate is in a layer (tests and examples aside).
+    let ws = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    for member in ws.split('"').filter(|m| !m.contains(['[', ']', '=', ',', ' ', '\n', '*'])) {
+        if root.join(member).join("Cargo.toml").exists() && member != "tests" {
+            assert!(layer_of(member).is_some(), "workspace member {member} is in no layer");
+        }
+    }
+}
+
+#[test]
+fn the_layer_check_catches_an_upward_dependency() {
+    let deps = crate_deps("[dependencies]\ntxbed-report.workspace = true\nserde = \"1\"\n[dev-dependencies]\ntxbed = { path = \"../cli\" }\n");
+    assert_eq!(deps, ["report"]);
+    assert_eq!(layer_violations("runner", &deps).len(), 1);
+    assert!(layer_violations("real", &deps).is_empty());
+    assert_eq!(layer_violations("real", &["plot".to_string()]).len(), 1);
 }

@@ -7,8 +7,8 @@
 use std::sync::Arc;
 
 use proptest::prelude::*;
-use txbed::txn::{run_txns, TxnRunResult};
 use txbed_protocols::mvcc::{self, Geometry, SLOTS};
+use txbed_runner::{run_txns, TxnRunResult};
 use txbed_sim::NicProfile;
 use txbed_tests::harness::{rdma_options, Shape, MVCC, W, WORKLOADS};
 use txbed_txn::stage::{Hybrid, Stage};

@@ -3,7 +3,7 @@
 //! scenario to replay.
 
 use proptest::prelude::*;
-use txbed::txn::{run_txns, TxnRunResult};
+use txbed_runner::{run_txns, TxnRunResult};
 use txbed_sim::NicProfile;
 use txbed_tests::harness::{rdma_options, Protocol, Shape, NOWAIT, OCC, W};
 use txbed_txn::stage::Hybrid;

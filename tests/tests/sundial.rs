@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use proptest::prelude::*;
-use txbed::txn::TxnRunResult;
+use txbed_runner::TxnRunResult;
 use txbed_tests::harness::{rdma_options, smallbank, ycsb, Load, Protocol, Shape, SUNDIAL};
 use txbed_txn::node::stage_index;
 use txbed_txn::protocol::Rdma as Options;

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use proptest::prelude::*;
-use txbed::txn::{run_txns, TxnRunResult};
+use txbed_runner::{run_txns, TxnRunResult};
 use txbed_tests::harness::{problems, run_sockets, Protocol, Shape, CALVIN, NOWAIT, OCC, REGISTRY};
 use txbed_txn::protocol::Rdma as Options;
 use txbed_txn::stage::Hybrid;
@@ -226,7 +226,7 @@ fn throughput_is_reported_per_type() {
 /// The scenario files load, and `--set workload.name=tpcc` gives TPC-C with every default.
 #[test]
 fn tpcc_scenarios_load_and_fit() {
-    use txbed::scenario::{Scenario, Workload as W};
+    use txbed_scenario::{Scenario, Workload as W};
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     for f in ["scenarios/tpcc/quick.ron", "scenarios/tpcc/full-mix-8.ron", "scenarios/drtmh/tpcc-no-16.ron"] {
         let (s, _) = Scenario::load(&root.join(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
@@ -237,7 +237,7 @@ fn tpcc_scenarios_load_and_fit() {
         let mut spec = s.spec_with(Arc::new(t.prepare(c.nodes, c.workers, c.coroutines)));
         spec.nodes = c.nodes;
         spec.workers = c.workers;
-        let bytes = txbed::txn::layout(&spec).bytes * c.nodes as u64;
+        let bytes = txbed_runner::layout(&spec).bytes * c.nodes as u64;
         eprintln!("{f}: {:.2} GiB of stores", bytes as f64 / (1u64 << 30) as f64);
         assert!(bytes < 16 << 30, "{f}: {bytes} B of stores do not fit a 24 GiB machine");
     }

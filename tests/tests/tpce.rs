@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use proptest::prelude::*;
-use txbed::txn::TxnRunResult;
+use txbed_runner::TxnRunResult;
 use txbed_tests::harness::{run_sockets, Protocol, Shape, NOWAIT, OCC, REGISTRY};
 use txbed_txn::node::stage_index;
 use txbed_txn::protocol::Rdma as Options;

@@ -4,8 +4,8 @@
 //! Failures print the scenario to replay.
 
 use proptest::prelude::*;
-use txbed::txn::TxnRunResult;
 use txbed_protocols::waitdie::WAIT_BOUND_NS;
+use txbed_runner::TxnRunResult;
 use txbed_tests::harness::{rdma_options, Protocol, Shape, W, WAITDIE, WORKLOADS};
 use txbed_transport::trace::STAGE;
 use txbed_txn::node::stage_index;

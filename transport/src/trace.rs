@@ -1,5 +1,5 @@
 //! Optional event tracing of a worker: verbs, RPCs, handlers and protocol stages as timed
-//! records, for a Chrome/Perfetto trace (built by the testbed).
+//! records, for a Chrome/Perfetto trace (written by txbed-report).
 //!
 //! The recorder only reads the worker's clock and the ids it is handed: it charges no CPU,
 //! draws no random numbers and posts nothing, so a traced run is the same run (the simulator's

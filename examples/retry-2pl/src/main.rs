@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use retry_2pl::{RETRY_2PL, UNLOCKED_READS};
-use txbed::txn::{run_txns, TxnRunResult, TxnRunSpec};
+use txbed_runner::{run_txns, TxnRunResult, TxnRunSpec};
 use txbed_workloads::ycsb::Ycsb;
 
 fn main() -> ExitCode {

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use retry_2pl::{RETRY_2PL, STAGES, UNLOCKED_READS};
-use txbed::txn::{run_txns, TxnRunResult, TxnRunSpec};
+use txbed_runner::{run_txns, TxnRunResult, TxnRunSpec};
 use txbed_txn::stage::Hybrid;
 use txbed_workloads::smallbank::SmallBank;
 use txbed_workloads::ycsb::Ycsb;

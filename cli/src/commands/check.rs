@@ -1,0 +1,94 @@
+//! `txbed check HISTORY`: the history checker on a JSON Lines file.
+
+use std::fs::File;
+use std::io::BufReader;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use txbed_checker::{check, elle, History, Options, Report};
+
+#[derive(clap::Args)]
+pub struct Args {
+    pub history: PathBuf,
+    /// Also require real-time order (strict serializability).
+    #[arg(long)]
+    pub strict: bool,
+    /// Also write the history in Elle's list-append JSON form to this file.
+    #[arg(long)]
+    pub export_elle: Option<PathBuf>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Explain at most this many anomalies (all are counted).
+    #[arg(long, default_value_t = 10)]
+    pub max_explained: usize,
+}
+
+pub fn run(a: Args) -> ExitCode {
+    let (path, strict, export_elle, json, max_explained) =
+        (&a.history, a.strict, a.export_elle.as_deref(), a.json, a.max_explained);
+    let file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("error: {}: cannot read history: {e}", path.display());
+            return ExitCode::from(2);
+        }
+    };
+    let h = match History::read(BufReader::new(file)) {
+        Ok(h) => h,
+        Err(e) => {
+            eprintln!("error: {}: {e}", path.display());
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(out) = export_elle {
+        let v = elle::to_list_append(&h);
+        if let Err(e) = std::fs::write(out, serde_json::to_vec(&v).expect("JSON")) {
+            eprintln!("error: {}: cannot write Elle history: {e}", out.display());
+            return ExitCode::from(2);
+        }
+    }
+    let r = check(&h, &Options { strict, max_explained: max_explained.max(1) });
+    if json {
+        println!("{}", serde_json::to_string_pretty(&r).expect("report serialises"));
+    } else {
+        print!("{}", text(&r));
+    }
+    let clean =
+        r.serializable && r.nothing_lost != Some(false) && r.invariants_ok && r.strict_serializable != Some(false);
+    if clean {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+pub fn text(r: &Report) -> String {
+    let yes = |b: bool| if b { "yes" } else { "NO" };
+    let lost = match r.nothing_lost {
+        Some(true) => ", nothing lost",
+        Some(false) => ", WRITES LOST",
+        None => "",
+    };
+    let mut s = format!(
+        "serializable: {}{}{}\n  {} transactions checked ({} committed, {} aborted); invariants {}\n",
+        yes(r.serializable),
+        lost,
+        match r.strict_serializable {
+            Some(b) => format!(", strictly serializable: {}", yes(b)),
+            None => String::new(),
+        },
+        r.checked_txns,
+        r.committed,
+        r.aborted,
+        if r.invariants_ok { "hold" } else { "VIOLATED" }
+    );
+    if !r.counts.is_empty() {
+        let counts: Vec<String> = r.counts.iter().map(|(k, n)| format!("{k} x{n}")).collect();
+        s.push_str(&format!("  anomalies: {}\n", counts.join(", ")));
+    }
+    for a in &r.anomalies {
+        s.push_str(&format!("\n{}\n", a.explanation));
+    }
+    s
+}

@@ -1,0 +1,39 @@
+//! One module per `txbed` command: its arguments (`Args`) and what it does (`run`).
+//! Exit codes everywhere: 0 success, 1 a run or check found a problem, 2 an error.
+
+use std::process::ExitCode;
+
+pub mod bench_verbs;
+pub mod check;
+pub mod devices;
+pub mod hybrid_search;
+pub mod plot;
+pub mod protocols;
+pub mod replay;
+pub mod run;
+pub mod selftest;
+pub mod sweep;
+pub mod validate;
+
+/// Where a real run executes: the simulator, or real processes over sockets or verbs.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Backend {
+    Sim,
+    Sockets,
+    Verbs,
+}
+
+/// Prints `error: ...` and returns exit code 2.
+pub fn fail(e: impl std::fmt::Display) -> ExitCode {
+    eprintln!("error: {e}");
+    ExitCode::from(2)
+}
+
+#[cfg(not(feature = "verbs"))]
+pub const NO_VERBS: &str =
+    "this txbed was built without the \"verbs\" feature; rebuild with cargo build --release -p txbed --features verbs";
+
+/// Simulations to run at once: `--jobs`, else every core.
+pub fn jobs(jobs: Option<usize>) -> usize {
+    jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}

@@ -1,0 +1,75 @@
+//! `txbed replay DIR/report.json`: re-runs the scenario and seed a report recorded and checks
+//! the digest is the same; optionally writes a Chrome/Perfetto trace of the run.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use txbed_report::replay::load;
+use txbed_report::trace::write_chrome_trace;
+use txbed_scenario::{Scenario, Workload};
+use txbed_sim::NicProfile;
+
+use super::fail;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// DIR/report.json of a simulated run.
+    pub report: PathBuf,
+    /// Also write a Chrome/Perfetto trace of the run (open it in ui.perfetto.dev).
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
+}
+
+pub fn run(a: Args) -> ExitCode {
+    let (report, trace) = (a.report.as_path(), a.trace.as_deref());
+    let rec = match load(report) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let digest = if matches!(rec.scenario.workload, Workload::Verbs(_)) {
+        if trace.is_some() {
+            eprintln!("error: traces are recorded for transactional runs");
+            return ExitCode::from(2);
+        }
+        match txbed_runner::run_verbs(&rec.scenario, &rec.profile, rec.seed) {
+            Ok(r) => r.digest,
+            Err(e) => return fail(e),
+        }
+    } else {
+        match replay_txn(&rec.scenario, &rec.profile, rec.seed, trace) {
+            Ok(d) => d,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    };
+    if digest == rec.digest {
+        println!("replayed {:?} seed {}: digest {digest} matches", rec.scenario.name, rec.seed);
+        if let Some(t) = trace {
+            println!("trace written to {}", t.display());
+        }
+        ExitCode::SUCCESS
+    } else {
+        eprintln!(
+            "replay of {:?} seed {} DIVERGED: digest {digest}, the report says {}",
+            rec.scenario.name, rec.seed, rec.digest
+        );
+        ExitCode::from(1)
+    }
+}
+
+/// Re-runs a transactional scenario (optionally writing a Chrome trace); returns the digest.
+fn replay_txn(s: &Scenario, profile: &NicProfile, seed: u64, trace: Option<&Path>) -> Result<String, String> {
+    let run = txbed_runner::run_txn(s, profile, seed, trace.is_some(), &mut |_, _| {})?;
+    if let Some(path) = trace {
+        let f = std::fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let (nodes, workers) = (run.spec.nodes, run.spec.workers);
+        write_chrome_trace(&run.result.trace, nodes, workers, std::io::BufWriter::new(f))
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    Ok(format!("{:016x}", run.result.digest))
+}

@@ -1,0 +1,144 @@
+//! `txbed run SCENARIO`: one run, on the simulator or as one process of a real run, and its
+//! report. Exit code 0 clean, 1 the checker found anomalies, 2 an error.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use txbed_report::output::{write_history, RunOutput};
+use txbed_report::text::{failure_summary, txn_text, verbs_text};
+use txbed_scenario::{BackendName, Scenario, Workload};
+use txbed_sim::NicProfile;
+
+use super::{fail, Backend};
+use crate::progress::Progress;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Scenario file (RON).
+    pub scenario: PathBuf,
+    /// Override the scenario's seed.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Change a field by its path in the scenario file, e.g. --set protocol.name=occ
+    /// --set protocol.mode=onesided --set workload.name=ycsb --set cluster.nodes=8.
+    #[arg(long = "set", value_name = "PATH=VALUE")]
+    pub sets: Vec<String>,
+    /// Write report.json, history.jsonl and the resolved scenario.ron into this directory.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// More detail: the resolved scenario before the report.
+    #[arg(short, long, conflicts_with = "quiet")]
+    pub verbose: bool,
+    /// Print nothing but errors (the exit code and --out files still tell the outcome).
+    #[arg(short, long)]
+    pub quiet: bool,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Write the run's history (JSON Lines, for `txbed check`) to this file.
+    #[arg(long)]
+    pub history: Option<PathBuf>,
+    /// Where to run: the simulator, or real processes (one per node) over sockets or verbs.
+    /// Default: the scenario's `backend` (sim unless it says otherwise).
+    #[arg(long, value_enum)]
+    pub backend: Option<Backend>,
+    /// This process's rank (else from mpirun/srun's environment).
+    #[arg(long)]
+    pub rank: Option<u32>,
+    /// Number of processes (else from the launcher's environment).
+    #[arg(long)]
+    pub size: Option<u32>,
+    /// Rank 0's rendezvous address (else TXBED_COORDINATOR, else 127.0.0.1:7821).
+    #[arg(long)]
+    pub coordinator: Option<String>,
+    /// Address to bind this process's NIC and UDP sockets to.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub bind: std::net::IpAddr,
+    /// Override the scenario's warm-up (us). Real backends count wall-clock time.
+    #[arg(long)]
+    pub warmup_us: Option<u64>,
+    /// Override the scenario's measured window (us), e.g. longer for a real backend.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub measure_us: Option<u64>,
+    /// RDMA device for --backend verbs (default: the first one).
+    #[arg(long)]
+    pub device: Option<String>,
+    /// GID index on port 1 for --backend verbs (default: first RoCE v2 IPv4 GID, else 0).
+    #[arg(long)]
+    pub gid_index: Option<u32>,
+}
+
+pub fn run(a: Args) -> ExitCode {
+    let (mut s, profile) = match Scenario::load_with(&a.scenario, &a.sets) {
+        Ok(x) => x,
+        Err(e) => return fail(e),
+    };
+    s.run.warmup_us = a.warmup_us.unwrap_or(s.run.warmup_us);
+    s.run.measure_us = a.measure_us.unwrap_or(s.run.measure_us);
+    let seed = a.seed.unwrap_or(s.run.seed);
+    s.run.seed = seed;
+    let backend = a.backend.unwrap_or(match s.backend {
+        BackendName::Sim => Backend::Sim,
+        BackendName::Sockets => Backend::Sockets,
+        BackendName::Verbs => Backend::Verbs,
+    });
+    if a.verbose && !a.quiet {
+        eprintln!("resolved scenario:\n{}", s.to_ron());
+    }
+    let out = RunOutput { dir: a.out.as_deref(), history: a.history.as_deref(), json: a.json, quiet: a.quiet };
+    let coordinator = a.coordinator.as_deref();
+    match backend {
+        Backend::Sim => run_sim(&s, &profile, seed, out),
+        Backend::Sockets => {
+            let backend = txbed_real::host::RealBackend::Sockets { bind: a.bind };
+            txbed_real::run::run_real(&s, &profile, seed, a.rank, a.size, coordinator, backend, out)
+        }
+        #[cfg(feature = "verbs")]
+        Backend::Verbs => {
+            // Probe first: a missing device or library gets its specific message.
+            if let Err(e) = txbed_real::verbs::probe(a.device.as_deref(), a.gid_index) {
+                return fail(e);
+            }
+            let backend = txbed_real::host::RealBackend::Verbs { device: a.device, gid_index: a.gid_index };
+            txbed_real::run::run_real(&s, &profile, seed, a.rank, a.size, coordinator, backend, out)
+        }
+        #[cfg(not(feature = "verbs"))]
+        Backend::Verbs => fail(super::NO_VERBS),
+    }
+}
+
+/// `txbed run` on the simulator: the report, files, and exit code.
+fn run_sim(s: &Scenario, profile: &NicProfile, seed: u64, out: RunOutput<'_>) -> ExitCode {
+    if let Err(e) = out.prepare() {
+        return fail(e);
+    }
+    if matches!(s.workload, Workload::Verbs(_)) {
+        let done = txbed_runner::run_verbs(s, profile, seed).and_then(|r| out.finish(s, &r, &verbs_text(s, &r)));
+        return match done {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(e),
+        };
+    }
+    let mut bar = Progress::new(out.quiet);
+    let mut run = match txbed_runner::run_txn(s, profile, seed, false, &mut |t, end| bar.update(t, end)) {
+        Ok(r) => r,
+        Err(e) => return fail(e),
+    };
+    bar.done();
+    if let Err(e) = write_history(s, seed, &mut run.result.history, out.history_path().as_deref()) {
+        return fail(e);
+    }
+    let r = run.report(s, seed);
+    if let Err(e) = out.finish(s, &r, &txn_text(s, &r)) {
+        return fail(e);
+    }
+    if !r.failures.is_empty() {
+        return fail(failure_summary(&r.failures));
+    }
+    // A run the checker rejects is a failed run.
+    if run.result.clean() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}

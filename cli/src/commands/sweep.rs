@@ -1,0 +1,96 @@
+//! `txbed sweep FILE`: every combination of a sweep file's axes and seeds, each an independent
+//! simulation, run in parallel on all cores; writes results.csv, summary.csv and plots.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use txbed_report::csv::write_csvs;
+use txbed_report::text::failure_summary;
+use txbed_runner::parallel::run_points;
+use txbed_scenario::sweep::Sweep;
+
+use super::fail;
+use crate::progress::runs_bar;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Sweep file (RON): a base scenario, axes and seeds (docs/scenarios.md).
+    pub sweep: PathBuf,
+    /// Simulations at once (default: all cores).
+    #[arg(long)]
+    pub jobs: Option<usize>,
+    /// Output directory (default: results/<sweep name>).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// No progress bar, no table.
+    #[arg(short, long)]
+    pub quiet: bool,
+}
+
+pub fn run(a: Args) -> ExitCode {
+    let (file, out, quiet) = (a.sweep.as_path(), a.out, a.quiet);
+    let sw = match Sweep::load(file) {
+        Ok(s) => s,
+        Err(e) => return fail(e.to_string()),
+    };
+    let points = match sw.points(file) {
+        Ok(p) => p,
+        Err(e) => return fail(e.to_string()),
+    };
+    let name = if sw.name.is_empty() {
+        file.file_stem().map_or("sweep".into(), |s| s.to_string_lossy().into_owned())
+    } else {
+        sw.name.clone()
+    };
+    let dir = out.unwrap_or_else(|| PathBuf::from("results").join(&name));
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        return fail(format!("{}: {e}", dir.display()));
+    }
+    let jobs = super::jobs(a.jobs);
+    if !quiet {
+        eprintln!("sweep {name:?}: {} runs on {jobs} threads", points.len());
+    }
+    let bar = runs_bar(points.len(), quiet);
+    let reports = run_points(&points, jobs, &|| bar.inc(1));
+    bar.finish_and_clear();
+    let (results, summary) = match write_csvs(&sw, &points, &reports, &dir) {
+        Ok(x) => x,
+        Err(e) => return fail(e),
+    };
+    let plots = match txbed_plot::plot_csv(&summary, &dir, sw.x.as_deref()) {
+        Ok(p) => p,
+        Err(e) => return fail(format!("plotting {}: {e}", summary.display())),
+    };
+    let mut bad = 0;
+    for (p, r) in points.iter().zip(&reports) {
+        let label = format!("[{}] seed {}", p.values.join(", "), p.seed);
+        match r {
+            Ok(r) if !r.failures.is_empty() => {
+                bad += 1;
+                eprintln!("run {label}: {}", failure_summary(&r.failures));
+            }
+            Ok(r) if r.check.clean() => {}
+            Ok(_) => {
+                bad += 1;
+                eprintln!("run {label}: the checker rejected it (see results.csv)");
+            }
+            Err(e) => {
+                bad += 1;
+                eprintln!("run {label}: {e}");
+            }
+        }
+    }
+    if !quiet {
+        println!("{}", results.display());
+        println!("{}", summary.display());
+        for p in plots {
+            println!("{}", p.display());
+        }
+    }
+    if bad > 0 {
+        eprintln!("{bad} of {} runs failed", points.len());
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}

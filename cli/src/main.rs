@@ -1,0 +1,73 @@
+//! The `txbed` command-line tool: parses the command line and hands each command to its module
+//! under `commands/`.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod commands;
+mod progress;
+
+/// txbed: a testbed for RDMA-enabled distributed transactions.
+#[derive(Parser)]
+#[command(name = "txbed", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a scenario (on the simulator unless the scenario or --backend says otherwise) and
+    /// print its report.
+    Run(commands::run::Args),
+    /// Run every combination of a sweep file's axes and seeds in parallel; write results.csv,
+    /// summary.csv (mean and 95% CI across seeds) and plots.
+    Sweep(commands::sweep::Args),
+    /// Run every valid hybrid code of a scenario's protocol over several seeds and rank the
+    /// codes by throughput and latency, with 95% confidence intervals (RCC Sec. 5.1).
+    HybridSearch(commands::hybrid_search::Args),
+    /// Re-run the scenario and seed of a report (`txbed run --out DIR`) and check the digest.
+    Replay(commands::replay::Args),
+    /// Plot a sweep's summary.csv or results.csv (SVG and PNG next to it, or in --out).
+    Plot(commands::plot::Args),
+    /// List every protocol: description, isolation, stages and modes, options with their
+    /// defaults, presets, planted bugs and RPC handlers.
+    Protocols(commands::protocols::Args),
+    /// List RDMA devices, their ports and GIDs (needs a build with the "verbs" feature).
+    Devices,
+    /// Two nodes in this process exchange WRITE, WRITE_WITH_IMM and RC SEND over a real
+    /// backend and check ordering and delivery. Exit code 0: all checks pass; 1: one failed;
+    /// 2: the backend cannot be used.
+    Selftest(commands::selftest::Args),
+    /// Check a scenario file without running it.
+    Validate(commands::validate::Args),
+    /// Check a history (JSON Lines) for serializability, lost writes and invariants.
+    /// Exit code 0: clean; 1: anomalies found; 2: the file cannot be read.
+    Check(commands::check::Args),
+    /// Primitive microbenchmarks on the simulated NIC (DrTM+H Fig. 5 and 6).
+    BenchVerbs(commands::bench_verbs::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { ExitCode::from(2) } else { ExitCode::SUCCESS };
+        }
+    };
+    match cli.command {
+        Command::Run(a) => commands::run::run(a),
+        Command::Sweep(a) => commands::sweep::run(a),
+        Command::HybridSearch(a) => commands::hybrid_search::run(a),
+        Command::Replay(a) => commands::replay::run(a),
+        Command::Plot(a) => commands::plot::run(a),
+        Command::Protocols(a) => commands::protocols::run(a),
+        Command::Devices => commands::devices::run(),
+        Command::Selftest(a) => commands::selftest::run(a),
+        Command::Validate(a) => commands::validate::run(a),
+        Command::Check(a) => commands::check::run(a),
+        Command::BenchVerbs(a) => commands::bench_verbs::run(a),
+    }
+}

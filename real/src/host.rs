@@ -1,0 +1,643 @@
+//! The real runtime: one process hosts one node. Its memory is served by a NIC thread
+//! (`sockets::start_nic`); each worker is an actix actor on its own Arbiter (thread) that runs
+//! the coroutine executor and a polling loop re-scheduled with `ctx.notify`, so control
+//! messages (start, stats, finish) reach it between steps. Rank 0 gathers and checks.
+
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::rc::Rc;
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use hdrhistogram::Histogram;
+use txbed_checker::Final;
+use txbed_sim::NicProfile;
+use txbed_transport::{
+    CpuCosts, Endpoint, HostMemory, LocalBuf, MemoryRegion, NodeId, RpcConfig, WorkerConfig, WorkerCore, WorkerStats,
+};
+use txbed_txn::locate::Catalog;
+use txbed_txn::node::NodeState;
+use txbed_txn::protocol::{Bug, OptionValues, ProtocolRef, Rdma};
+use txbed_txn::stage::Hybrid;
+use txbed_txn::store::Layout;
+use txbed_workloads::Workload;
+
+use crate::bootstrap::{Bootstrap, Rank};
+use crate::sockets::node::{NodeAddrs, SocketsWorker};
+use crate::sockets::{start_nic, NicRoutes, SharedMemory};
+use txbed_runner::node::{add_measured, coordinator, load_partition, node_result, node_state, NodeResult, Shared};
+use txbed_runner::outcome::{assemble, Measured, TxnRunResult};
+use txbed_runner::spec::{check_spec, layout, TxnRunSpec};
+
+/// How long a worker's step may wait for input before it yields to its mailbox.
+const STEP: Duration = Duration::from_micros(200);
+/// Bootstrap, readiness and liveness timeout.
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Start the coroutines; the measured clock starts at the instant given (common to the node).
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Start(Instant);
+
+/// Self-sent: one step of the executor and completion polling.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Poll;
+
+/// Transport counters, answered between steps (the main thread's liveness probe).
+#[derive(Message)]
+#[rtype(result = "WorkerStats")]
+struct Stats;
+
+/// Stop serving, drain the log rings, and return this worker's results.
+#[derive(Message)]
+#[rtype(result = "Result<NodeResult, String>")]
+struct Finish;
+
+/// What the actor needs from a real backend's per-worker transport: the sans-IO core it
+/// drives, one step of I/O, the common start, and shutdown.
+pub trait WorkerTransport: 'static {
+    fn core(&mut self) -> &mut WorkerCore;
+    /// Delivers inbound completions and datagrams, runs the core once, posts its doorbells;
+    /// waits at most `idle_wait` for input when the core has nothing to do.
+    fn step(&mut self, idle_wait: Duration);
+    fn set_start(&mut self, t0: Instant);
+    fn close(&mut self);
+}
+
+impl WorkerTransport for SocketsWorker {
+    fn core(&mut self) -> &mut WorkerCore {
+        &mut self.core
+    }
+    fn step(&mut self, idle_wait: Duration) {
+        SocketsWorker::step(self, idle_wait)
+    }
+    fn set_start(&mut self, t0: Instant) {
+        SocketsWorker::set_start(self, t0)
+    }
+    fn close(&mut self) {
+        SocketsWorker::close(self)
+    }
+}
+
+#[cfg(feature = "verbs")]
+impl WorkerTransport for crate::verbs::transport::VerbsWorker {
+    fn core(&mut self) -> &mut WorkerCore {
+        &mut self.core
+    }
+    fn step(&mut self, idle_wait: Duration) {
+        crate::verbs::transport::VerbsWorker::step(self, idle_wait)
+    }
+    fn set_start(&mut self, t0: Instant) {
+        crate::verbs::transport::VerbsWorker::set_start(self, t0)
+    }
+    fn close(&mut self) {
+        crate::verbs::transport::VerbsWorker::close(self)
+    }
+}
+
+/// One worker thread's actor: transport, protocol state and the coordinators' counters.
+struct WorkerActor {
+    w: Box<dyn WorkerTransport>,
+    st: Rc<NodeState>,
+    sh: Shared,
+    spec: TxnRunSpec,
+    catalog: Rc<Catalog>,
+    mem: Rc<dyn HostMemory>,
+    node: u16,
+    wk: u16,
+    running: bool,
+    reported: bool,
+    done_tx: mpsc::Sender<()>,
+}
+
+impl Actor for WorkerActor {
+    type Context = Context<Self>;
+}
+
+impl Handler<Start> for WorkerActor {
+    type Result = ();
+    fn handle(&mut self, Start(t0): Start, ctx: &mut Context<Self>) {
+        self.w.set_start(t0);
+        for c in 0..self.spec.coroutines {
+            let (st, sh) = (self.st.clone(), self.sh.clone());
+            self.w.core().spawn(move |cx| coordinator(cx, st, sh, c));
+        }
+        if let Some(background) = self.spec.protocol.background() {
+            let (st, end) = (self.st.clone(), self.sh.end);
+            self.w.core().spawn(move |cx| background(cx, st, end));
+        }
+        self.running = true;
+        ctx.notify(Poll);
+    }
+}
+
+impl Handler<Poll> for WorkerActor {
+    type Result = ();
+    fn handle(&mut self, _: Poll, ctx: &mut Context<Self>) {
+        if !self.running {
+            return;
+        }
+        self.w.step(STEP);
+        if !self.reported && self.w.core().all_finished() {
+            // Coordinators are done; keep serving RPCs until every node is.
+            self.reported = true;
+            let _ = self.done_tx.send(());
+        }
+        ctx.notify(Poll);
+    }
+}
+
+impl Handler<Stats> for WorkerActor {
+    type Result = MessageResult<Stats>;
+    fn handle(&mut self, _: Stats, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.w.core().stats())
+    }
+}
+
+impl Handler<Finish> for WorkerActor {
+    type Result = Result<NodeResult, String>;
+    fn handle(&mut self, _: Finish, ctx: &mut Context<Self>) -> Self::Result {
+        self.running = false;
+        // Serve the rings other nodes wrote (backup catch-up), then report.
+        for sender in 0..self.spec.nodes {
+            txbed_txn::log::drain_ring(&self.st, &*self.mem, sender, self.wk);
+        }
+        self.w.close();
+        let base = self.catalog.regions[self.node as usize].addr;
+        let mut r = node_result(&self.spec, self.node, &*self.mem, base, &[self.st.clone()], &self.catalog.layout);
+        add_measured(&mut r, &self.sh.measured.borrow());
+        r.failures = self.sh.failures.borrow().clone();
+        r.verbs = self.w.core().stats().verbs;
+        ctx.stop();
+        Ok(r)
+    }
+}
+
+/// A worker's connection to the fabric, before its thread connects it.
+enum Link {
+    Sockets {
+        udp: UdpSocket,
+        peers: Vec<NodeAddrs>,
+        mem: SharedMemory,
+        routes: NicRoutes,
+    },
+    #[cfg(feature = "verbs")]
+    Verbs {
+        qps: (
+            crate::verbs::transport::WorkerQps,
+            crate::verbs::transport::VerbsMemory,
+            crate::verbs::transport::WorkerLink,
+        ),
+        peers: Vec<crate::verbs::transport::NodeDescriptor>,
+    },
+}
+
+/// What a worker's Arbiter needs to build its actor (all `Send`; the actor itself is not).
+struct WorkerSeed {
+    spec: SpecForThread,
+    node: u16,
+    wk: u16,
+    link: Link,
+    /// Largest datagram the fabric carries (a UD message cannot exceed the port's MTU).
+    datagram_mtu: Option<u32>,
+    layout: Layout,
+    store_regions: Vec<MemoryRegion>,
+    scratch: LocalBuf,
+    start: Instant,
+    done_tx: mpsc::Sender<()>,
+}
+
+impl WorkerSeed {
+    fn build(self) -> Result<WorkerActor, String> {
+        let spec = self.spec.spec();
+        let (node, wk) = (self.node, self.wk);
+        let catalog = Rc::new(Catalog { layout: self.layout, regions: self.store_regions });
+        // Each worker has its own protocol state: nothing but memory is shared.
+        let st = node_state(&spec, node, &catalog);
+        let me = Endpoint { node: NodeId(node), worker: wk };
+        let cfg = WorkerConfig {
+            me,
+            nodes: spec.nodes,
+            workers: spec.workers,
+            costs: CpuCosts::zero(),
+            // Real threads can be descheduled for milliseconds (more so when oversubscribed):
+            // retransmit after 50 ms, give up after ~0.5 s.
+            rpc: RpcConfig {
+                piggyback: spec.options.passive_ack,
+                doorbell_batching: spec.options.doorbell,
+                timeout_ns: 50_000_000,
+                retries: 10,
+                mtu: self.datagram_mtu.unwrap_or(RpcConfig::default().mtu),
+                ..RpcConfig::default()
+            },
+            seed: cfg_seed(&spec, node, wk),
+            scratch: self.scratch,
+            scratch_per_coroutine: txbed_runner::spec::scratch_per_coroutine(&spec, &catalog.layout),
+        };
+        let loss = (spec.profile.reliability.ud_drop_probability, cfg_seed(&spec, node, wk) ^ 0x10_55);
+        let (mut w, mem): (Box<dyn WorkerTransport>, Rc<dyn HostMemory>) = match self.link {
+            Link::Sockets { udp, peers, mem, routes } => {
+                let core = WorkerCore::new(cfg, Rc::new(mem.clone()));
+                let mut w = SocketsWorker::connect(core, me, udp, peers, mem.clone(), &routes, self.start, 128)?;
+                w.set_datagram_loss(loss.0, loss.1);
+                let n = spec.nodes as usize;
+                if !spec.link_delay_ns.is_empty() {
+                    w.set_link_delays(spec.link_delay_ns[node as usize * n..(node as usize + 1) * n].to_vec());
+                }
+                (Box::new(w), Rc::new(mem))
+            }
+            #[cfg(feature = "verbs")]
+            Link::Verbs { qps, peers } => {
+                let mem = qps.1.clone();
+                let core = WorkerCore::new(cfg, Rc::new(mem.clone()));
+                let mut w = crate::verbs::transport::VerbsWorker::connect(core, me, qps, peers, self.start, 128)?;
+                w.set_datagram_loss(loss.0, loss.1);
+                (Box::new(w), Rc::new(mem))
+            }
+        };
+        txbed_txn::index::build(&st, &*mem);
+        for (id, name, h) in txbed_txn::participant::handlers(spec.protocol, &st) {
+            w.core().name_handler(id, name);
+            w.core().register_handler(id, h);
+        }
+        let sh = Shared {
+            protocol: spec.protocol,
+            from: spec.warmup_ns,
+            end: spec.warmup_ns + spec.duration_ns,
+            measured: Rc::new(std::cell::RefCell::new(Measured {
+                committed: 0,
+                aborted: 0,
+                latency_ns: Histogram::new(3).expect("histogram"),
+                window_ns: spec.duration_ns,
+                per_kind: Default::default(),
+            })),
+            failures: Rc::default(),
+        };
+        Ok(WorkerActor {
+            w,
+            st,
+            sh,
+            spec,
+            catalog,
+            mem,
+            node,
+            wk,
+            running: false,
+            reported: false,
+            done_tx: self.done_tx,
+        })
+    }
+}
+
+/// A worker's own seed (its RNG draws are independent of other workers').
+fn cfg_seed(spec: &TxnRunSpec, node: u16, wk: u16) -> u64 {
+    spec.seed ^ ((node as u64) << 32) ^ wk as u64
+}
+
+/// Which real fabric a node runs on.
+pub enum RealBackend {
+    /// RC over TCP to each node's NIC thread, UD over UDP, bound to this address.
+    Sockets { bind: IpAddr },
+    /// libibverbs: the named (else first) device and GID index (else first RoCE v2 IPv4).
+    #[cfg(feature = "verbs")]
+    Verbs { device: Option<String>, gid_index: Option<u32> },
+}
+
+/// Runs one node of a sockets run (see [`run_real_node`]).
+pub fn run_sockets_node(
+    spec: &TxnRunSpec,
+    me: Rank,
+    coordinator_addr: SocketAddr,
+    bind: IpAddr,
+) -> Result<Option<TxnRunResult>, String> {
+    run_real_node(spec, me, coordinator_addr, RealBackend::Sockets { bind })
+}
+
+/// A store region as bytes, for the rendezvous.
+#[cfg(feature = "verbs")]
+fn encode_region(r: MemoryRegion) -> Vec<u8> {
+    [r.addr.to_le_bytes(), r.len.to_le_bytes()]
+        .concat()
+        .into_iter()
+        .chain(r.rkey.to_le_bytes())
+        .chain(r.lkey.to_le_bytes())
+        .collect()
+}
+
+#[cfg(feature = "verbs")]
+fn decode_region(b: &[u8]) -> Result<(MemoryRegion, &[u8]), String> {
+    if b.len() < 24 {
+        return Err("a peer's descriptor is truncated".into());
+    }
+    let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+    let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
+    Ok((MemoryRegion { addr: u64_at(0), len: u64_at(8), rkey: u32_at(16), lkey: u32_at(20) }, &b[24..]))
+}
+
+/// Runs one node of a real run: this process's partition, its fabric, and worker actors.
+/// Rank 0 returns the run's result; the other ranks `None`.
+pub fn run_real_node(
+    spec: &TxnRunSpec,
+    me: Rank,
+    coordinator_addr: SocketAddr,
+    backend: RealBackend,
+) -> Result<Option<TxnRunResult>, String> {
+    check_spec(spec)?;
+    if me.size != spec.nodes as u32 {
+        return Err(format!("the launcher started {} processes but the scenario has {} nodes", me.size, spec.nodes));
+    }
+    let node = me.rank as u16;
+    let layout = layout(spec);
+    let scratch_per_worker = txbed_runner::spec::coroutines_per_worker(spec) as u64
+        * txbed_runner::spec::scratch_per_coroutine(spec, &layout) as u64;
+    let rkey = |i: u32| 0x5000_0000 | ((node as u32) << 12) | i;
+    let keys = [
+        (scratch_per_worker * spec.workers as u64, rkey(0), 0x6000_0000 | ((node as u32) << 12)),
+        (layout.bytes, rkey(1), 0x6000_0001 | ((node as u32) << 12)),
+    ];
+    // Per backend: the node's memory, its descriptor exchanged at the rendezvous, and each
+    // worker's link; `_device` keeps the verbs device open for the run.
+    #[allow(clippy::type_complexity)]
+    let (regions, mut boot, store_regions, links, datagram_mtu, _device): (
+        _,
+        _,
+        Vec<MemoryRegion>,
+        Vec<Link>,
+        Option<u32>,
+        Option<Box<dyn std::any::Any>>,
+    ) = match backend {
+        RealBackend::Sockets { bind } => {
+            let mem = SharedMemory::new(&keys);
+            let regions = mem.regions();
+            load_partition(&mem, regions[1], &layout, node, &*spec.workload)?;
+            let routes = NicRoutes::default();
+            let nic =
+                start_nic(mem.clone(), routes.clone(), SocketAddr::new(bind, 0)).map_err(|e| format!("NIC: {e}"))?;
+            let udps: Vec<UdpSocket> = (0..spec.workers)
+                .map(|_| UdpSocket::bind(SocketAddr::new(bind, 0)))
+                .collect::<Result<_, _>>()
+                .map_err(|e| format!("UDP: {e}"))?;
+            let udp_addrs =
+                udps.iter().map(|u| u.local_addr()).collect::<Result<_, _>>().map_err(|e| format!("UDP: {e}"))?;
+            let me_addrs = NodeAddrs { nic, udp: udp_addrs, store: regions[1] };
+            let boot = Bootstrap::join(me, coordinator_addr, &me_addrs.encode(), TIMEOUT).map_err(|e| e.0)?;
+            let peers: Vec<NodeAddrs> =
+                boot.descriptors.iter().map(|d| NodeAddrs::decode(d)).collect::<Result<_, _>>()?;
+            let stores = peers.iter().map(|p| p.store).collect();
+            let links = udps
+                .into_iter()
+                .map(|udp| Link::Sockets { udp, peers: peers.clone(), mem: mem.clone(), routes: routes.clone() })
+                .collect();
+            (regions, boot, stores, links, None, None)
+        }
+        #[cfg(feature = "verbs")]
+        RealBackend::Verbs { device, gid_index } => {
+            use crate::verbs::transport::{NodeDescriptor, VerbsMemory, VerbsNode};
+            let mem = VerbsMemory::new(&keys);
+            let regions = mem.regions();
+            load_partition(&mem, regions[1], &layout, node, &*spec.workload)?;
+            let mut dev = VerbsNode::open(device.as_deref(), gid_index, mem, spec.nodes, spec.workers, 128)
+                .map_err(|e| e.to_string())?;
+            let mut blob = encode_region(regions[1]);
+            blob.extend(dev.descriptor().encode());
+            let boot = Bootstrap::join(me, coordinator_addr, &blob, TIMEOUT).map_err(|e| e.0)?;
+            let mut stores = Vec::new();
+            let mut peers = Vec::new();
+            for d in &boot.descriptors {
+                let (store, rest) = decode_region(d)?;
+                stores.push(store);
+                peers.push(NodeDescriptor::decode(rest)?);
+            }
+            let mut links = Vec::new();
+            for w in 0..spec.workers {
+                let qps = dev.take_worker(w).ok_or_else(|| format!("worker {w}'s queue pairs are missing"))?;
+                links.push(Link::Verbs { qps, peers: peers.clone() });
+            }
+            {
+                let mtu = dev.device().active_mtu;
+                (regions, boot, stores, links, (mtu > 0).then_some(mtu), Some(Box::new(dev)))
+            }
+        }
+    };
+    let start = Instant::now();
+    let end = spec.warmup_ns + spec.duration_ns;
+
+    let sys = actix_rt::System::new();
+    let (ready_tx, ready_rx) = mpsc::channel::<Result<Addr<WorkerActor>, String>>();
+    let (done_tx, done_rx) = mpsc::channel::<()>();
+    let mut arbiters = Vec::new();
+    for (wk, link) in links.into_iter().enumerate() {
+        let seed = WorkerSeed {
+            spec: SpecForThread::from(spec),
+            node,
+            wk: wk as u16,
+            link,
+            datagram_mtu,
+            layout: layout.clone(),
+            store_regions: store_regions.clone(),
+            scratch: LocalBuf {
+                lkey: regions[0].lkey,
+                addr: regions[0].addr + wk as u64 * scratch_per_worker,
+                len: scratch_per_worker as u32,
+            },
+            start,
+            done_tx: done_tx.clone(),
+        };
+        let ready_tx = ready_tx.clone();
+        let arbiter = actix_rt::Arbiter::new();
+        arbiter.spawn_fn(move || {
+            let _ = ready_tx.send(seed.build().map(Actor::start));
+        });
+        arbiters.push(arbiter);
+    }
+    drop((done_tx, ready_tx));
+    let stop_all = |arbiters: Vec<actix_rt::Arbiter>| {
+        for a in arbiters {
+            a.stop();
+            let _ = a.join();
+        }
+    };
+    // Workers connect and report ready; the common start follows the cluster-wide barrier,
+    // so the measured window starts with everyone running.
+    let mut workers = Vec::new();
+    for _ in 0..spec.workers {
+        match ready_rx.recv_timeout(TIMEOUT) {
+            Ok(Ok(a)) => workers.push(a),
+            Ok(Err(e)) => {
+                stop_all(arbiters);
+                return Err(e);
+            }
+            Err(_) => return Err(format!("node {node}: a worker did not get ready")),
+        }
+    }
+    boot.barrier("start").map_err(|e| e.0)?;
+    let t0 = Instant::now();
+    for a in &workers {
+        a.do_send(Start(t0));
+    }
+    // Every coroutine of this node finishes; meanwhile the workers must keep answering their
+    // mailbox (a stuck polling loop would starve it).
+    let deadline = Instant::now() + Duration::from_nanos(end) + TIMEOUT;
+    let mut finished = 0;
+    while finished < spec.workers {
+        match done_rx.recv_timeout(Duration::from_secs(1)) {
+            Ok(()) => finished += 1,
+            Err(mpsc::RecvTimeoutError::Disconnected) => return Err(format!("node {node}: a worker died")),
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                if Instant::now() > deadline {
+                    return Err(format!("node {node}: a worker did not finish"));
+                }
+                for (wk, a) in workers.iter().enumerate() {
+                    sys.block_on(async { actix_rt::time::timeout(TIMEOUT, a.send(Stats)).await })
+                        .map_err(|_| format!("node {node}: worker {wk} stopped answering its mailbox"))?
+                        .map_err(|e| format!("node {node}: worker {wk}: {e}"))?;
+                }
+            }
+        }
+    }
+    boot.barrier("end").map_err(|e| e.0)?;
+    // The node's result: workers' histories and replicas; the store read once.
+    let mut results = Vec::new();
+    for (wk, a) in workers.iter().enumerate() {
+        let r = sys.block_on(a.send(Finish)).map_err(|e| format!("node {node}: worker {wk}: {e}"))??;
+        results.push(r);
+    }
+    stop_all(arbiters);
+    let mut merged = NodeResult::default();
+    for (i, r) in results.into_iter().enumerate() {
+        if i == 0 {
+            merged.finals = r.finals.iter().filter(|f| f.replica == "primary").cloned().collect();
+            merged.conserved = r.conserved;
+            merged.initial = r.initial;
+            merged.consistency = r.consistency.clone();
+        }
+        for (k, v) in &r.per_kind {
+            *merged.per_kind.entry(k.clone()).or_default() += v;
+        }
+        merged.finals.extend(r.finals.into_iter().filter(|f| f.replica != "primary"));
+        merged.txns.extend(r.txns);
+        for (a, b) in [
+            (&mut merged.committed, r.committed),
+            (&mut merged.aborted_conflict, r.aborted_conflict),
+            (&mut merged.aborted_user, r.aborted_user),
+            (&mut merged.measured_committed, r.measured_committed),
+            (&mut merged.measured_aborted, r.measured_aborted),
+            (&mut merged.log_records, r.log_records),
+            (&mut merged.log_bytes, r.log_bytes),
+        ] {
+            *a += b;
+        }
+        merged.external_delta += r.external_delta;
+        merged.latency.extend(r.latency);
+        merged.failures.extend(r.failures);
+        for k in 0..9 {
+            merged.stage_ns[k] += r.stage_ns[k];
+            merged.stage_round_trips[k] += r.stage_round_trips[k];
+            merged.stage_bytes[k] += r.stage_bytes[k];
+            merged.stage_calls[k] += r.stage_calls[k];
+        }
+        for k in 0..7 {
+            merged.verbs[k] += r.verbs[k];
+        }
+    }
+    // Replicas of one key kept by several workers: keep the newest.
+    dedup_replicas(&mut merged.finals);
+    let all = boot.gather(&serde_json::to_vec(&merged).map_err(|e| e.to_string())?).map_err(|e| e.0)?;
+    let Some(all) = all else { return Ok(None) };
+    let results: Vec<NodeResult> =
+        all.iter().map(|b| serde_json::from_slice(b).map_err(|e| e.to_string())).collect::<Result<_, _>>()?;
+    let mut verbs = [0u64; 7];
+    for r in &results {
+        for k in 0..7 {
+            verbs[k] += r.verbs[k];
+        }
+    }
+    let (history, report, stats, measured, failures) = assemble(spec, results);
+    Ok(Some(TxnRunResult {
+        measured,
+        history,
+        report,
+        stats,
+        failures,
+        digest: 0,
+        events: 0,
+        simulated_ns: start.elapsed().as_nanos() as u64,
+        verbs,
+        trace: Vec::new(),
+    }))
+}
+
+fn dedup_replicas(finals: &mut Vec<Final>) {
+    finals.sort_by(|a, b| {
+        (&a.replica, a.key, std::cmp::Reverse(a.version)).cmp(&(&b.replica, b.key, std::cmp::Reverse(b.version)))
+    });
+    finals.dedup_by(|a, b| a.replica == b.replica && a.key == b.key);
+}
+
+/// The parts of a spec a worker thread needs (the spec itself holds no thread-bound state,
+/// but is rebuilt per thread so nothing is shared by accident).
+struct SpecForThread {
+    protocol: ProtocolRef,
+    protocol_options: OptionValues,
+    nodes: u16,
+    workers: u16,
+    coroutines: u32,
+    profile: NicProfile,
+    seed: u64,
+    hybrid: Hybrid,
+    replication: u16,
+    workload: Arc<dyn Workload>,
+    warmup_ns: u64,
+    duration_ns: u64,
+    cache_bytes: u64,
+    options: Rdma,
+    bug: Option<Bug>,
+    link_delay_ns: Vec<u64>,
+}
+
+impl SpecForThread {
+    fn from(s: &TxnRunSpec) -> Self {
+        SpecForThread {
+            protocol: s.protocol,
+            protocol_options: s.protocol_options.clone(),
+            nodes: s.nodes,
+            workers: s.workers,
+            coroutines: s.coroutines,
+            profile: s.profile.clone(),
+            seed: s.seed,
+            hybrid: s.hybrid,
+            replication: s.replication,
+            workload: s.workload.clone(),
+            warmup_ns: s.warmup_ns,
+            duration_ns: s.duration_ns,
+            cache_bytes: s.cache_bytes,
+            options: s.options,
+            bug: s.bug,
+            link_delay_ns: s.link_delay_ns.clone(),
+        }
+    }
+    fn spec(self) -> TxnRunSpec {
+        TxnRunSpec {
+            protocol: self.protocol,
+            protocol_options: self.protocol_options,
+            nodes: self.nodes,
+            workers: self.workers,
+            coroutines: self.coroutines,
+            profile: self.profile,
+            seed: self.seed,
+            hybrid: self.hybrid,
+            replication: self.replication,
+            workload: self.workload,
+            warmup_ns: self.warmup_ns,
+            duration_ns: self.duration_ns,
+            cache_bytes: self.cache_bytes,
+            options: self.options,
+            bug: self.bug,
+            allow_unsafe_atomics: true,
+            link_delay_ns: self.link_delay_ns,
+            trace: false,
+        }
+    }
+}

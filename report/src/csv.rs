@@ -1,0 +1,143 @@
+//! A sweep's CSVs: results.csv (one row per run) and summary.csv (per combination of axis
+//! values: mean and 95% confidence interval across seeds, Student's t via statrs).
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use statrs::distribution::{ContinuousCDF, StudentsT};
+use txbed_runner::report::TxnReport;
+use txbed_scenario::sweep::{Point, Sweep};
+
+const METRICS: [&str; 6] = ["throughput_tps", "abort_rate", "p50_us", "p90_us", "p99_us", "mean_us"];
+
+fn metrics(r: &TxnReport) -> [f64; 6] {
+    [r.throughput_tps, r.abort_rate, r.latency_us.p50, r.latency_us.p90, r.latency_us.p99, r.latency_us.mean]
+}
+
+/// Writes results.csv and summary.csv into `dir`; returns their paths.
+pub fn write_csvs(
+    sweep: &Sweep,
+    points: &[Point],
+    reports: &[Result<TxnReport, String>],
+    dir: &Path,
+) -> Result<(PathBuf, PathBuf), String> {
+    let stages: Vec<&str> =
+        reports.iter().flatten().flat_map(|r| r.stages.keys().copied()).collect::<BTreeSet<_>>().into_iter().collect();
+    let axes: Vec<&str> = sweep.axes.iter().map(|a| a.path.as_str()).collect();
+    // results.csv
+    let mut head: Vec<String> = axes.iter().map(|s| s.to_string()).collect();
+    head.push("seed".into());
+    head.extend(METRICS.iter().map(|m| m.to_string()));
+    head.extend(["committed", "aborted"].map(String::from));
+    head.extend(stages.iter().map(|s| format!("stage_{s}_us")));
+    head.extend(["serializable", "digest", "error"].map(String::from));
+    let mut rows = vec![head.join(",")];
+    for (p, r) in points.iter().zip(reports) {
+        let mut row: Vec<String> = p.values.iter().map(|v| csv_field(v)).collect();
+        row.push(p.seed.to_string());
+        match r {
+            Ok(r) => {
+                row.extend(metrics(r).iter().map(|x| format!("{x}")));
+                row.push(r.committed.to_string());
+                row.push(r.aborted.to_string());
+                row.extend(stages.iter().map(|s| r.stages.get(s).map_or(String::new(), |x| format!("{}", x.mean_us))));
+                let clean = r.clean();
+                row.push(clean.to_string());
+                row.push(r.digest.clone());
+                row.push(String::new());
+            }
+            Err(e) => {
+                row.extend(std::iter::repeat_n(String::new(), METRICS.len() + 2 + stages.len()));
+                row.extend([String::new(), String::new(), csv_field(e)]);
+            }
+        }
+        rows.push(row.join(","));
+    }
+    let results = dir.join("results.csv");
+    std::fs::write(&results, rows.join("\n") + "\n").map_err(|e| format!("{}: {e}", results.display()))?;
+    // summary.csv: one row per combination, in sweep order.
+    let mut head: Vec<String> = axes.iter().map(|s| s.to_string()).collect();
+    head.push("runs".into());
+    let names: Vec<String> =
+        METRICS.iter().map(|m| m.to_string()).chain(stages.iter().map(|s| format!("stage_{s}_us"))).collect();
+    for n in &names {
+        head.push(format!("{n}_mean"));
+        head.push(format!("{n}_ci95"));
+    }
+    let mut rows = vec![head.join(",")];
+    let mut seen: Vec<&Vec<String>> = Vec::new();
+    for p in points {
+        if seen.contains(&&p.values) {
+            continue;
+        }
+        seen.push(&p.values);
+        let group: Vec<&TxnReport> = points
+            .iter()
+            .zip(reports)
+            .filter(|(q, _)| q.values == p.values)
+            .filter_map(|(_, r)| r.as_ref().ok())
+            .collect();
+        let mut row: Vec<String> = p.values.iter().map(|v| csv_field(v)).collect();
+        row.push(group.len().to_string());
+        for (k, _) in METRICS.iter().enumerate() {
+            let xs: Vec<f64> = group.iter().map(|r| metrics(r)[k]).collect();
+            let (m, ci) = mean_ci95(&xs);
+            row.push(fmt_num(m));
+            row.push(fmt_num(ci));
+        }
+        for s in &stages {
+            let xs: Vec<f64> = group.iter().filter_map(|r| r.stages.get(s).map(|x| x.mean_us)).collect();
+            let (m, ci) = mean_ci95(&xs);
+            row.push(fmt_num(m));
+            row.push(fmt_num(ci));
+        }
+        rows.push(row.join(","));
+    }
+    let summary = dir.join("summary.csv");
+    std::fs::write(&summary, rows.join("\n") + "\n").map_err(|e| format!("{}: {e}", summary.display()))?;
+    Ok((results, summary))
+}
+
+fn fmt_num(x: f64) -> String {
+    if x.is_nan() {
+        String::new()
+    } else {
+        format!("{x}")
+    }
+}
+
+/// CSV fields never hold commas or line breaks: replaced, so the files need no quoting.
+fn csv_field(s: &str) -> String {
+    s.replace([',', '\n', '\r'], ";")
+}
+
+/// Mean and the half-width of its 95% confidence interval (Student's t, n - 1 degrees of
+/// freedom); the half-width is 0 for a single value, both NaN for none.
+pub fn mean_ci95(xs: &[f64]) -> (f64, f64) {
+    let n = xs.len();
+    if n == 0 {
+        return (f64::NAN, f64::NAN);
+    }
+    let mean = xs.iter().sum::<f64>() / n as f64;
+    if n == 1 {
+        return (mean, 0.0);
+    }
+    let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
+    let t = StudentsT::new(0.0, 1.0, (n - 1) as f64).expect("n > 1").inverse_cdf(0.975);
+    (mean, t * (var / n as f64).sqrt())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn confidence_interval_matches_the_t_table() {
+        // n = 3: t(0.975, 2) = 4.303; s = 1, so the half-width is 4.303 / sqrt(3).
+        let (m, ci) = mean_ci95(&[1.0, 2.0, 3.0]);
+        assert!((m - 2.0).abs() < 1e-12);
+        assert!((ci - 4.302_653 / 3f64.sqrt()).abs() < 1e-4, "{ci}");
+        assert_eq!(mean_ci95(&[5.0]), (5.0, 0.0));
+        assert!(mean_ci95(&[]).0.is_nan());
+    }
+}

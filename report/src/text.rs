@@ -1,0 +1,114 @@
+//! Reports as text, for a terminal.
+
+use txbed_runner::report::{Report, TxnReport};
+use txbed_scenario::{Scenario, Workload};
+
+/// A primitive (verbs) run's report as text.
+pub fn verbs_text(s: &Scenario, r: &Report) -> String {
+    let Workload::Verbs(v) = &s.workload else {
+        return format!("scenario {:?}: not a Verbs scenario\n", r.scenario);
+    };
+    let c = &s.cluster;
+    let verbs: Vec<String> = r.verbs.iter().map(|(k, n)| format!("{k} {n}")).collect();
+    format!(
+        "scenario {:?}, seed {}\n  cluster   {} nodes x {} workers x {} coroutines, NIC {}\n  workload  {:?} {} B, {} outstanding per coroutine, random remote nodes\n  throughput {:.2} M requests/s per machine\n  latency   p50 {:.2} us  p90 {:.2} us  p99 {:.2} us  mean {:.2} us\n  verbs     {}\n  simulator {} events, {:.2} M events/s, {} us simulated\n  digest    {}\n",
+        r.scenario,
+        r.seed,
+        c.nodes,
+        c.workers,
+        c.coroutines,
+        c.nic,
+        v.verb,
+        v.payload,
+        v.outstanding,
+        r.throughput_mops_per_machine,
+        r.latency_us.p50,
+        r.latency_us.p90,
+        r.latency_us.p99,
+        r.latency_us.mean,
+        verbs.join(", "),
+        r.sim.events,
+        r.sim.events_per_s / 1e6,
+        r.sim.simulated_ns / 1000,
+        r.digest
+    )
+}
+
+/// Coordinator failures, one line per distinct reason (at most five).
+pub fn failure_summary(failures: &[String]) -> String {
+    let mut distinct: Vec<&String> = failures.iter().collect();
+    distinct.sort();
+    distinct.dedup();
+    let mut out = format!("{} coordinators failed; {} distinct reasons:", failures.len(), distinct.len());
+    for f in distinct.iter().take(5) {
+        out.push_str(&format!("\n  {f}"));
+    }
+    out
+}
+
+/// A transactional run's report as text.
+pub fn txn_text(s: &Scenario, r: &TxnReport) -> String {
+    let c = &s.cluster;
+    let yes = |b: bool| if b { "yes" } else { "NO" };
+    let stages: Vec<String> = r
+        .stages
+        .iter()
+        .map(|(k, v)| format!("{k} {:.2} us / {:.1} RTT / {:.0} B", v.mean_us, v.round_trips, v.bytes))
+        .collect();
+    let verbs: Vec<String> = r.verbs.iter().map(|(k, n)| format!("{k} {n}")).collect();
+    let types: Vec<String> = r.per_type.iter().map(|(k, t)| format!("{k} {:.0}/s", t.tps)).collect();
+    let mut out = format!(
+        "scenario {:?}, seed {}: {} ({}) on {}\n  cluster    {} nodes x {} workers x {} coroutines, NIC {}\n  throughput {:.0} transactions/s ({:.0} per node), {} committed in the window\n  latency    p50 {:.2} us  p90 {:.2} us  p99 {:.2} us  mean {:.2} us\n  aborts     {:.1}% ({} conflicts in the window), {} user aborts\n  types      {}\n  stages     {}\n  verbs      {}\n{}  serializable: {}{}; {} transactions checked, invariants {}\n",
+        r.scenario,
+        r.seed,
+        r.protocol,
+        r.hybrid,
+        match &s.workload {
+            Workload::SmallBank(_) => "SmallBank",
+            Workload::Ycsb(_) => "YCSB",
+            Workload::Tpce(_) => "TPC-E",
+            Workload::Tpcc(_) => "TPC-C",
+            Workload::Verbs(_) => "verbs",
+        },
+        c.nodes,
+        c.workers,
+        c.coroutines,
+        c.nic,
+        r.throughput_tps,
+        r.throughput_tps / c.nodes as f64,
+        r.committed,
+        r.latency_us.p50,
+        r.latency_us.p90,
+        r.latency_us.p99,
+        r.latency_us.mean,
+        r.abort_rate * 100.0,
+        r.aborted,
+        r.user_aborts,
+        types.join(" | "),
+        stages.join(" | "),
+        verbs.join(", "),
+        if r.backend == "sim" {
+            format!(
+                "  simulator  {} events, {:.2} M events/s, {} us simulated\n  digest     {}\n",
+                r.sim.events,
+                r.sim.events_per_s / 1e6,
+                r.sim.simulated_ns / 1000,
+                r.digest
+            )
+        } else {
+            format!("  backend    {}, {:.2} s wall clock (not deterministic: no digest)\n", r.backend, r.sim.simulated_ns as f64 / 1e9)
+        },
+        yes(r.check.serializable),
+        match r.check.nothing_lost {
+            Some(true) => ", nothing lost",
+            Some(false) => ", WRITES LOST",
+            None => "",
+        },
+        r.check.checked_txns,
+        if r.check.invariants_ok { "hold" } else { "VIOLATED" }
+    );
+    for e in r.check.explanations.iter().take(3) {
+        out.push_str(&format!("\n{e}\n"));
+    }
+    out
+}

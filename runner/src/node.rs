@@ -1,0 +1,283 @@
+//! One node of a run, the same on every backend: loading its partition, its protocol state,
+//! the coordinator coroutine, and what it contributes to the run's result.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use rand::Rng;
+use txbed_checker::Final;
+use txbed_transport::{Ctx, HostMemory, MemoryRegion};
+use txbed_txn::history_key;
+use txbed_txn::locate::{Catalog, LocationCache};
+use txbed_txn::node::{NodeState, TxnStats};
+use txbed_txn::protocol::ProtocolRef;
+use txbed_txn::stage::Stage;
+use txbed_txn::store::{self, split_version_word, Layout, VERSION};
+use txbed_txn::Attempt;
+use txbed_workloads::{Consistency, Key, Terminal, Workload};
+
+use crate::outcome::Measured;
+use crate::spec::TxnRunSpec;
+
+/// A transaction id: nonzero, unique per (node, worker, coroutine, sequence).
+fn txn_id(node: u16, worker: u16, coro: u32, seq: u64) -> u64 {
+    ((node as u64 + 1) << 52) | ((worker as u64) << 40) | ((coro as u64 & 0xfff) << 28) | (seq & 0xfff_ffff)
+}
+
+/// Loads `node`'s partition of every table into its store region.
+pub fn load_partition(
+    mem: &dyn HostMemory,
+    mr: MemoryRegion,
+    layout: &Layout,
+    node: u16,
+    w: &dyn Workload,
+) -> Result<(), String> {
+    for place in &layout.tables {
+        let per = place.spec.rows_per_node;
+        let keys: Vec<u64> = (node as u64 * per..(node as u64 + 1) * per).collect();
+        let table = place.spec.id;
+        let init = |row: u64| w.initial(Key { table, row });
+        match store::load_table(mem, mr, place, &keys, &init) {
+            Ok(Some(_)) => {}
+            Ok(None) => return Err("the index's overflow pool is too small for this table".into()),
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    Ok(())
+}
+
+pub fn node_state(spec: &TxnRunSpec, me: u16, catalog: &Rc<Catalog>) -> Rc<NodeState> {
+    Rc::new(NodeState {
+        me,
+        nodes: spec.nodes,
+        catalog: catalog.clone(),
+        cache: RefCell::new(LocationCache::new(spec.cache_bytes)),
+        workload: spec.workload.clone(),
+        hybrid: spec.hybrid,
+        rdma: spec.options,
+        history: RefCell::new(Vec::new()),
+        stats: RefCell::new(TxnStats::default()),
+        replication: spec.replication,
+        bug: spec.bug,
+        rings: RefCell::new(Vec::new()),
+        readers: RefCell::new(Vec::new()),
+        replica: RefCell::new(Default::default()),
+        participant: spec.protocol.participant(&spec.protocol_options),
+        index: Default::default(),
+    })
+}
+
+/// The window and counters coordinators of one thread share.
+#[derive(Clone)]
+pub struct Shared {
+    pub protocol: ProtocolRef,
+    pub from: u64,
+    pub end: u64,
+    pub measured: Rc<RefCell<Measured>>,
+    pub failures: Rc<RefCell<Vec<String>>>,
+}
+
+/// A coordinator coroutine: draws transactions until `end`, retrying conflicts after a
+/// randomised back-off that grows with the retries.
+pub async fn coordinator(ctx: Ctx, st: Rc<NodeState>, sh: Shared, c: u32) {
+    let (n, wk) = (st.me, ctx.me().worker);
+    let mut seq = 0u64;
+    let mut drawn = 0u64;
+    while ctx.now() < sh.end {
+        let terminal = Terminal { worker: wk, coroutine: c, seq: drawn };
+        drawn += 1;
+        let drawn_spec = ctx.with_rng(|r| st.workload.generate_at(r, n, st.nodes, terminal));
+        let lookups = st.workload.lookups(&drawn_spec);
+        let mut tries = 0u32;
+        let first = ctx.now();
+        let in_window = |now: u64| now >= sh.from && now < sh.end;
+        loop {
+            // Data-dependent read and write sets: ask the owners first, on every attempt.
+            let resolved = if lookups.is_empty() {
+                None
+            } else {
+                let answers = txbed_txn::index::lookup(&ctx, &st, &lookups).await;
+                match answers.and_then(|a| st.workload.resolve(&drawn_spec, &a)) {
+                    Ok(t) => Some(t),
+                    Err(e) => {
+                        sh.failures.borrow_mut().push(format!("node {n} worker {wk}: {e}"));
+                        return;
+                    }
+                }
+            };
+            let t = resolved.as_ref().unwrap_or(&drawn_spec);
+            seq += 1;
+            let id = txn_id(n, wk, c, seq);
+            let began = ctx.now();
+            let mut outcome = sh.protocol.attempt(&ctx, &st, t, id).await;
+            // Answers gone stale by the time the transaction read its rows: a conflict.
+            if outcome == Attempt::UserAbort && st.workload.retry_on_user_abort(t) {
+                outcome = Attempt::Conflict;
+            }
+            if ctx.tracing() {
+                let how = match outcome {
+                    Attempt::Committed => "commit",
+                    Attempt::Conflict => "abort",
+                    Attempt::UserAbort => "user abort",
+                    Attempt::Failed(_) => "failed",
+                };
+                let name = format!("{} {how}", t.kind);
+                let args = [("attempt", tries as u64 + 1), ("id", id)];
+                ctx.trace_slice_args(name, txbed_transport::trace::TXN, began, ctx.now(), &args);
+            }
+            match outcome {
+                Attempt::Committed => {
+                    st.stats.borrow_mut().committed += 1;
+                    let now = ctx.now();
+                    if in_window(now) {
+                        let mut m = sh.measured.borrow_mut();
+                        m.committed += 1;
+                        match m.per_kind.get_mut(t.kind) {
+                            Some(k) => *k += 1,
+                            None => {
+                                m.per_kind.insert(t.kind.to_string(), 1);
+                            }
+                        }
+                        let _ = m.latency_ns.record((now - first).max(1));
+                    }
+                    break;
+                }
+                Attempt::UserAbort => {
+                    st.stats.borrow_mut().aborted_user += 1;
+                    break;
+                }
+                Attempt::Conflict => {
+                    st.stats.borrow_mut().aborted_conflict += 1;
+                    if in_window(ctx.now()) {
+                        sh.measured.borrow_mut().aborted += 1;
+                    }
+                    tries += 1;
+                    if ctx.now() >= sh.end {
+                        break;
+                    }
+                    let pause = ctx.with_rng(|r| r.gen_range(0..1_000u64 << tries.min(6)));
+                    ctx.sleep(pause).await;
+                }
+                Attempt::Failed(e) => {
+                    sh.failures.borrow_mut().push(format!("node {n} worker {wk}: {e}"));
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// What one node contributes to the run's result (plain data: it crosses processes as JSON).
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+pub struct NodeResult {
+    pub txns: Vec<txbed_checker::Txn>,
+    pub finals: Vec<Final>,
+    pub conserved: i64,
+    pub initial: i64,
+    pub committed: u64,
+    pub aborted_conflict: u64,
+    pub aborted_user: u64,
+    pub external_delta: i64,
+    pub measured_committed: u64,
+    pub measured_aborted: u64,
+    /// Latency histogram as (value ns, count) pairs.
+    pub latency: Vec<(u64, u64)>,
+    pub failures: Vec<String>,
+    pub stage_ns: [u64; Stage::COUNT],
+    pub stage_round_trips: [u64; Stage::COUNT],
+    pub stage_bytes: [u64; Stage::COUNT],
+    pub stage_calls: [u64; Stage::COUNT],
+    /// Work requests posted by this node's workers, by opcode (sockets backend only).
+    #[serde(default)]
+    pub verbs: [u64; 7],
+    /// Committed in the window per transaction type.
+    #[serde(default)]
+    pub per_kind: std::collections::BTreeMap<String, u64>,
+    /// The workload's consistency conditions over this node's records.
+    #[serde(default)]
+    pub consistency: Vec<Consistency>,
+    /// Log records and bytes this node sent to backups (one per backup).
+    #[serde(default)]
+    pub log_records: u64,
+    #[serde(default)]
+    pub log_bytes: u64,
+}
+
+/// Collects a node's history, final versions (its primaries and the replicas it keeps), and
+/// the conserved quantity over its records. `states` are its workers' protocol states (one
+/// shared in the simulator, one per worker thread on sockets).
+pub fn node_result(
+    spec: &TxnRunSpec,
+    node: u16,
+    mem: &dyn HostMemory,
+    base: u64,
+    states: &[Rc<NodeState>],
+    layout: &Layout,
+) -> NodeResult {
+    let w = &spec.workload;
+    let mut r = NodeResult::default();
+    let mut stats = TxnStats::default();
+    let mut replica: std::collections::BTreeMap<u64, u64> = Default::default();
+    for st in states {
+        r.txns.extend(st.history.borrow().iter().cloned());
+        stats.add(&st.stats.borrow());
+        for (&k, &v) in st.replica.borrow().iter() {
+            let e = replica.entry(k).or_insert(0);
+            *e = (*e).max(v);
+        }
+    }
+    for place in &layout.tables {
+        let per = place.spec.rows_per_node;
+        for row in node as u64 * per..(node as u64 + 1) * per {
+            let key = Key { table: place.spec.id, row };
+            let off = base + place.tuples_at + (row - node as u64 * per) * place.tuple_bytes;
+            let version = split_version_word(mem.load_u64(off + VERSION).unwrap_or(0)).1;
+            let mut rec = vec![0u8; place.spec.record_bytes as usize];
+            let _ = mem.read(off + store::META_BYTES, &mut rec);
+            r.conserved += w.conserved(key, &rec);
+            r.initial += w.conserved(key, &w.initial(key));
+            if version > 0 {
+                r.finals.push(Final { replica: "primary".into(), key: history_key(key.table, row), version });
+            }
+        }
+    }
+    // The k-th backup of a key is node (primary + k).
+    for (&k, &version) in replica.iter() {
+        let key = Key { table: (k >> 48) as u16, row: k & ((1 << 48) - 1) };
+        let nth = (node + spec.nodes - w.home(key, spec.nodes)) % spec.nodes;
+        r.finals.push(Final { replica: format!("backup{nth}"), key: k, version });
+    }
+    // Records are loaded in key order, so a key's tuple is at its row's position.
+    let read = |key: Key| {
+        let place = layout.table(key.table)?;
+        let per = place.spec.rows_per_node;
+        if key.row / per != node as u64 {
+            return None;
+        }
+        let mut rec = vec![0u8; place.spec.record_bytes as usize];
+        let off = base + place.tuples_at + (key.row - node as u64 * per) * place.tuple_bytes;
+        mem.read(off + store::META_BYTES, &mut rec).ok()?;
+        Some(rec)
+    };
+    r.consistency = w.check_consistency(node, spec.nodes, &read);
+    r.committed = stats.committed;
+    r.aborted_conflict = stats.aborted_conflict;
+    r.aborted_user = stats.aborted_user;
+    r.external_delta = stats.external_delta;
+    r.stage_ns = stats.stage_ns;
+    r.stage_round_trips = stats.stage_round_trips;
+    r.stage_bytes = stats.stage_bytes;
+    r.stage_calls = stats.stage_calls;
+    r.log_records = stats.log_records;
+    r.log_bytes = stats.log_bytes;
+    r
+}
+
+pub fn add_measured(r: &mut NodeResult, m: &Measured) {
+    r.measured_committed += m.committed;
+    r.measured_aborted += m.aborted;
+    for (k, v) in &m.per_kind {
+        *r.per_kind.entry(k.clone()).or_default() += v;
+    }
+    r.latency.extend(m.latency_ns.iter_recorded().map(|v| (v.value_iterated_to(), v.count_at_value())));
+}

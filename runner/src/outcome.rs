@@ -1,0 +1,127 @@
+//! What a run measured and what the checker found: the window's counters and latencies, the
+//! history, and assembling every node's results into them.
+
+use hdrhistogram::Histogram;
+use txbed_checker::{check, History, Invariant, Options, Report};
+use txbed_transport::TraceEvent;
+use txbed_txn::node::TxnStats;
+use txbed_txn::stage::Stage;
+use txbed_workloads::Consistency;
+
+use crate::node::NodeResult;
+use crate::spec::TxnRunSpec;
+
+/// What happened inside the measured window.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Measured {
+    pub committed: u64,
+    pub aborted: u64,
+    /// Commit latency (first attempt to commit), nanoseconds.
+    pub latency_ns: Histogram<u64>,
+    pub window_ns: u64,
+    /// Committed in the window, per transaction type (`TxnSpec::kind`).
+    pub per_kind: std::collections::BTreeMap<String, u64>,
+}
+
+pub struct TxnRunResult {
+    pub measured: Measured,
+    pub history: History,
+    pub report: Report,
+    pub stats: TxnStats,
+    pub failures: Vec<String>,
+    pub digest: u64,
+    pub events: u64,
+    pub simulated_ns: u64,
+    /// Verbs posted, by `Opcode as usize`.
+    pub verbs: [u64; 7],
+    /// Trace events of every worker, by node and worker (empty unless `TxnRunSpec::trace`).
+    pub trace: Vec<TraceEvent>,
+}
+
+impl TxnRunResult {
+    /// Committed transactions per second in the measured window, whole cluster.
+    pub fn throughput_tps(&self) -> f64 {
+        self.measured.committed as f64 / (self.measured.window_ns as f64 * 1e-9)
+    }
+    /// Whether the checker found nothing wrong.
+    pub fn clean(&self) -> bool {
+        self.report.serializable
+            && self.report.nothing_lost == Some(true)
+            && self.report.invariants_ok
+            && self.failures.is_empty()
+    }
+}
+
+/// Assembles every node's results into the run's history and checks it.
+pub fn assemble(spec: &TxnRunSpec, results: Vec<NodeResult>) -> (History, Report, TxnStats, Measured, Vec<String>) {
+    let mut h = History::default();
+    let names: Vec<serde_json::Value> = std::iter::once("primary".to_string())
+        .chain((1..spec.replication).map(|k| format!("backup{k}")))
+        .map(serde_json::Value::from)
+        .collect();
+    h.meta.insert("replicas".into(), serde_json::Value::Array(names));
+    let mut stats = TxnStats::default();
+    let mut measured = Measured {
+        committed: 0,
+        aborted: 0,
+        latency_ns: Histogram::new(3).expect("histogram"),
+        window_ns: spec.duration_ns,
+        per_kind: Default::default(),
+    };
+    let (mut conserved, mut initial) = (0i64, 0i64);
+    let mut failures = Vec::new();
+    let mut consistency: Vec<Consistency> = Vec::new();
+    for r in results {
+        h.txns.extend(r.txns);
+        h.finals.extend(r.finals);
+        conserved += r.conserved;
+        initial += r.initial;
+        stats.committed += r.committed;
+        stats.aborted_conflict += r.aborted_conflict;
+        stats.aborted_user += r.aborted_user;
+        stats.external_delta += r.external_delta;
+        stats.log_records += r.log_records;
+        stats.log_bytes += r.log_bytes;
+        for i in 0..Stage::COUNT {
+            stats.stage_ns[i] += r.stage_ns[i];
+            stats.stage_round_trips[i] += r.stage_round_trips[i];
+            stats.stage_bytes[i] += r.stage_bytes[i];
+            stats.stage_calls[i] += r.stage_calls[i];
+        }
+        measured.committed += r.measured_committed;
+        measured.aborted += r.measured_aborted;
+        for (v, c) in r.latency {
+            let _ = measured.latency_ns.record_n(v.max(1), c);
+        }
+        for (k, v) in r.per_kind {
+            *measured.per_kind.entry(k).or_default() += v;
+        }
+        for c in r.consistency {
+            match consistency.iter_mut().find(|x| x.name == c.name) {
+                Some(x) => {
+                    x.checked += c.checked;
+                    x.violations += c.violations;
+                    x.first = x.first.take().or(c.first);
+                }
+                None => consistency.push(c),
+            }
+        }
+        failures.extend(r.failures);
+    }
+    // Each consistency condition is an invariant: zero violations expected.
+    for c in consistency {
+        let first = c.first.map(|f| format!(" (first: {f})")).unwrap_or_default();
+        h.invariants.push(Invariant {
+            name: format!("{}: violations among {} checked{first}", c.name, c.checked),
+            expected: 0,
+            actual: c.violations as i64,
+        });
+    }
+    h.invariants.push(Invariant {
+        name: format!("{}: conserved total", spec.workload.name()),
+        expected: initial + stats.external_delta,
+        actual: conserved,
+    });
+    let report = check(&h, &Options::default());
+    (h, report, stats, measured, failures)
+}

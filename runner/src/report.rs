@@ -1,0 +1,199 @@
+//! What a run reports, as data (serialised to report.json; rendered as text by txbed-report):
+//! throughput, latency percentiles, per-type and per-stage figures, verbs, the simulator's
+//! own counters, failures and the checker's verdict.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use txbed_scenario::Scenario;
+use txbed_transport::Opcode;
+use txbed_txn::node::stage_index;
+use txbed_txn::stage::Stage;
+
+use crate::outcome::TxnRunResult;
+use crate::spec::TxnRunSpec;
+
+#[derive(Debug, Serialize)]
+pub struct Latency {
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub mean: f64,
+}
+
+impl Latency {
+    /// Percentiles and mean in microseconds of a histogram recorded in nanoseconds.
+    pub fn from_ns(h: &hdrhistogram::Histogram<u64>) -> Latency {
+        let us = |ns: u64| ns as f64 / 1000.0;
+        Latency {
+            p50: us(h.value_at_quantile(0.5)),
+            p90: us(h.value_at_quantile(0.9)),
+            p99: us(h.value_at_quantile(0.99)),
+            mean: h.mean() / 1000.0,
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct SimInfo {
+    pub events: u64,
+    /// Events per second of wall time (one core).
+    pub events_per_s: f64,
+    pub simulated_ns: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub scenario: String,
+    /// The scenario as run, every default filled in (RON): what `txbed replay` re-runs.
+    pub resolved_scenario: String,
+    pub seed: u64,
+    /// 64-bit digest of every simulated event, as 16 hex digits.
+    pub digest: String,
+    /// Completed requests per machine per second, in millions.
+    pub throughput_mops_per_machine: f64,
+    /// Latency of one round of `outstanding` requests, microseconds.
+    pub latency_us: Latency,
+    pub verbs: BTreeMap<&'static str, u64>,
+    pub qp_cache_miss_ratio: f64,
+    pub sim: SimInfo,
+}
+
+/// The report of a transactional run (keys as docs/scenarios.md lists them).
+#[derive(Debug, Serialize)]
+pub struct TxnReport {
+    pub scenario: String,
+    /// The scenario as run, every default filled in (RON): what `txbed replay` re-runs.
+    pub resolved_scenario: String,
+    /// `sim`, `sockets` or `verbs`: on a real backend, `sim.simulated_ns` is wall time and
+    /// `digest` is zero.
+    pub backend: &'static str,
+    pub protocol: String,
+    pub hybrid: String,
+    pub seed: u64,
+    pub digest: String,
+    /// Committed transactions per second in the measured window, whole cluster.
+    pub throughput_tps: f64,
+    pub committed: u64,
+    pub aborted: u64,
+    pub abort_rate: f64,
+    pub user_aborts: u64,
+    /// Commit latency, first attempt to commit, microseconds.
+    pub latency_us: Latency,
+    /// Committed transactions in the window and per second, per transaction type.
+    pub per_type: BTreeMap<String, TypeReport>,
+    /// Per stage: mean time per execution (us), round trips and bytes per execution.
+    pub stages: BTreeMap<&'static str, StageReport>,
+    pub verbs: BTreeMap<&'static str, u64>,
+    pub sim: SimInfo,
+    pub check: CheckReport,
+    /// Coordinators that stopped on an error (a failed verb or RPC), with the reason.
+    pub failures: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct TypeReport {
+    pub committed: u64,
+    pub tps: f64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct StageReport {
+    pub mean_us: f64,
+    pub round_trips: f64,
+    pub bytes: f64,
+    pub executions: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct CheckReport {
+    pub serializable: bool,
+    pub checked_txns: usize,
+    pub nothing_lost: Option<bool>,
+    pub invariants_ok: bool,
+    pub anomalies: BTreeMap<&'static str, usize>,
+    pub explanations: Vec<String>,
+}
+
+impl CheckReport {
+    /// The checker found nothing wrong (see `outcome::clean`).
+    pub fn clean(&self) -> bool {
+        self.serializable && self.nothing_lost != Some(false) && self.invariants_ok
+    }
+}
+
+impl TxnReport {
+    /// The run is clean: no coordinator failed and the checker found nothing wrong.
+    pub fn clean(&self) -> bool {
+        self.failures.is_empty() && self.check.clean()
+    }
+}
+
+/// The report of a finished run of `s`.
+pub fn txn_report(
+    s: &Scenario,
+    spec: &TxnRunSpec,
+    seed: u64,
+    r: &TxnRunResult,
+    wall: f64,
+    backend: &'static str,
+) -> TxnReport {
+    let h = &r.measured.latency_ns;
+    let mut stages = BTreeMap::new();
+    for stage in Stage::ALL {
+        let i = stage_index(stage);
+        let n = r.stats.stage_calls[i];
+        if n > 0 {
+            stages.insert(
+                stage.name(),
+                StageReport {
+                    mean_us: r.stats.stage_ns[i] as f64 / n as f64 / 1000.0,
+                    round_trips: r.stats.stage_round_trips[i] as f64 / n as f64,
+                    bytes: r.stats.stage_bytes[i] as f64 / n as f64,
+                    executions: n,
+                },
+            );
+        }
+    }
+    let mut verbs = BTreeMap::new();
+    for op in Opcode::ALL {
+        if r.verbs[op as usize] > 0 {
+            verbs.insert(op.name(), r.verbs[op as usize]);
+        }
+    }
+    let (committed, aborted) = (r.measured.committed, r.measured.aborted);
+    let window_s = (r.measured.window_ns as f64 * 1e-9).max(1e-12);
+    TxnReport {
+        scenario: s.name.clone(),
+        resolved_scenario: s.to_ron(),
+        backend,
+        protocol: spec.protocol.name().into(),
+        hybrid: spec.hybrid.to_string(),
+        seed,
+        digest: format!("{:016x}", r.digest),
+        throughput_tps: r.throughput_tps(),
+        committed,
+        aborted,
+        abort_rate: aborted as f64 / (committed + aborted).max(1) as f64,
+        user_aborts: r.stats.aborted_user,
+        latency_us: Latency::from_ns(h),
+        per_type: r
+            .measured
+            .per_kind
+            .iter()
+            .map(|(k, &n)| (k.clone(), TypeReport { committed: n, tps: n as f64 / window_s }))
+            .collect(),
+        stages,
+        verbs,
+        sim: SimInfo { events: r.events, events_per_s: r.events as f64 / wall.max(1e-9), simulated_ns: r.simulated_ns },
+        failures: r.failures.clone(),
+        check: CheckReport {
+            serializable: r.report.serializable,
+            checked_txns: r.report.checked_txns,
+            nothing_lost: r.report.nothing_lost,
+            invariants_ok: r.report.invariants_ok,
+            anomalies: r.report.counts.clone(),
+            explanations: r.report.anomalies.iter().map(|a| a.explanation.clone()).collect(),
+        },
+    }
+}

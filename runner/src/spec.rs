@@ -1,0 +1,132 @@
+//! What a transactional run is: protocol and its options, cluster shape, NIC profile, seed,
+//! hybrid code, workload, window; the checks a spec must pass before anything is built, and the
+//! store layout every node uses.
+
+use std::sync::Arc;
+
+use txbed_sim::NicProfile;
+use txbed_txn::protocol::{Bug, OptionValues, ProtocolRef, Rdma};
+use txbed_txn::stage::Hybrid;
+use txbed_txn::store::{self, Layout, TableSpec};
+use txbed_workloads::Workload;
+
+/// Scratch memory per coroutine: 16 KiB, or four times the record buffers of the workload's
+/// largest transaction (`Workload::max_accesses`; `ops::buffers_end` and the areas after it).
+pub fn scratch_per_coroutine(spec: &TxnRunSpec, layout: &Layout) -> u32 {
+    let need: u64 = spec
+        .workload
+        .max_accesses()
+        .iter()
+        .map(|&(t, n)| n as u64 * (8 + layout.table(t).map_or(0, |p| p.tuple_bytes)))
+        .sum();
+    (4 * need).next_multiple_of(4096).clamp(16 << 10, 64 << 20) as u32
+}
+
+/// Coroutines each worker runs: the coordinators, plus the protocol's background one.
+pub fn coroutines_per_worker(spec: &TxnRunSpec) -> u32 {
+    spec.coroutines + spec.protocol.background().is_some() as u32
+}
+
+#[derive(Clone)]
+pub struct TxnRunSpec {
+    /// The protocol: one of `txbed_protocols::REGISTRY`, or one of your own.
+    pub protocol: ProtocolRef,
+    /// The protocol's own options (`Protocol::check_options`); `Null` for its defaults.
+    pub protocol_options: OptionValues,
+    pub nodes: u16,
+    pub workers: u16,
+    pub coroutines: u32,
+    pub profile: NicProfile,
+    pub seed: u64,
+    pub hybrid: Hybrid,
+    pub replication: u16,
+    pub workload: Arc<dyn Workload>,
+    /// Simulated time before measurement starts (transactions run, but are not counted).
+    pub warmup_ns: u64,
+    /// Measured simulated time; coroutines start transactions until warm-up plus this.
+    pub duration_ns: u64,
+    pub cache_bytes: u64,
+    pub options: Rdma,
+    /// A planted bug: one of the protocol's `bugs()` or `txbed_txn::log::SKIP_LOG`.
+    pub bug: Option<Bug>,
+    /// Allow one-sided locking across several HCA-atomic NICs per node (unsafe: for tests
+    /// that show the checker catching it).
+    pub allow_unsafe_atomics: bool,
+    /// Extra one-way delay from node i to node j at `[i * nodes + j]`, ns; empty for none.
+    pub link_delay_ns: Vec<u64>,
+    /// Record trace events on every simulated worker (`TxnRunResult::trace`); changes nothing
+    /// else in the run.
+    pub trace: bool,
+}
+
+impl TxnRunSpec {
+    /// A small run of `protocol` on `workload`: 3 nodes x 2 workers x 4 coroutines on the
+    /// cx4 profile with one NIC per node, all stages by RPC, 3 replicas, 200 us measured from
+    /// the start, seed 1, the protocol's default options, no planted bug. Change any field.
+    pub fn new(protocol: ProtocolRef, workload: Arc<dyn Workload>) -> TxnRunSpec {
+        let mut profile = NicProfile::load("cx4").expect("built-in profile");
+        profile.nics_per_node = 1;
+        TxnRunSpec {
+            protocol,
+            protocol_options: OptionValues::Null,
+            nodes: 3,
+            workers: 2,
+            coroutines: 4,
+            profile,
+            seed: 1,
+            hybrid: Hybrid::RPC,
+            replication: 3,
+            workload,
+            warmup_ns: 0,
+            duration_ns: 200_000,
+            cache_bytes: 1 << 20,
+            options: Rdma::default(),
+            bug: None,
+            allow_unsafe_atomics: false,
+            link_delay_ns: Vec::new(),
+            trace: false,
+        }
+    }
+}
+
+/// Checks a spec before anything is built.
+pub fn check_spec(spec: &TxnRunSpec) -> Result<(), String> {
+    let p = spec.protocol;
+    spec.hybrid.check(p.name(), p.stages())?;
+    p.check_options(&spec.protocol_options).map_err(|e| format!("{} options: {e}", p.name()))?;
+    if let Some(bug) = spec.bug {
+        if !p.bugs().contains(&bug) && bug != txbed_txn::log::SKIP_LOG {
+            return Err(format!("{} has no planted bug {}", p.name(), bug.name));
+        }
+    }
+    // IBV_ATOMIC_HCA makes NIC atomics atomic only among QPs of one HCA: with two NICs per
+    // node, two coordinators can CAS the same lock through different NICs and both win.
+    if p.nic_atomics(spec.hybrid)
+        && spec.profile.atomicity == txbed_sim::profile::Atomicity::Hca
+        && spec.profile.nics_per_node > 1
+        && !spec.allow_unsafe_atomics
+    {
+        return Err(format!(
+            "one-sided locking is unsafe on NIC profile {:?}: its {} NICs per node have HCA-level atomicity, so CAS through different NICs is not atomic; use a profile with nics_per_node: 1 or atomicity: Glob",
+            spec.profile.name, spec.profile.nics_per_node
+        ));
+    }
+    if spec.replication == 0 || spec.replication > spec.nodes {
+        return Err(format!("replication {} must be 1..={} (the number of nodes)", spec.replication, spec.nodes));
+    }
+    Ok(())
+}
+
+/// The store layout every node uses.
+pub fn layout(spec: &TxnRunSpec) -> Layout {
+    let tables: Vec<TableSpec> = spec
+        .workload
+        .tables()
+        .iter()
+        .map(|t| TableSpec { id: t.id, record_bytes: t.record_bytes, rows_per_node: t.rows_per_node })
+        .collect();
+    let p = spec.protocol;
+    Layout::with_ext(&tables, store::LOAD_FACTOR, &|r| p.ext_bytes(r))
+        .with_log(spec.nodes, spec.workers, spec.options.log_ring_bytes)
+        .with_area(p.area_bytes(spec.nodes))
+}

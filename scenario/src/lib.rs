@@ -1,0 +1,632 @@
+//! Scenario files (RON). Unknown fields and bad values are rejected with the file, line and
+//! column (syntax) or the field path (meaning); nothing here panics on user input.
+//!
+//! `--set path=value` (`apply_sets`) edits any field by the path it has in the file; enum
+//! variants are accepted in the file's spelling or in lower case (`Occ` or `occ`).
+//!
+//! Sweep files (`sweep`) name a base scenario and axes of such edits.
+
+pub mod set;
+pub mod sweep;
+
+use std::fmt;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use txbed_sim::bench_verbs::{rpc_max_payload, RawVerb};
+use txbed_sim::profile::Atomicity;
+use txbed_sim::NicProfile;
+use txbed_txn::protocol::{fold_name, OptionValues, Preset, ProtocolRef, Rdma};
+use txbed_txn::stage::{Hybrid, Stage};
+use txbed_workloads::smallbank::SmallBank;
+use txbed_workloads::tpcc::Tpcc;
+use txbed_workloads::tpce::Tpce;
+use txbed_workloads::ycsb::Ycsb;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub cluster: Cluster,
+    /// The concurrency-control protocol (transactional workloads only).
+    #[serde(default)]
+    pub protocol: Option<ProtocolSpec>,
+    pub workload: Workload,
+    #[serde(default)]
+    pub run: RunSpec,
+    /// Where `txbed run` runs it unless `--backend` says otherwise.
+    #[serde(default)]
+    pub backend: BackendName,
+}
+
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BackendName {
+    #[default]
+    #[serde(alias = "sim")]
+    Sim,
+    #[serde(alias = "sockets")]
+    Sockets,
+    #[serde(alias = "verbs")]
+    Verbs,
+}
+
+/// A protocol of `txbed_protocols::REGISTRY`, by name (`Occ`, `occ`, `WAIT-DIE`: case and
+/// punctuation do not matter). Written back as the protocol's own spelling (`OCC`).
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct ProtocolName(pub ProtocolRef);
+
+impl ProtocolName {
+    pub fn protocol(self) -> ProtocolRef {
+        self.0
+    }
+}
+
+impl Serialize for ProtocolName {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_unit_variant("Protocol", 0, self.0.name())
+    }
+}
+
+impl<'de> Deserialize<'de> for ProtocolName {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_enum(
+            "Protocol",
+            &[],
+            NameVisitor("a protocol name", |name| {
+                txbed_protocols::named(name).map(ProtocolName).ok_or_else(|| {
+                    format!("unknown protocol `{name}`, expected one of {}", txbed_protocols::names().join(", "))
+                })
+            }),
+        )
+    }
+}
+
+/// A preset of the scenario's protocol, by name (`Drtmh`, `drtm-h`, `DrTM+H`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct PresetName(pub &'static str);
+
+impl Serialize for PresetName {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_unit_variant("Preset", 0, self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for PresetName {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_enum(
+            "Preset",
+            &[],
+            NameVisitor("a preset name", |name| {
+                let all = || txbed_protocols::REGISTRY.iter().flat_map(|p| p.presets());
+                let want = fold_name(name);
+                all().find(|p| fold_name(p.name) == want).map(|p| PresetName(p.name)).ok_or_else(|| {
+                    let names: Vec<&str> = all().map(|p| p.name).collect();
+                    format!("unknown preset `{name}`, expected one of {}", names.join(", "))
+                })
+            }),
+        )
+    }
+}
+
+/// Reads a bare name (`Occ`, or `"occ"` through `--set`) and looks it up.
+struct NameVisitor<T>(&'static str, fn(&str) -> Result<T, String>);
+
+impl<'de, T> serde::de::Visitor<'de> for NameVisitor<T> {
+    type Value = T;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str(self.0)
+    }
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<T, E> {
+        (self.1)(v).map_err(E::custom)
+    }
+    fn visit_enum<A: serde::de::EnumAccess<'de>>(self, a: A) -> Result<T, A::Error> {
+        use serde::de::{Error, VariantAccess};
+        let (Ident(name), rest) = a.variant()?;
+        rest.unit_variant()?;
+        (self.1)(&name).map_err(A::Error::custom)
+    }
+}
+
+/// A variant's name as written: formats read it with `deserialize_identifier` (RON's bare
+/// words), not as a quoted string.
+struct Ident(String);
+
+impl<'de> Deserialize<'de> for Ident {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Ident;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a name")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Ident, E> {
+                Ok(Ident(v.to_string()))
+            }
+        }
+        d.deserialize_identifier(V)
+    }
+}
+
+/// Which stages run one-sided: all RPC, all one-sided, an RCC hybrid code, or a list.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Mode {
+    #[serde(alias = "rpc", alias = "RPC")]
+    Rpc,
+    #[serde(alias = "onesided", alias = "OneSided")]
+    Onesided,
+    #[serde(alias = "code")]
+    Code(u32),
+    #[serde(alias = "stages")]
+    Stages(Vec<StageName>),
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StageName {
+    #[serde(alias = "lock")]
+    Lock,
+    #[serde(alias = "read")]
+    Read,
+    #[serde(alias = "log")]
+    Log,
+    #[serde(alias = "release")]
+    Release,
+    #[serde(alias = "commit")]
+    Commit,
+    #[serde(alias = "validate")]
+    Validate,
+    #[serde(alias = "renew")]
+    Renew,
+    #[serde(alias = "calvin_input", alias = "CalvinInput")]
+    Input,
+    #[serde(alias = "calvin_forward", alias = "CalvinForward")]
+    Forward,
+}
+
+impl StageName {
+    fn stage(self) -> Stage {
+        match self {
+            StageName::Lock => Stage::Lock,
+            StageName::Read => Stage::Read,
+            StageName::Log => Stage::Log,
+            StageName::Release => Stage::Release,
+            StageName::Commit => Stage::Commit,
+            StageName::Validate => Stage::Validate,
+            StageName::Renew => Stage::Renew,
+            StageName::Input => Stage::CalvinInput,
+            StageName::Forward => Stage::CalvinForward,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProtocolSpec {
+    pub name: ProtocolName,
+    #[serde(default = "default_mode")]
+    pub mode: Mode,
+    /// Replicas of every record, the primary included (logs go to the others).
+    #[serde(default = "default_replication")]
+    pub replication: u16,
+    /// Location cache per node, MiB (0 turns it off).
+    #[serde(default = "default_cache_mb")]
+    pub cache_mb: u64,
+    /// One-sided LOG: KiB of each ring a backup keeps per (sender node, sender worker).
+    #[serde(default = "default_log_ring_kib")]
+    pub log_ring_kib: u64,
+    /// The RDMA optimisations of DrTM+H Sec. 3.2, for every protocol.
+    #[serde(default)]
+    pub rdma: RdmaSpec,
+    /// The protocol's own options (`txbed protocols` lists them with their defaults).
+    #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
+    pub options: OptionValues,
+    /// A prior system the protocol emulates (`txbed protocols` lists them); replaces `mode`,
+    /// `rdma` and `options`.
+    #[serde(default)]
+    pub preset: Option<PresetName>,
+}
+
+/// RDMA optimisations (DrTM+H Sec. 3.2), each on or off.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RdmaSpec {
+    pub outstanding: bool,
+    pub doorbell: bool,
+    pub passive_ack: bool,
+    pub speculative: bool,
+}
+
+impl Default for RdmaSpec {
+    fn default() -> Self {
+        let d = Rdma::default();
+        RdmaSpec {
+            outstanding: d.outstanding,
+            doorbell: d.doorbell,
+            passive_ack: d.passive_ack,
+            speculative: d.speculative,
+        }
+    }
+}
+
+fn default_mode() -> Mode {
+    Mode::Rpc
+}
+fn default_replication() -> u16 {
+    3
+}
+fn default_cache_mb() -> u64 {
+    64
+}
+fn default_log_ring_kib() -> u64 {
+    txbed_txn::protocol::DEFAULT_LOG_RING_BYTES >> 10
+}
+
+/// Whether one-sided CAS is safe on `profile`: HCA-level atomicity is only atomic within one
+/// NIC, so several NICs per node make it unsafe.
+pub fn atomics_safe(profile: &NicProfile) -> bool {
+    !(profile.atomicity == Atomicity::Hca && profile.nics_per_node > 1)
+}
+
+impl ProtocolSpec {
+    /// The hybrid code, RDMA options and protocol options a run uses: the preset's (with this
+    /// log ring size, which no preset sets), else `mode`, `rdma` and `options`.
+    pub fn resolve(&self, profile: &NicProfile) -> (Hybrid, Rdma, OptionValues) {
+        let log_ring_bytes = self.log_ring_kib << 10;
+        if let Some(preset) = self.preset() {
+            let (hybrid, rdma, options) = (preset.resolve)(atomics_safe(profile));
+            return (hybrid, Rdma { log_ring_bytes, ..rdma }, options);
+        }
+        let r = &self.rdma;
+        let rdma = Rdma {
+            outstanding: r.outstanding,
+            doorbell: r.doorbell,
+            passive_ack: r.passive_ack,
+            speculative: r.speculative,
+            log_ring_bytes,
+        };
+        (self.hybrid(), rdma, self.options.clone())
+    }
+
+    /// The preset named, if it is the protocol's.
+    fn preset(&self) -> Option<&'static Preset> {
+        let name = self.preset?.0;
+        self.name.0.presets().iter().find(|p| p.name == name)
+    }
+
+    pub fn hybrid(&self) -> Hybrid {
+        let stages = self.name.protocol().stages();
+        match &self.mode {
+            Mode::Rpc => Hybrid::RPC,
+            Mode::Onesided => Hybrid::full(stages),
+            Mode::Code(c) => Hybrid(*c),
+            Mode::Stages(list) => Hybrid(list.iter().map(|s| s.stage().bit()).fold(0, |a, b| a | b)),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Cluster {
+    pub nodes: u16,
+    pub workers: u16,
+    pub coroutines: u32,
+    /// A built-in NIC profile name or a path to a RON profile.
+    pub nic: String,
+    /// RC QPs per remote node per worker (emulates larger clusters).
+    pub qps_per_node: u16,
+    /// Overrides the NIC profile's NICs per node.
+    pub nics_per_node: Option<u32>,
+    /// Extra one-way delay in us from node i (row) to node j (column): long-haul links between
+    /// data centers, on the simulator and the sockets backend alike. nodes x nodes, zero
+    /// diagonal.
+    pub link_delay_us: Option<Vec<Vec<u32>>>,
+}
+
+impl Default for Cluster {
+    fn default() -> Self {
+        Cluster {
+            nodes: 4,
+            workers: 4,
+            coroutines: 8,
+            nic: "cx4".into(),
+            qps_per_node: 1,
+            nics_per_node: None,
+            link_delay_us: None,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Workload {
+    /// Every coroutine keeps `outstanding` requests of one verb to random remote nodes.
+    #[serde(alias = "verbs")]
+    Verbs(VerbsWorkload),
+    /// SmallBank transactions (docs/workloads.md).
+    #[serde(alias = "smallbank", alias = "Smallbank")]
+    SmallBank(SmallBank),
+    /// YCSB transactions (docs/workloads.md).
+    #[serde(alias = "ycsb", alias = "YCSB")]
+    Ycsb(Ycsb),
+    /// The TPC-E subset DrTM+H runs: customer-position, trade-order, market-feed
+    /// (docs/workloads.md).
+    #[serde(alias = "tpce", alias = "TPCE", alias = "TpcE")]
+    Tpce(Tpce),
+    /// TPC-C: the nine tables, the five transactions, consistency conditions checked after
+    /// every run (docs/workloads.md).
+    #[serde(alias = "tpcc", alias = "TPCC", alias = "TpcC")]
+    Tpcc(Tpcc),
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Verb {
+    #[serde(alias = "read")]
+    Read,
+    #[serde(alias = "write")]
+    Write,
+    #[serde(alias = "atomic")]
+    Atomic,
+    #[serde(alias = "rpc")]
+    Rpc,
+}
+
+impl Verb {
+    pub fn raw(self) -> RawVerb {
+        match self {
+            Verb::Read => RawVerb::Read,
+            Verb::Write => RawVerb::Write,
+            Verb::Atomic => RawVerb::Atomic,
+            Verb::Rpc => RawVerb::Rpc,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VerbsWorkload {
+    #[serde(default = "default_verb")]
+    pub verb: Verb,
+    #[serde(default = "default_payload")]
+    pub payload: u32,
+    #[serde(default = "default_outstanding")]
+    pub outstanding: u32,
+}
+
+fn default_verb() -> Verb {
+    Verb::Read
+}
+fn default_payload() -> u32 {
+    64
+}
+fn default_outstanding() -> u32 {
+    1
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RunSpec {
+    pub warmup_us: u64,
+    pub measure_us: u64,
+    pub seed: u64,
+}
+
+impl Default for RunSpec {
+    fn default() -> Self {
+        RunSpec { warmup_us: 20, measure_us: 200, seed: 1 }
+    }
+}
+
+/// `workload.<field>` for a workload parameter's name.
+fn workload_field(f: &'static str) -> &'static str {
+    match f {
+        "accounts_per_node" => "workload.accounts_per_node",
+        "hot_fraction" => "workload.hot_fraction",
+        "hot_probability" => "workload.hot_probability",
+        "distributed" => "workload.distributed",
+        "mix" => "workload.mix",
+        "rows_per_node" => "workload.rows_per_node",
+        "record_bytes" => "workload.record_bytes",
+        "ops" => "workload.ops",
+        "write_fraction" => "workload.write_fraction",
+        "zipf_theta" => "workload.zipf_theta",
+        "customers_per_node" => "workload.customers_per_node",
+        "accounts_per_customer" => "workload.accounts_per_customer",
+        "holdings_per_account" => "workload.holdings_per_account",
+        "securities_per_node" => "workload.securities_per_node",
+        "remote_fraction" => "workload.remote_fraction",
+        "feed_batch" => "workload.feed_batch",
+        "warehouses_per_node" => "workload.warehouses_per_node",
+        "remote_item" => "workload.remote_item",
+        "remote_payment" => "workload.remote_payment",
+        "items" => "workload.items",
+        "customers_per_district" => "workload.customers_per_district",
+        "order_headroom" => "workload.order_headroom",
+        "history_per_terminal" => "workload.history_per_terminal",
+        _ => "workload",
+    }
+}
+
+/// A scenario error: where, and what.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScenarioError(pub String);
+
+impl fmt::Display for ScenarioError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Scenario {
+    pub fn load(path: &Path) -> Result<(Scenario, NicProfile), ScenarioError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ScenarioError(format!("{}: cannot read scenario: {e}", path.display())))?;
+        Self::parse(&text, &path.display().to_string())
+    }
+
+    pub fn parse(text: &str, source: &str) -> Result<(Scenario, NicProfile), ScenarioError> {
+        let s = Self::parse_unchecked(text, source)?;
+        let profile = s.check(source)?;
+        Ok((s, profile))
+    }
+
+    /// Parses without checking values (`--set` edits come before the check).
+    pub fn parse_unchecked(text: &str, source: &str) -> Result<Scenario, ScenarioError> {
+        ron::Options::default()
+            .from_str(text)
+            .map_err(|e| ScenarioError(format!("{source}:{}:{}: {}", e.position.line, e.position.col, e.code)))
+    }
+
+    /// Loads `path`, applies `sets` (`path=value`, in order) and checks the result.
+    pub fn load_with(path: &Path, sets: &[String]) -> Result<(Scenario, NicProfile), ScenarioError> {
+        let source = path.display().to_string();
+        let text =
+            std::fs::read_to_string(path).map_err(|e| ScenarioError(format!("{source}: cannot read scenario: {e}")))?;
+        let s = Self::parse_unchecked(&text, &source)?;
+        let s = s.apply_sets(sets)?;
+        let profile = s.check(&if sets.is_empty() { source } else { format!("{source} (with --set)") })?;
+        Ok((s, profile))
+    }
+
+    /// Checks every value; the error names `source` and the field path.
+    pub fn check(&self, source: &str) -> Result<NicProfile, ScenarioError> {
+        self.validate().map_err(|(field, msg)| ScenarioError(format!("{source}: {field}: {msg}")))
+    }
+
+    /// The scenario with every default filled in, as a RON file that loads back to it.
+    pub fn to_ron(&self) -> String {
+        let cfg = ron::ser::PrettyConfig::new().struct_names(true);
+        ron::ser::to_string_pretty(self, cfg).expect("a scenario serialises")
+    }
+
+    /// Applies `path=value` edits (e.g. `protocol.name=occ`, `cluster.nodes=8`,
+    /// `workload.name=ycsb`, `protocol.mode=Code(38)`); see `crate::set`.
+    pub fn apply_sets(&self, sets: &[String]) -> Result<Scenario, ScenarioError> {
+        crate::set::apply(self, sets).map_err(ScenarioError)
+    }
+
+    /// Checks values; on error returns the field path and the problem.
+    fn validate(&self) -> Result<NicProfile, (&'static str, String)> {
+        let c = &self.cluster;
+        if c.nodes < 2 {
+            return Err((
+                "cluster.nodes",
+                format!("must be at least 2 (the workload talks to remote nodes), got {}", c.nodes),
+            ));
+        }
+        if c.nodes > 1024 {
+            return Err(("cluster.nodes", format!("at most 1024 nodes are supported, got {}", c.nodes)));
+        }
+        if c.workers == 0 || c.workers > 256 {
+            return Err(("cluster.workers", format!("must be 1..=256, got {}", c.workers)));
+        }
+        if c.coroutines == 0 || c.coroutines > 1024 {
+            return Err(("cluster.coroutines", format!("must be 1..=1024, got {}", c.coroutines)));
+        }
+        if c.qps_per_node == 0 || c.qps_per_node > 64 {
+            return Err(("cluster.qps_per_node", format!("must be 1..=64, got {}", c.qps_per_node)));
+        }
+        if let Some(m) = &c.link_delay_us {
+            let n = c.nodes as usize;
+            if m.len() != n || m.iter().any(|row| row.len() != n) {
+                return Err(("cluster.link_delay_us", format!("must be a {n} x {n} matrix (one row per node)")));
+            }
+            if let Some(i) = (0..n).find(|&i| m[i][i] != 0) {
+                return Err(("cluster.link_delay_us", format!("node {i} to itself must be 0, got {}", m[i][i])));
+            }
+            if let Some(d) = m.iter().flatten().find(|&&d| d > 1_000_000) {
+                return Err(("cluster.link_delay_us", format!("at most 1000000 us (1 s) per link, got {d}")));
+            }
+        }
+        let mut profile = NicProfile::load(&c.nic).map_err(|e| ("cluster.nic", e.to_string()))?;
+        if let Some(k) = c.nics_per_node {
+            if k == 0 || k > 16 {
+                return Err(("cluster.nics_per_node", format!("must be 1..=16, got {k}")));
+            }
+            profile.nics_per_node = k;
+        }
+        match &self.workload {
+            Workload::Verbs(v) => {
+                if self.protocol.is_some() {
+                    return Err(("protocol", "a Verbs workload runs no transactions: remove protocol".into()));
+                }
+                if v.outstanding == 0 || v.outstanding > 64 {
+                    return Err(("workload.outstanding", format!("must be 1..=64, got {}", v.outstanding)));
+                }
+                match v.verb {
+                    Verb::Atomic if v.payload != 8 => {
+                        return Err(("workload.payload", format!("atomics operate on 8 bytes, got {}", v.payload)))
+                    }
+                    Verb::Rpc if v.payload > rpc_max_payload(&profile) => {
+                        return Err((
+                            "workload.payload",
+                            format!(
+                                "an RPC reply of {} B does not fit one UD datagram (max {} B)",
+                                v.payload,
+                                rpc_max_payload(&profile)
+                            ),
+                        ))
+                    }
+                    _ if v.payload == 0 || v.payload > 1 << 20 => {
+                        return Err(("workload.payload", format!("must be 1 B to 1 MiB, got {}", v.payload)))
+                    }
+                    _ => {}
+                }
+            }
+            Workload::SmallBank(w) => w.validate().map_err(|(f, m)| (workload_field(f), m))?,
+            Workload::Ycsb(w) => w.validate().map_err(|(f, m)| (workload_field(f), m))?,
+            Workload::Tpce(w) => w.validate().map_err(|(f, m)| (workload_field(f), m))?,
+            Workload::Tpcc(w) => w.validate().map_err(|(f, m)| (workload_field(f), m))?,
+        }
+        if !matches!(self.workload, Workload::Verbs(_)) {
+            let Some(p) = &self.protocol else {
+                return Err((
+                    "protocol",
+                    "a transactional workload needs a protocol, e.g. protocol: (name: Occ)".into(),
+                ));
+            };
+            if !(4..=1 << 20).contains(&p.log_ring_kib) {
+                return Err((
+                    "protocol.log_ring_kib",
+                    format!("must be 4..=1048576 (4 KiB to 1 GiB), got {}", p.log_ring_kib),
+                ));
+            }
+            let proto = p.name.protocol();
+            if let Some(preset) = p.preset {
+                if p.preset().is_none() {
+                    let names: Vec<&str> = proto.presets().iter().map(|p| p.name).collect();
+                    let have = if names.is_empty() { "none".to_string() } else { names.join(", ") };
+                    return Err((
+                        "protocol.preset",
+                        format!("{} is not a preset of {} (its presets: {have})", preset.0, proto.name()),
+                    ));
+                }
+            }
+            proto.check_options(&p.options).map_err(|m| ("protocol.options", m))?;
+            let h = p.resolve(&profile).0;
+            h.check(proto.name(), proto.stages()).map_err(|m| ("protocol.mode", m))?;
+            if p.replication == 0 || p.replication > c.nodes {
+                return Err((
+                    "protocol.replication",
+                    format!("must be 1..={} (replicas cannot exceed nodes), got {}", c.nodes, p.replication),
+                ));
+            }
+            if proto.nic_atomics(h) && !atomics_safe(&profile) {
+                return Err((
+                    "protocol.mode",
+                    format!(
+                        "one-sided {} is unsafe on {:?}: its {} NICs per node have HCA-level atomicity (CAS through different NICs is not atomic); set cluster.nics_per_node: 1 or run that stage by RPC",
+                        if h.onesided(Stage::Lock) { "LOCK" } else { "READ (it CASes tuple words)" },
+                        profile.name, profile.nics_per_node
+                    ),
+                ));
+            }
+        }
+        if self.run.measure_us == 0 {
+            return Err(("run.measure_us", "must be at least 1".into()));
+        }
+        if self.run.warmup_us.saturating_add(self.run.measure_us) > 10_000_000 {
+            return Err(("run.measure_us", "warm-up plus measured time must be at most 10 s of simulated time".into()));
+        }
+        Ok(profile)
+    }
+}
