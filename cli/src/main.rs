@@ -34,6 +34,8 @@ enum Command {
     /// List every protocol: description, isolation, stages and modes, options with their
     /// defaults, presets, planted bugs and RPC handlers.
     Protocols(commands::protocols::Args),
+    /// List every workload a scenario can name, with its default parameters.
+    Workloads(commands::workloads::Args),
     /// List RDMA devices, their ports and GIDs (needs a build with the "verbs" feature).
     Devices,
     /// Two nodes in this process exchange WRITE, WRITE_WITH_IMM and RC SEND over a real
@@ -64,6 +66,7 @@ fn main() -> ExitCode {
         Command::Replay(a) => commands::replay::run(a),
         Command::Plot(a) => commands::plot::run(a),
         Command::Protocols(a) => commands::protocols::run(a),
+        Command::Workloads(a) => commands::workloads::run(a),
         Command::Devices => commands::devices::run(),
         Command::Selftest(a) => commands::selftest::run(a),
         Command::Validate(a) => commands::validate::run(a),

@@ -17,13 +17,10 @@ use crate::spec::TxnRunSpec;
 pub fn txn_spec(s: &Scenario, profile: &NicProfile, seed: u64) -> Result<TxnRunSpec, String> {
     let c = &s.cluster;
     let p = s.protocol.as_ref().ok_or("a transactional workload needs a protocol")?;
-    let workload: std::sync::Arc<dyn txbed_workloads::Workload> = match &s.workload {
-        Workload::SmallBank(w) => std::sync::Arc::new(w.clone()),
-        Workload::Ycsb(w) => std::sync::Arc::new(w.prepare(c.nodes)),
-        Workload::Tpce(w) => std::sync::Arc::new(w.prepare(c.nodes)),
-        Workload::Tpcc(w) => std::sync::Arc::new(w.prepare(c.nodes, c.workers, c.coroutines)),
-        Workload::Verbs(_) => return Err("not a transactional workload".into()),
+    let Workload::Txn(w) = &s.workload else {
+        return Err("not a transactional workload".into());
     };
+    let workload = w.build(txbed_workloads::Shape { nodes: c.nodes, workers: c.workers, coroutines: c.coroutines });
     let mut profile = profile.clone();
     if let Some(k) = c.nics_per_node {
         profile.nics_per_node = k;

@@ -18,10 +18,7 @@ use txbed_sim::profile::Atomicity;
 use txbed_sim::NicProfile;
 use txbed_txn::protocol::{fold_name, OptionValues, Preset, ProtocolRef, Rdma};
 use txbed_txn::stage::{Hybrid, Stage};
-use txbed_workloads::smallbank::SmallBank;
-use txbed_workloads::tpcc::Tpcc;
-use txbed_workloads::tpce::Tpce;
-use txbed_workloads::ycsb::Ycsb;
+use txbed_workloads::WorkloadConfig;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -337,25 +334,81 @@ impl Default for Cluster {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// What a scenario runs: a primitive loop of one verb, or transactions of a registered
+/// workload (`txbed_workloads::REGISTRY`), written `Name((parameters))` in the file.
+#[derive(Clone, Debug, PartialEq)]
 pub enum Workload {
     /// Every coroutine keeps `outstanding` requests of one verb to random remote nodes.
-    #[serde(alias = "verbs")]
     Verbs(VerbsWorkload),
-    /// SmallBank transactions (docs/workloads.md).
-    #[serde(alias = "smallbank", alias = "Smallbank")]
-    SmallBank(SmallBank),
-    /// YCSB transactions (docs/workloads.md).
-    #[serde(alias = "ycsb", alias = "YCSB")]
-    Ycsb(Ycsb),
-    /// The TPC-E subset DrTM+H runs: customer-position, trade-order, market-feed
-    /// (docs/workloads.md).
-    #[serde(alias = "tpce", alias = "TPCE", alias = "TpcE")]
-    Tpce(Tpce),
-    /// TPC-C: the nine tables, the five transactions, consistency conditions checked after
-    /// every run (docs/workloads.md).
-    #[serde(alias = "tpcc", alias = "TPCC", alias = "TpcC")]
-    Tpcc(Tpcc),
+    /// A transactional workload and its parameters (docs/workloads.md).
+    Txn(WorkloadConfig),
+}
+
+impl Workload {
+    /// The name reports print (`TPC-C`, `verbs`).
+    pub fn title(&self) -> &'static str {
+        match self {
+            Workload::Verbs(_) => "verbs",
+            Workload::Txn(w) => w.kind.title(),
+        }
+    }
+}
+
+// Written by hand, not derived: the variants are the registry's, so a new workload needs no
+// edit here. The form is serde's externally tagged enum, as a derive would give.
+impl Serialize for Workload {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Workload::Verbs(v) => s.serialize_newtype_variant("Workload", 0, "Verbs", v),
+            Workload::Txn(w) => {
+                let index = txbed_workloads::REGISTRY.iter().position(|k| k.name() == w.kind.name()).unwrap_or(0);
+                s.serialize_newtype_variant("Workload", index as u32 + 1, w.kind.name(), &*w.params)
+            }
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Workload {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Workload, D::Error> {
+        d.deserialize_enum("Workload", &[], WorkloadVisitor)
+    }
+}
+
+struct WorkloadVisitor;
+
+impl<'de> serde::de::Visitor<'de> for WorkloadVisitor {
+    type Value = Workload;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "a workload: Verbs or one of {}", txbed_workloads::kind::names().join(", "))
+    }
+
+    fn visit_enum<A: serde::de::EnumAccess<'de>>(self, data: A) -> Result<Workload, A::Error> {
+        use serde::de::{Error, VariantAccess};
+        let (Ident(name), variant): (Ident, A::Variant) = data.variant()?;
+        if txbed_workloads::kind::fold(&name) == "verbs" {
+            return variant.newtype_variant().map(Workload::Verbs);
+        }
+        let Some(kind) = txbed_workloads::kind::named(&name) else {
+            return Err(A::Error::custom(format!(
+                "unknown workload `{name}`, expected Verbs or one of {}",
+                txbed_workloads::kind::names().join(", ")
+            )));
+        };
+        variant.newtype_variant_seed(ParamsSeed(kind)).map(Workload::Txn)
+    }
+}
+
+/// Reads a registered workload's parameters through `WorkloadKind::parse`.
+struct ParamsSeed(txbed_workloads::WorkloadKindRef);
+
+impl<'de> serde::de::DeserializeSeed<'de> for ParamsSeed {
+    type Value = WorkloadConfig;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<WorkloadConfig, D::Error> {
+        let mut erased = <dyn erased_serde::Deserializer>::erase(d);
+        self.0.parse(&mut erased).map_err(serde::de::Error::custom)
+    }
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -413,36 +466,6 @@ pub struct RunSpec {
 impl Default for RunSpec {
     fn default() -> Self {
         RunSpec { warmup_us: 20, measure_us: 200, seed: 1 }
-    }
-}
-
-/// `workload.<field>` for a workload parameter's name.
-fn workload_field(f: &'static str) -> &'static str {
-    match f {
-        "accounts_per_node" => "workload.accounts_per_node",
-        "hot_fraction" => "workload.hot_fraction",
-        "hot_probability" => "workload.hot_probability",
-        "distributed" => "workload.distributed",
-        "mix" => "workload.mix",
-        "rows_per_node" => "workload.rows_per_node",
-        "record_bytes" => "workload.record_bytes",
-        "ops" => "workload.ops",
-        "write_fraction" => "workload.write_fraction",
-        "zipf_theta" => "workload.zipf_theta",
-        "customers_per_node" => "workload.customers_per_node",
-        "accounts_per_customer" => "workload.accounts_per_customer",
-        "holdings_per_account" => "workload.holdings_per_account",
-        "securities_per_node" => "workload.securities_per_node",
-        "remote_fraction" => "workload.remote_fraction",
-        "feed_batch" => "workload.feed_batch",
-        "warehouses_per_node" => "workload.warehouses_per_node",
-        "remote_item" => "workload.remote_item",
-        "remote_payment" => "workload.remote_payment",
-        "items" => "workload.items",
-        "customers_per_district" => "workload.customers_per_district",
-        "order_headroom" => "workload.order_headroom",
-        "history_per_terminal" => "workload.history_per_terminal",
-        _ => "workload",
     }
 }
 
@@ -505,60 +528,63 @@ impl Scenario {
     }
 
     /// Checks values; on error returns the field path and the problem.
-    fn validate(&self) -> Result<NicProfile, (&'static str, String)> {
+    fn validate(&self) -> Result<NicProfile, (String, String)> {
         let c = &self.cluster;
         if c.nodes < 2 {
             return Err((
-                "cluster.nodes",
+                "cluster.nodes".into(),
                 format!("must be at least 2 (the workload talks to remote nodes), got {}", c.nodes),
             ));
         }
         if c.nodes > 1024 {
-            return Err(("cluster.nodes", format!("at most 1024 nodes are supported, got {}", c.nodes)));
+            return Err(("cluster.nodes".into(), format!("at most 1024 nodes are supported, got {}", c.nodes)));
         }
         if c.workers == 0 || c.workers > 256 {
-            return Err(("cluster.workers", format!("must be 1..=256, got {}", c.workers)));
+            return Err(("cluster.workers".into(), format!("must be 1..=256, got {}", c.workers)));
         }
         if c.coroutines == 0 || c.coroutines > 1024 {
-            return Err(("cluster.coroutines", format!("must be 1..=1024, got {}", c.coroutines)));
+            return Err(("cluster.coroutines".into(), format!("must be 1..=1024, got {}", c.coroutines)));
         }
         if c.qps_per_node == 0 || c.qps_per_node > 64 {
-            return Err(("cluster.qps_per_node", format!("must be 1..=64, got {}", c.qps_per_node)));
+            return Err(("cluster.qps_per_node".into(), format!("must be 1..=64, got {}", c.qps_per_node)));
         }
         if let Some(m) = &c.link_delay_us {
             let n = c.nodes as usize;
             if m.len() != n || m.iter().any(|row| row.len() != n) {
-                return Err(("cluster.link_delay_us", format!("must be a {n} x {n} matrix (one row per node)")));
+                return Err(("cluster.link_delay_us".into(), format!("must be a {n} x {n} matrix (one row per node)")));
             }
             if let Some(i) = (0..n).find(|&i| m[i][i] != 0) {
-                return Err(("cluster.link_delay_us", format!("node {i} to itself must be 0, got {}", m[i][i])));
+                return Err(("cluster.link_delay_us".into(), format!("node {i} to itself must be 0, got {}", m[i][i])));
             }
             if let Some(d) = m.iter().flatten().find(|&&d| d > 1_000_000) {
-                return Err(("cluster.link_delay_us", format!("at most 1000000 us (1 s) per link, got {d}")));
+                return Err(("cluster.link_delay_us".into(), format!("at most 1000000 us (1 s) per link, got {d}")));
             }
         }
-        let mut profile = NicProfile::load(&c.nic).map_err(|e| ("cluster.nic", e.to_string()))?;
+        let mut profile = NicProfile::load(&c.nic).map_err(|e| ("cluster.nic".into(), e.to_string()))?;
         if let Some(k) = c.nics_per_node {
             if k == 0 || k > 16 {
-                return Err(("cluster.nics_per_node", format!("must be 1..=16, got {k}")));
+                return Err(("cluster.nics_per_node".into(), format!("must be 1..=16, got {k}")));
             }
             profile.nics_per_node = k;
         }
         match &self.workload {
             Workload::Verbs(v) => {
                 if self.protocol.is_some() {
-                    return Err(("protocol", "a Verbs workload runs no transactions: remove protocol".into()));
+                    return Err(("protocol".into(), "a Verbs workload runs no transactions: remove protocol".into()));
                 }
                 if v.outstanding == 0 || v.outstanding > 64 {
-                    return Err(("workload.outstanding", format!("must be 1..=64, got {}", v.outstanding)));
+                    return Err(("workload.outstanding".into(), format!("must be 1..=64, got {}", v.outstanding)));
                 }
                 match v.verb {
                     Verb::Atomic if v.payload != 8 => {
-                        return Err(("workload.payload", format!("atomics operate on 8 bytes, got {}", v.payload)))
+                        return Err((
+                            "workload.payload".into(),
+                            format!("atomics operate on 8 bytes, got {}", v.payload),
+                        ))
                     }
                     Verb::Rpc if v.payload > rpc_max_payload(&profile) => {
                         return Err((
-                            "workload.payload",
+                            "workload.payload".into(),
                             format!(
                                 "an RPC reply of {} B does not fit one UD datagram (max {} B)",
                                 v.payload,
@@ -567,26 +593,23 @@ impl Scenario {
                         ))
                     }
                     _ if v.payload == 0 || v.payload > 1 << 20 => {
-                        return Err(("workload.payload", format!("must be 1 B to 1 MiB, got {}", v.payload)))
+                        return Err(("workload.payload".into(), format!("must be 1 B to 1 MiB, got {}", v.payload)))
                     }
                     _ => {}
                 }
             }
-            Workload::SmallBank(w) => w.validate().map_err(|(f, m)| (workload_field(f), m))?,
-            Workload::Ycsb(w) => w.validate().map_err(|(f, m)| (workload_field(f), m))?,
-            Workload::Tpce(w) => w.validate().map_err(|(f, m)| (workload_field(f), m))?,
-            Workload::Tpcc(w) => w.validate().map_err(|(f, m)| (workload_field(f), m))?,
+            Workload::Txn(w) => w.validate().map_err(|(f, m)| (format!("workload.{f}"), m))?,
         }
         if !matches!(self.workload, Workload::Verbs(_)) {
             let Some(p) = &self.protocol else {
                 return Err((
-                    "protocol",
+                    "protocol".into(),
                     "a transactional workload needs a protocol, e.g. protocol: (name: Occ)".into(),
                 ));
             };
             if !(4..=1 << 20).contains(&p.log_ring_kib) {
                 return Err((
-                    "protocol.log_ring_kib",
+                    "protocol.log_ring_kib".into(),
                     format!("must be 4..=1048576 (4 KiB to 1 GiB), got {}", p.log_ring_kib),
                 ));
             }
@@ -596,23 +619,23 @@ impl Scenario {
                     let names: Vec<&str> = proto.presets().iter().map(|p| p.name).collect();
                     let have = if names.is_empty() { "none".to_string() } else { names.join(", ") };
                     return Err((
-                        "protocol.preset",
+                        "protocol.preset".into(),
                         format!("{} is not a preset of {} (its presets: {have})", preset.0, proto.name()),
                     ));
                 }
             }
-            proto.check_options(&p.options).map_err(|m| ("protocol.options", m))?;
+            proto.check_options(&p.options).map_err(|m| ("protocol.options".into(), m))?;
             let h = p.resolve(&profile).0;
-            h.check(proto.name(), proto.stages()).map_err(|m| ("protocol.mode", m))?;
+            h.check(proto.name(), proto.stages()).map_err(|m| ("protocol.mode".into(), m))?;
             if p.replication == 0 || p.replication > c.nodes {
                 return Err((
-                    "protocol.replication",
+                    "protocol.replication".into(),
                     format!("must be 1..={} (replicas cannot exceed nodes), got {}", c.nodes, p.replication),
                 ));
             }
             if proto.nic_atomics(h) && !atomics_safe(&profile) {
                 return Err((
-                    "protocol.mode",
+                    "protocol.mode".into(),
                     format!(
                         "one-sided {} is unsafe on {:?}: its {} NICs per node have HCA-level atomicity (CAS through different NICs is not atomic); set cluster.nics_per_node: 1 or run that stage by RPC",
                         if h.onesided(Stage::Lock) { "LOCK" } else { "READ (it CASes tuple words)" },
@@ -622,10 +645,13 @@ impl Scenario {
             }
         }
         if self.run.measure_us == 0 {
-            return Err(("run.measure_us", "must be at least 1".into()));
+            return Err(("run.measure_us".into(), "must be at least 1".into()));
         }
         if self.run.warmup_us.saturating_add(self.run.measure_us) > 10_000_000 {
-            return Err(("run.measure_us", "warm-up plus measured time must be at most 10 s of simulated time".into()));
+            return Err((
+                "run.measure_us".into(),
+                "warm-up plus measured time must be at most 10 s of simulated time".into(),
+            ));
         }
         Ok(profile)
     }

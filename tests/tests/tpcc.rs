@@ -230,7 +230,10 @@ fn tpcc_scenarios_load_and_fit() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     for f in ["scenarios/tpcc/quick.ron", "scenarios/tpcc/full-mix-8.ron", "scenarios/drtmh/tpcc-no-16.ron"] {
         let (s, _) = Scenario::load(&root.join(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
-        let W::Tpcc(t) = &s.workload else { panic!("{f}: not TPC-C") };
+        let t = match &s.workload {
+            W::Txn(w) => w.params::<Tpcc>().unwrap_or_else(|| panic!("{f}: not TPC-C")),
+            W::Verbs(_) => panic!("{f}: not TPC-C"),
+        };
         let c = &s.cluster;
         // The whole cluster's stores, as the simulator holds them in one process.
         let s = shape(OCC, Mix::Full, Hybrid::RPC, 1);
@@ -242,7 +245,7 @@ fn tpcc_scenarios_load_and_fit() {
         assert!(bytes < 16 << 30, "{f}: {bytes} B of stores do not fit a 24 GiB machine");
     }
     let (s, _) = Scenario::load_with(&root.join("scenarios/quickstart.ron"), &["workload.name=tpcc".into()]).unwrap();
-    assert_eq!(s.workload, W::Tpcc(Tpcc::default()));
+    assert_eq!(s.workload, W::Txn(txbed_workloads::tpcc::KIND.default_config()));
     let err =
         Scenario::load_with(&root.join("scenarios/tpcc/quick.ron"), &["workload.remote_item=2".into()]).unwrap_err();
     assert!(err.0.contains("workload.remote_item"), "{}", err.0);

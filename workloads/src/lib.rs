@@ -6,10 +6,16 @@
 //! write, or a user abort. Everything random comes from the RNG the caller passes in, so a
 //! generator is a pure function of the run's seed.
 
+pub mod kind;
 pub mod smallbank;
 pub mod tpcc;
 pub mod tpce;
 pub mod ycsb;
+
+pub use kind::{Kind, Params, Shape, WorkloadConfig, WorkloadKind, WorkloadKindRef};
+
+/// Every workload a scenario can name, one line each.
+pub static REGISTRY: &[WorkloadKindRef] = &[&smallbank::KIND, &ycsb::KIND, &tpce::KIND, &tpcc::KIND];
 
 use rand_chacha::ChaCha8Rng;
 

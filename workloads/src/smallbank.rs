@@ -195,3 +195,19 @@ impl Workload for SmallBank {
         get_i64(value)
     }
 }
+
+/// The registry's entry (`crate::REGISTRY`).
+pub static KIND: crate::Kind<SmallBank> = crate::Kind::new(
+    "SmallBank",
+    "SmallBank",
+    "SmallBank transactions over checking and savings accounts, with a conserved total",
+);
+
+impl crate::Params for SmallBank {
+    fn validate(&self) -> Result<(), (&'static str, String)> {
+        SmallBank::validate(self)
+    }
+    fn build(&self, _: crate::Shape) -> std::sync::Arc<dyn crate::Workload> {
+        std::sync::Arc::new(self.clone())
+    }
+}

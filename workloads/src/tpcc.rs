@@ -1419,3 +1419,20 @@ impl PreparedTpcc {
         Some(Vec::new())
     }
 }
+
+/// The registry's entry (`crate::REGISTRY`).
+pub static KIND: crate::Kind<Tpcc> = crate::Kind::new(
+    "Tpcc",
+    "TPC-C",
+    "TPC-C: nine tables, five transactions, consistency conditions checked after every run",
+);
+
+impl crate::Params for Tpcc {
+    fn validate(&self) -> Result<(), (&'static str, String)> {
+        Tpcc::validate(self)
+    }
+    fn build(&self, shape: crate::Shape) -> std::sync::Arc<dyn crate::Workload> {
+        use std::sync::Arc;
+        Arc::new(self.prepare(shape.nodes, shape.workers, shape.coroutines))
+    }
+}

@@ -767,3 +767,17 @@ mod tests {
         assert_eq!(store.run(&w, &rb), Executed::UserAbort);
     }
 }
+
+/// The registry's entry (`crate::REGISTRY`).
+pub static KIND: crate::Kind<Tpce> =
+    crate::Kind::new("Tpce", "TPC-E", "the TPC-E subset DrTM+H runs: customer-position, trade-order, market-feed");
+
+impl crate::Params for Tpce {
+    fn validate(&self) -> Result<(), (&'static str, String)> {
+        Tpce::validate(self)
+    }
+    fn build(&self, shape: crate::Shape) -> std::sync::Arc<dyn crate::Workload> {
+        use std::sync::Arc;
+        Arc::new(self.prepare(shape.nodes))
+    }
+}

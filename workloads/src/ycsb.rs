@@ -185,3 +185,20 @@ impl Workload for PreparedYcsb {
         get_i64(value)
     }
 }
+
+/// The registry's entry (`crate::REGISTRY`).
+pub static KIND: crate::Kind<Ycsb> = crate::Kind::new(
+    "Ycsb",
+    "YCSB",
+    "YCSB transactions: reads and read-modify-writes of fixed-size records, uniform or Zipfian",
+);
+
+impl crate::Params for Ycsb {
+    fn validate(&self) -> Result<(), (&'static str, String)> {
+        Ycsb::validate(self)
+    }
+    fn build(&self, shape: crate::Shape) -> std::sync::Arc<dyn crate::Workload> {
+        use std::sync::Arc;
+        Arc::new(self.prepare(shape.nodes))
+    }
+}

@@ -14,6 +14,7 @@ pub mod run;
 pub mod selftest;
 pub mod sweep;
 pub mod validate;
+pub mod workloads;
 
 /// Where a real run executes: the simulator, or real processes over sockets or verbs.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, clap::ValueEnum)]
