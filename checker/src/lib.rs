@@ -14,3 +14,15 @@ pub mod history;
 
 pub use check::{check, Anomaly, AnomalyKind, Options, Report};
 pub use history::{Access, Final, History, HistoryError, Invariant, Status, Txn};
+
+impl Report {
+    /// The one verdict of a check: serializable, strictly so when asked, no write lost (or
+    /// nothing recorded to tell), every invariant holds. Runs, sweeps, `txbed check` and
+    /// hybrid-search all judge by this.
+    pub fn clean(&self) -> bool {
+        self.serializable
+            && self.nothing_lost != Some(false)
+            && self.invariants_ok
+            && self.strict_serializable != Some(false)
+    }
+}

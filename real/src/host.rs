@@ -19,7 +19,7 @@ use txbed_transport::{
 use txbed_txn::locate::Catalog;
 use txbed_txn::node::NodeState;
 use txbed_txn::protocol::{Bug, OptionValues, ProtocolRef, Rdma};
-use txbed_txn::stage::Hybrid;
+use txbed_txn::stage::{Hybrid, Stage};
 use txbed_txn::store::Layout;
 use txbed_workloads::Workload;
 
@@ -357,70 +357,8 @@ pub fn run_real_node(
         (scratch_per_worker * spec.workers as u64, rkey(0), 0x6000_0000 | ((node as u32) << 12)),
         (layout.bytes, rkey(1), 0x6000_0001 | ((node as u32) << 12)),
     ];
-    // Per backend: the node's memory, its descriptor exchanged at the rendezvous, and each
-    // worker's link; `_device` keeps the verbs device open for the run.
-    #[allow(clippy::type_complexity)]
-    let (regions, mut boot, store_regions, links, datagram_mtu, _device): (
-        _,
-        _,
-        Vec<MemoryRegion>,
-        Vec<Link>,
-        Option<u32>,
-        Option<Box<dyn std::any::Any>>,
-    ) = match backend {
-        RealBackend::Sockets { bind } => {
-            let mem = SharedMemory::new(&keys);
-            let regions = mem.regions();
-            load_partition(&mem, regions[1], &layout, node, &*spec.workload)?;
-            let routes = NicRoutes::default();
-            let nic =
-                start_nic(mem.clone(), routes.clone(), SocketAddr::new(bind, 0)).map_err(|e| format!("NIC: {e}"))?;
-            let udps: Vec<UdpSocket> = (0..spec.workers)
-                .map(|_| UdpSocket::bind(SocketAddr::new(bind, 0)))
-                .collect::<Result<_, _>>()
-                .map_err(|e| format!("UDP: {e}"))?;
-            let udp_addrs =
-                udps.iter().map(|u| u.local_addr()).collect::<Result<_, _>>().map_err(|e| format!("UDP: {e}"))?;
-            let me_addrs = NodeAddrs { nic, udp: udp_addrs, store: regions[1] };
-            let boot = Bootstrap::join(me, coordinator_addr, &me_addrs.encode(), TIMEOUT).map_err(|e| e.0)?;
-            let peers: Vec<NodeAddrs> =
-                boot.descriptors.iter().map(|d| NodeAddrs::decode(d)).collect::<Result<_, _>>()?;
-            let stores = peers.iter().map(|p| p.store).collect();
-            let links = udps
-                .into_iter()
-                .map(|udp| Link::Sockets { udp, peers: peers.clone(), mem: mem.clone(), routes: routes.clone() })
-                .collect();
-            (regions, boot, stores, links, None, None)
-        }
-        #[cfg(feature = "verbs")]
-        RealBackend::Verbs { device, gid_index } => {
-            use crate::verbs::transport::{NodeDescriptor, VerbsMemory, VerbsNode};
-            let mem = VerbsMemory::new(&keys);
-            let regions = mem.regions();
-            load_partition(&mem, regions[1], &layout, node, &*spec.workload)?;
-            let mut dev = VerbsNode::open(device.as_deref(), gid_index, mem, spec.nodes, spec.workers, 128)
-                .map_err(|e| e.to_string())?;
-            let mut blob = encode_region(regions[1]);
-            blob.extend(dev.descriptor().encode());
-            let boot = Bootstrap::join(me, coordinator_addr, &blob, TIMEOUT).map_err(|e| e.0)?;
-            let mut stores = Vec::new();
-            let mut peers = Vec::new();
-            for d in &boot.descriptors {
-                let (store, rest) = decode_region(d)?;
-                stores.push(store);
-                peers.push(NodeDescriptor::decode(rest)?);
-            }
-            let mut links = Vec::new();
-            for w in 0..spec.workers {
-                let qps = dev.take_worker(w).ok_or_else(|| format!("worker {w}'s queue pairs are missing"))?;
-                links.push(Link::Verbs { qps, peers: peers.clone() });
-            }
-            {
-                let mtu = dev.device().active_mtu;
-                (regions, boot, stores, links, (mtu > 0).then_some(mtu), Some(Box::new(dev)))
-            }
-        }
-    };
+    let Connected { regions, mut boot, store_regions, links, datagram_mtu, _device } =
+        connect(spec, me, coordinator_addr, backend, &layout, &keys)?;
     let start = Instant::now();
     let end = spec.warmup_ns + spec.duration_ns;
 
@@ -479,9 +417,54 @@ pub fn run_real_node(
     }
     // Every coroutine of this node finishes; meanwhile the workers must keep answering their
     // mailbox (a stuck polling loop would starve it).
-    let deadline = Instant::now() + Duration::from_nanos(end) + TIMEOUT;
+    wait_finished(&sys, &workers, &done_rx, Instant::now() + Duration::from_nanos(end) + TIMEOUT, node)?;
+    boot.barrier("end").map_err(|e| e.0)?;
+    // The node's result: workers' histories and replicas; the store read once.
+    let mut results = Vec::new();
+    for (wk, a) in workers.iter().enumerate() {
+        let r = sys.block_on(a.send(Finish)).map_err(|e| format!("node {node}: worker {wk}: {e}"))??;
+        results.push(r);
+    }
+    stop_all(arbiters);
+    let mut merged = merge_workers(results);
+    // Replicas of one key kept by several workers: keep the newest.
+    dedup_replicas(&mut merged.finals);
+    let all = boot.gather(&serde_json::to_vec(&merged).map_err(|e| e.to_string())?).map_err(|e| e.0)?;
+    let Some(all) = all else { return Ok(None) };
+    let results: Vec<NodeResult> =
+        all.iter().map(|b| serde_json::from_slice(b).map_err(|e| e.to_string())).collect::<Result<_, _>>()?;
+    let mut verbs = [0u64; 7];
+    for r in &results {
+        for (m, v) in verbs.iter_mut().zip(r.verbs) {
+            *m += v;
+        }
+    }
+    let (history, report, stats, measured, failures) = assemble(spec, results);
+    Ok(Some(TxnRunResult {
+        measured,
+        history,
+        report,
+        stats,
+        failures,
+        digest: 0,
+        events: 0,
+        simulated_ns: start.elapsed().as_nanos() as u64,
+        verbs,
+        trace: Vec::new(),
+    }))
+}
+
+/// Waits for every worker's coroutines to finish, checking meanwhile that each still answers
+/// its mailbox (a stuck polling loop would starve it) and that none outlives `deadline`.
+fn wait_finished(
+    sys: &actix_rt::SystemRunner,
+    workers: &[Addr<WorkerActor>],
+    done_rx: &mpsc::Receiver<()>,
+    deadline: Instant,
+    node: u16,
+) -> Result<(), String> {
     let mut finished = 0;
-    while finished < spec.workers {
+    while finished < workers.len() {
         match done_rx.recv_timeout(Duration::from_secs(1)) {
             Ok(()) => finished += 1,
             Err(mpsc::RecvTimeoutError::Disconnected) => return Err(format!("node {node}: a worker died")),
@@ -497,14 +480,98 @@ pub fn run_real_node(
             }
         }
     }
-    boot.barrier("end").map_err(|e| e.0)?;
-    // The node's result: workers' histories and replicas; the store read once.
-    let mut results = Vec::new();
-    for (wk, a) in workers.iter().enumerate() {
-        let r = sys.block_on(a.send(Finish)).map_err(|e| format!("node {node}: worker {wk}: {e}"))??;
-        results.push(r);
+    Ok(())
+}
+
+/// A node connected to its peers: its memory regions, the rendezvous (for barriers and the
+/// final gather), every node's store region, each worker's link, the datagram MTU (verbs),
+/// and, on verbs, the open device, kept for the run.
+struct Connected {
+    regions: Vec<MemoryRegion>,
+    boot: Bootstrap,
+    store_regions: Vec<MemoryRegion>,
+    links: Vec<Link>,
+    datagram_mtu: Option<u32>,
+    _device: Option<Box<dyn std::any::Any>>,
+}
+
+/// Registers the node's memory, loads its partition, opens the backend and meets the other
+/// ranks: what differs between sockets and verbs.
+fn connect(
+    spec: &TxnRunSpec,
+    me: Rank,
+    coordinator_addr: SocketAddr,
+    backend: RealBackend,
+    layout: &Layout,
+    keys: &[(u64, u32, u32)],
+) -> Result<Connected, String> {
+    let node = me.rank as u16;
+    match backend {
+        RealBackend::Sockets { bind } => {
+            let mem = SharedMemory::new(&keys);
+            let regions = mem.regions();
+            load_partition(&mem, regions[1], &layout, node, &*spec.workload)?;
+            let routes = NicRoutes::default();
+            let nic =
+                start_nic(mem.clone(), routes.clone(), SocketAddr::new(bind, 0)).map_err(|e| format!("NIC: {e}"))?;
+            let udps: Vec<UdpSocket> = (0..spec.workers)
+                .map(|_| UdpSocket::bind(SocketAddr::new(bind, 0)))
+                .collect::<Result<_, _>>()
+                .map_err(|e| format!("UDP: {e}"))?;
+            let udp_addrs =
+                udps.iter().map(|u| u.local_addr()).collect::<Result<_, _>>().map_err(|e| format!("UDP: {e}"))?;
+            let me_addrs = NodeAddrs { nic, udp: udp_addrs, store: regions[1] };
+            let boot = Bootstrap::join(me, coordinator_addr, &me_addrs.encode(), TIMEOUT).map_err(|e| e.0)?;
+            let peers: Vec<NodeAddrs> =
+                boot.descriptors.iter().map(|d| NodeAddrs::decode(d)).collect::<Result<_, _>>()?;
+            let stores = peers.iter().map(|p| p.store).collect();
+            let links = udps
+                .into_iter()
+                .map(|udp| Link::Sockets { udp, peers: peers.clone(), mem: mem.clone(), routes: routes.clone() })
+                .collect();
+            Ok(Connected { regions, boot, store_regions: stores, links, datagram_mtu: None, _device: None })
+        }
+        #[cfg(feature = "verbs")]
+        RealBackend::Verbs { device, gid_index } => {
+            use crate::verbs::transport::{NodeDescriptor, VerbsMemory, VerbsNode};
+            let mem = VerbsMemory::new(&keys);
+            let regions = mem.regions();
+            load_partition(&mem, regions[1], &layout, node, &*spec.workload)?;
+            let mut dev = VerbsNode::open(device.as_deref(), gid_index, mem, spec.nodes, spec.workers, 128)
+                .map_err(|e| e.to_string())?;
+            let mut blob = encode_region(regions[1]);
+            blob.extend(dev.descriptor().encode());
+            let boot = Bootstrap::join(me, coordinator_addr, &blob, TIMEOUT).map_err(|e| e.0)?;
+            let mut stores = Vec::new();
+            let mut peers = Vec::new();
+            for d in &boot.descriptors {
+                let (store, rest) = decode_region(d)?;
+                stores.push(store);
+                peers.push(NodeDescriptor::decode(rest)?);
+            }
+            let mut links = Vec::new();
+            for w in 0..spec.workers {
+                let qps = dev.take_worker(w).ok_or_else(|| format!("worker {w}'s queue pairs are missing"))?;
+                links.push(Link::Verbs { qps, peers: peers.clone() });
+            }
+            {
+                let mtu = dev.device().active_mtu;
+                Ok(Connected {
+                    regions,
+                    boot,
+                    store_regions: stores,
+                    links,
+                    datagram_mtu: (mtu > 0).then_some(mtu),
+                    _device: Some(Box::new(dev)),
+                })
+            }
+        }
     }
-    stop_all(arbiters);
+}
+
+/// One node's result from its workers': the store (primaries, conserved total, consistency)
+/// is the same memory for all, so it is taken once; histories, replicas and counters add up.
+fn merge_workers(results: Vec<NodeResult>) -> NodeResult {
     let mut merged = NodeResult::default();
     for (i, r) in results.into_iter().enumerate() {
         if i == 0 {
@@ -532,41 +599,17 @@ pub fn run_real_node(
         merged.external_delta += r.external_delta;
         merged.latency.extend(r.latency);
         merged.failures.extend(r.failures);
-        for k in 0..9 {
+        for k in 0..Stage::COUNT {
             merged.stage_ns[k] += r.stage_ns[k];
             merged.stage_round_trips[k] += r.stage_round_trips[k];
             merged.stage_bytes[k] += r.stage_bytes[k];
             merged.stage_calls[k] += r.stage_calls[k];
         }
-        for k in 0..7 {
-            merged.verbs[k] += r.verbs[k];
+        for (m, v) in merged.verbs.iter_mut().zip(r.verbs) {
+            *m += v;
         }
     }
-    // Replicas of one key kept by several workers: keep the newest.
-    dedup_replicas(&mut merged.finals);
-    let all = boot.gather(&serde_json::to_vec(&merged).map_err(|e| e.to_string())?).map_err(|e| e.0)?;
-    let Some(all) = all else { return Ok(None) };
-    let results: Vec<NodeResult> =
-        all.iter().map(|b| serde_json::from_slice(b).map_err(|e| e.to_string())).collect::<Result<_, _>>()?;
-    let mut verbs = [0u64; 7];
-    for r in &results {
-        for k in 0..7 {
-            verbs[k] += r.verbs[k];
-        }
-    }
-    let (history, report, stats, measured, failures) = assemble(spec, results);
-    Ok(Some(TxnRunResult {
-        measured,
-        history,
-        report,
-        stats,
-        failures,
-        digest: 0,
-        events: 0,
-        simulated_ns: start.elapsed().as_nanos() as u64,
-        verbs,
-        trace: Vec::new(),
-    }))
+    merged
 }
 
 fn dedup_replicas(finals: &mut Vec<Final>) {

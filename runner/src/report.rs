@@ -107,6 +107,8 @@ pub struct StageReport {
 
 #[derive(Debug, Serialize)]
 pub struct CheckReport {
+    /// The checker's verdict (`txbed_checker::Report::clean`).
+    pub clean: bool,
     pub serializable: bool,
     pub checked_txns: usize,
     pub nothing_lost: Option<bool>,
@@ -115,17 +117,10 @@ pub struct CheckReport {
     pub explanations: Vec<String>,
 }
 
-impl CheckReport {
-    /// The checker found nothing wrong (see `outcome::clean`).
-    pub fn clean(&self) -> bool {
-        self.serializable && self.nothing_lost != Some(false) && self.invariants_ok
-    }
-}
-
 impl TxnReport {
     /// The run is clean: no coordinator failed and the checker found nothing wrong.
     pub fn clean(&self) -> bool {
-        self.failures.is_empty() && self.check.clean()
+        self.failures.is_empty() && self.check.clean
     }
 }
 
@@ -188,6 +183,7 @@ pub fn txn_report(
         sim: SimInfo { events: r.events, events_per_s: r.events as f64 / wall.max(1e-9), simulated_ns: r.simulated_ns },
         failures: r.failures.clone(),
         check: CheckReport {
+            clean: r.report.clean(),
             serializable: r.report.serializable,
             checked_txns: r.report.checked_txns,
             nothing_lost: r.report.nothing_lost,

@@ -173,7 +173,7 @@ fn planted_bug_is_caught() {
         let caught = (1..=1000u64).find(|&seed| {
             let s = Shape { bug: Some(txbed_protocols::calvin::READ_BEFORE_LOCK), ..shape(W::YcsbHot, hybrid, seed) };
             let r = s.run();
-            let bad = !r.report.serializable || r.report.nothing_lost != Some(true) || !r.report.invariants_ok;
+            let bad = !r.report.clean();
             if bad {
                 eprintln!(
                     "caught: {}\n{}",

@@ -54,9 +54,7 @@ pub fn run(a: Args) -> ExitCode {
     } else {
         print!("{}", text(&r));
     }
-    let clean =
-        r.serializable && r.nothing_lost != Some(false) && r.invariants_ok && r.strict_serializable != Some(false);
-    if clean {
+    if r.clean() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)

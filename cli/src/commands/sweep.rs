@@ -69,7 +69,7 @@ pub fn run(a: Args) -> ExitCode {
                 bad += 1;
                 eprintln!("run {label}: {}", failure_summary(&r.failures));
             }
-            Ok(r) if r.check.clean() => {}
+            Ok(r) if r.check.clean => {}
             Ok(_) => {
                 bad += 1;
                 eprintln!("run {label}: the checker rejected it (see results.csv)");
