@@ -13,6 +13,8 @@
 //!   owns the rows from its records and ordered index.
 //! - [`log`]: the LOG stage (ring buffers on backups, or RPC).
 //! - [`ops`]: the operations protocols are built from, each in RPC and one-sided form.
+//! - [`msg`]: the shared handlers' request and reply messages; [`wire`]: reading and writing
+//!   message fields; [`error`]: why an operation failed ([`TxnError`]).
 //!
 //! Every protocol keeps the common tuple words (`store`): lock at 0 (0 = free), the version
 //! word at 8 (incarnation, and a counter bumped by every committed write: the history's
@@ -21,9 +23,11 @@
 //! lives in the tuple's extension after the record (`Protocol::ext_bytes`, `TablePlace::ext_at`).
 
 pub mod attempt;
+pub mod error;
 pub mod index;
 pub mod locate;
 pub mod log;
+pub mod msg;
 pub mod node;
 pub mod ops;
 pub mod participant;
@@ -31,7 +35,9 @@ pub mod post;
 pub mod protocol;
 pub mod stage;
 pub mod store;
+pub mod wire;
 
 pub use crate::attempt::Attempt;
+pub use crate::error::TxnError;
 pub use crate::protocol::{Bug, Isolation, Needs, Preset, Protocol, ProtocolRef, Rdma};
 pub use crate::store::history_key;

@@ -38,9 +38,13 @@ pub const HANDLER_NAMES: [(u16, &str); 8] = [
     (H_LOOKUP, "LOOKUP"),
 ];
 
+/// Reply statuses of the shared handlers; protocols' handlers use them too, and their own
+/// from 3 up.
 pub const OK: u8 = 0;
 pub const BUSY: u8 = 1;
 pub const MISSING: u8 = 2;
+/// The request did not decode (`msg`).
+pub const MALFORMED: u8 = 0xff;
 
 /// Counters of one node's transactions.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
