@@ -39,11 +39,14 @@ use txbed_workloads::{Executed, TxnSpec};
 
 use txbed_txn::attempt::{committed, new_history, Attempt};
 use txbed_txn::history_key;
-use txbed_txn::node::{NodeState, BUSY, MISSING, OK};
+use txbed_txn::msg::KeyReq;
+use txbed_txn::node::{NodeState, BUSY, MALFORMED, MISSING, OK};
 use txbed_txn::ops::{self, Rec};
 use txbed_txn::protocol::{handler_id, in_id_order, Bug, LocalBoxFuture, OptionValues, Protocol};
 use txbed_txn::stage::{Hybrid, Stage};
 use txbed_txn::store::{self, split_version_word, version_word, TablePlace, LOCK, META_BYTES, VERSION, WRITER};
+use txbed_txn::wire::{put_u64_at, u64_at, Put, Reader, WireError};
+use txbed_txn::TxnError;
 
 pub struct Mvcc;
 
@@ -165,14 +168,6 @@ impl Geometry {
     }
 }
 
-fn u64_at(b: &[u8], i: usize) -> u64 {
-    u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"))
-}
-
-fn put_u64(b: &mut [u8], i: usize, v: u64) {
-    b[i..i + 8].copy_from_slice(&v.to_le_bytes());
-}
-
 /// One committed version of a record.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Version {
@@ -265,18 +260,18 @@ pub fn install(g: Geometry, t: &[u8], ctts: u64, writer: u64, record: &[u8]) -> 
         .find(|&i| u64_at(t, g.slot(i) + 8) == 0)
         .unwrap_or_else(|| (0..SLOTS).min_by_key(|&i| u64_at(t, g.slot(i))).expect("slots"));
     let s = g.slot(oldest) - base;
-    put_u64(&mut b, s, u64_at(t, g.wts()));
-    put_u64(&mut b, s + 8, word);
-    put_u64(&mut b, s + 16, u64_at(t, WRITER as usize));
+    put_u64_at(&mut b, s, u64_at(t, g.wts()));
+    put_u64_at(&mut b, s + 8, word);
+    put_u64_at(&mut b, s + 16, u64_at(t, WRITER as usize));
     let at = META_BYTES as usize;
     b[s + 24..s + 24 + g.rec].copy_from_slice(&t[at..at + g.rec]);
     let new_word = version_word(inc, counter + 1);
-    put_u64(&mut b, 0, new_word);
-    put_u64(&mut b, WRITER as usize - base, writer);
+    put_u64_at(&mut b, 0, new_word);
+    put_u64_at(&mut b, WRITER as usize - base, writer);
     let n = record.len().min(g.rec);
     b[at - base..at - base + n].copy_from_slice(&record[..n]);
-    put_u64(&mut b, g.wts() - base, ctts);
-    put_u64(&mut b, g.seq() - base, new_word);
+    put_u64_at(&mut b, g.wts() - base, ctts);
+    put_u64_at(&mut b, g.seq() - base, new_word);
     b
 }
 
@@ -341,10 +336,10 @@ impl Participant {
 }
 
 /// The next timestamp of this coroutine: its adjusted clock, strictly after its last one.
-fn next_ts(ctx: &Ctx, n: &NodeState) -> Result<u64, String> {
+fn next_ts(ctx: &Ctx, n: &NodeState) -> Result<u64, TxnError> {
     let (w, c, workers) = (ctx.me().worker, ctx.coroutine(), ctx.workers());
     if n.me as u64 * workers as u64 + w as u64 >= 1 << 12 || c >= 1 << 8 {
-        return Err("MVCC timestamps hold 12 bits of node x worker and 8 of coroutine".into());
+        return Err(TxnError::Unsupported("MVCC timestamps hold 12 bits of node x worker and 8 of coroutine"));
     }
     let mut clocks = part(n).clocks.borrow_mut();
     let (ahead, last) = clocks.entry((w, c)).or_default();
@@ -378,26 +373,22 @@ fn geometry(n: &NodeState, table: u16) -> Geometry {
 }
 
 async fn attempt(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Attempt {
+    run(ctx, n, spec, id).await.unwrap_or_else(Attempt::Failed)
+}
+
+async fn run(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Result<Attempt, TxnError> {
     let start_ns = ctx.now();
-    let ctts = match next_ts(ctx, n) {
-        Ok(t) => t,
-        Err(e) => return Attempt::Failed(e),
-    };
+    let ctts = next_ts(ctx, n)?;
     let mut recs = ops::records(n, spec);
     // Read set: R1/R2 and rts.
-    let seen = match read_set(ctx, n, &mut recs, ctts).await {
-        Ok(Ok(seen)) => seen,
-        Ok(Err(why)) => return abort(ctx, n, why),
-        Err(e) => return Attempt::Failed(e),
+    let seen = match read_set(ctx, n, &mut recs, ctts).await? {
+        Ok(seen) => seen,
+        Err(why) => return Ok(abort(ctx, n, why)),
     };
     // Write set: W1/W2 and the lock.
-    match lock_set(ctx, n, &mut recs, ctts).await {
-        Ok(None) => {}
-        Ok(Some(why)) => {
-            ops::release(ctx, n, &recs, |r| r.write, ctts).await;
-            return abort(ctx, n, why);
-        }
-        Err(e) => return Attempt::Failed(e),
+    if let Some(why) = lock_set(ctx, n, &mut recs, ctts).await? {
+        ops::release(ctx, n, &recs, |r| r.write, ctts).await?;
+        return Ok(abort(ctx, n, why));
     }
     let olds: Vec<&[u8]> = recs
         .iter()
@@ -409,26 +400,22 @@ async fn attempt(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Attempt {
     let (new_values, delta) = match n.workload.execute(spec, &reads, &olds) {
         Executed::Commit { new_values, external_delta } => (new_values, external_delta),
         Executed::UserAbort => {
-            ops::release(ctx, n, &recs, |r| r.write, ctts).await;
-            return Attempt::UserAbort;
+            ops::release(ctx, n, &recs, |r| r.write, ctts).await?;
+            return Ok(Attempt::UserAbort);
         }
     };
-    if let Err(e) = ops::log(ctx, n, &recs, &new_values, id).await {
-        return Attempt::Failed(e);
-    }
+    ops::log(ctx, n, &recs, &new_values, id).await?;
     let mut h = new_history(ctx, n, spec, id, start_ns);
     for (r, v) in recs.iter().filter(|r| !r.write).zip(&seen) {
         h.reads.push(Access { key: history_key(r.table, r.key), version: v.counter() });
     }
-    if let Err(e) = commit(ctx, n, &recs, &new_values, ctts, id, &mut h).await {
-        return Attempt::Failed(e);
-    }
+    commit(ctx, n, &recs, &new_values, ctts, id, &mut h).await?;
     committed(ctx, n, h, delta);
-    Attempt::Committed
+    Ok(Attempt::Committed)
 }
 
 /// Verdict of a stage: `Ok(Err(why))` aborts, `Err` is a failed verb or RPC.
-type Staged<T> = Result<Result<T, Abort>, String>;
+type Staged<T> = Result<Result<T, Abort>, TxnError>;
 
 /// Scratch areas, as ops.rs: the first half holds the READ and LOCK stages' buffers, the
 /// last quarter commit bodies (the third quarter is the log's). Offsets from the scratch
@@ -470,7 +457,7 @@ async fn read_onesided(
     n: &NodeState,
     recs: &mut [Rec],
     ctts: u64,
-) -> Result<(Result<Vec<Version>, Abort>, u64, u64), String> {
+) -> Result<(Result<Vec<Version>, Abort>, u64, u64), TxnError> {
     ops::locate_all(ctx, n, recs, |r| !r.write).await?;
     let s = ctx.scratch();
     let idx: Vec<usize> = (0..recs.len()).filter(|&i| !recs[i].write).collect();
@@ -484,11 +471,16 @@ async fn read_onesided(
     for &i in &idx {
         let len = ops::tuple_bytes(n, recs[i].table) as u64;
         if 2 * len > area {
-            return Err(format!("MVCC: two reads of a {len}-byte tuple exceed the {area}-byte buffer area"));
+            return Err(TxnError::TooBig {
+                what: "two tuple copies",
+                bytes: 2 * len,
+                limit: area,
+                within: "buffer area",
+            });
         }
         if at + 2 * len > s.addr + area {
             // The area is full: collect what was read, then reuse it.
-            ctx.wait().await.map_err(|c| c.to_string())?;
+            ctx.wait().await?;
             harvest(ctx, &mut posted, &mut snaps)?;
             at = s.addr;
             round_trips += 1;
@@ -500,13 +492,13 @@ async fn read_onesided(
         // The first READ is confirmed by the second's completion (FIFO on the QP).
         ops::issue(ctx, n, ops::qp(ctx, r.home)?, vec![(a, false), (b, true)]).await?;
         if !n.rdma.speculative {
-            ctx.wait().await.map_err(|c| c.to_string())?;
+            ctx.wait().await?;
         }
         posted.push((i, at, len));
         at += 2 * len;
         bytes += 2 * len;
     }
-    ctx.wait().await.map_err(|c| c.to_string())?;
+    ctx.wait().await?;
     harvest(ctx, &mut posted, &mut snaps)?;
     snaps.sort_by_key(|(i, _, _)| *i);
 
@@ -566,11 +558,11 @@ async fn read_onesided(
             slots.push(at);
             at += 24;
         }
-        ctx.wait().await.map_err(|c| c.to_string())?;
+        ctx.wait().await?;
         let mut again = Vec::new();
         for (&(i, rts, word), at) in raise.iter().zip(slots) {
             if rts < ctts {
-                let old = ctx.load_local(at).map_err(|e| e.to_string())?;
+                let old = ctx.load_local(at)?;
                 observe(ctx, n, old);
                 if old != rts && old < ctts {
                     // Another reader moved rts, not past ctts: not a conflict, retry.
@@ -578,8 +570,8 @@ async fn read_onesided(
                     continue;
                 }
             }
-            let lock = ctx.load_local(at + 8).map_err(|e| e.to_string())?;
-            let now_word = ctx.load_local(at + 16).map_err(|e| e.to_string())?;
+            let lock = ctx.load_local(at + 8)?;
+            let now_word = ctx.load_local(at + 16)?;
             if !r2(lock, ctts) || now_word != word {
                 return Ok((Err(Abort::ReadChanged), round_trips, bytes));
             }
@@ -594,25 +586,171 @@ fn harvest(
     ctx: &Ctx,
     posted: &mut Vec<(usize, u64, u64)>,
     snaps: &mut Vec<(usize, Vec<u8>, Vec<u8>)>,
-) -> Result<(), String> {
+) -> Result<(), TxnError> {
     for (i, at, len) in posted.drain(..) {
         let mut a = vec![0; len as usize];
         let mut b = vec![0; len as usize];
-        ctx.read_local(at, &mut a).map_err(|e| e.to_string())?;
-        ctx.read_local(at + len, &mut b).map_err(|e| e.to_string())?;
+        ctx.read_local(at, &mut a)?;
+        ctx.read_local(at + len, &mut b)?;
         snaps.push((i, a, b));
     }
     Ok(())
 }
 
-/// Request prefix of the READ and LOCK handlers: table u16 | pad 6 | key u64 | ctts u64.
-fn request(r: &Rec, ctts: u64) -> Vec<u8> {
-    let mut req = Vec::with_capacity(24);
-    req.extend_from_slice(&r.table.to_le_bytes());
-    req.extend_from_slice(&[0; 6]);
-    req.extend_from_slice(&r.key.to_le_bytes());
-    req.extend_from_slice(&ctts.to_le_bytes());
-    req
+/// Request of the READ and LOCK handlers: `table u16 | pad 6 | key u64 | ctts u64`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct TsReq {
+    pub table: u16,
+    pub key: u64,
+    pub ctts: u64,
+}
+
+impl TsReq {
+    fn of(r: &Rec, ctts: u64) -> TsReq {
+        TsReq { table: r.table, key: r.key, ctts }
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(24);
+        KeyReq { table: self.table, key: self.key }.encode_into(&mut out);
+        out.put_u64(self.ctts);
+        out
+    }
+
+    pub fn decode(b: &[u8]) -> Result<Self, WireError> {
+        let mut r = Reader::new(b);
+        let KeyReq { table, key } = KeyReq::read(&mut r)?;
+        let ctts = r.u64()?;
+        r.finish()?;
+        Ok(TsReq { table, key, ctts })
+    }
+}
+
+/// The replies of READ and LOCK: `MISSING` alone, or `status u8 | wts u64 | rts u64` (the
+/// tuple's latest `wts` and its `rts`, which move the reader's clock, whatever the outcome),
+/// then on OK the stage's result `T`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reply<T> {
+    Missing,
+    Seen { wts: u64, rts: u64, outcome: Result<T, Abort> },
+}
+
+/// READ's result on OK: `offset u64 | wts u64 | version word u64 | writer u64 | latest u8 |
+/// record` (the version R1 picked); BUSY is Cond R2, OVERFLOW Cond R1.
+pub type ReadReply = Reply<(u64, Version)>;
+
+/// LOCK's result on OK: `offset u64 | tuple` (read under the lock); BUSY is Cond W2,
+/// TOO_LATE Cond W1.
+pub type LockReply = Reply<(u64, Vec<u8>)>;
+
+impl<T> Reply<T> {
+    fn encode_with(&self, out: &mut Vec<u8>, fail: fn(Abort) -> u8, body: impl FnOnce(&T, &mut Vec<u8>)) {
+        let Reply::Seen { wts, rts, outcome } = self else { return out.put_u8(MISSING) };
+        out.put_u8(outcome.as_ref().map_or_else(|why| fail(*why), |_| OK));
+        out.put_u64(*wts);
+        out.put_u64(*rts);
+        if let Ok(t) = outcome {
+            body(t, out);
+        }
+    }
+
+    fn decode_with(
+        b: &[u8],
+        fail: fn(u8) -> Option<Abort>,
+        body: impl FnOnce(&mut Reader<'_>) -> Result<T, WireError>,
+    ) -> Result<Self, WireError> {
+        let mut r = Reader::new(b);
+        let status = r.u8()?;
+        match status {
+            MISSING => return r.finish().map(|()| Reply::Missing),
+            MALFORMED => return Err(WireError::Rejected),
+            _ => {}
+        }
+        let (wts, rts) = (r.u64()?, r.u64()?);
+        let outcome = match status {
+            OK => Ok(body(&mut r)?),
+            s => Err(fail(s).ok_or(WireError::Status(s))?),
+        };
+        r.finish()?;
+        Ok(Reply::Seen { wts, rts, outcome })
+    }
+}
+
+impl ReadReply {
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
+        let fail = |why| if why == Abort::ReadLocked { BUSY } else { OVERFLOW };
+        self.encode_with(out, fail, |(offset, v), out| {
+            for w in [*offset, v.wts, v.word, v.writer] {
+                out.put_u64(w);
+            }
+            out.put_u8(v.latest as u8);
+            out.put_bytes(&v.record);
+        });
+    }
+
+    pub fn decode(b: &[u8]) -> Result<Self, WireError> {
+        let fail = |s| match s {
+            BUSY => Some(Abort::ReadLocked),
+            OVERFLOW => Some(Abort::SlotOverflow),
+            _ => None,
+        };
+        Self::decode_with(b, fail, |r| {
+            let (offset, wts, word, writer) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?);
+            let latest = match r.u8()? {
+                0 => false,
+                1 => true,
+                _ => return Err(WireError::Invalid("MVCC read reply: latest is not 0 or 1")),
+            };
+            Ok((offset, Version { wts, word, writer, record: r.rest().to_vec(), latest }))
+        })
+    }
+}
+
+impl LockReply {
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
+        let fail = |why| if why == Abort::WriteLocked { BUSY } else { TOO_LATE };
+        self.encode_with(out, fail, |(offset, tuple), out| {
+            out.put_u64(*offset);
+            out.put_bytes(tuple);
+        });
+    }
+
+    pub fn decode(b: &[u8]) -> Result<Self, WireError> {
+        let fail = |s| match s {
+            BUSY => Some(Abort::WriteLocked),
+            TOO_LATE => Some(Abort::WriteTooLate),
+            _ => None,
+        };
+        Self::decode_with(b, fail, |r| Ok((r.u64()?, r.rest().to_vec())))
+    }
+}
+
+/// COMMIT's request: `table u16 | pad 6 | offset u64 | ctts u64 | writer u64 | record`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct CommitReq<'a> {
+    pub table: u16,
+    pub offset: u64,
+    pub ctts: u64,
+    pub writer: u64,
+    pub record: &'a [u8],
+}
+
+impl<'a> CommitReq<'a> {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(32 + self.record.len());
+        KeyReq { table: self.table, key: self.offset }.encode_into(&mut out);
+        out.put_u64(self.ctts);
+        out.put_u64(self.writer);
+        out.put_bytes(self.record);
+        out
+    }
+
+    pub fn decode(b: &'a [u8]) -> Result<Self, WireError> {
+        let mut r = Reader::new(b);
+        let KeyReq { table, key: offset } = KeyReq::read(&mut r)?;
+        let (ctts, writer) = (r.u64()?, r.u64()?);
+        Ok(CommitReq { table, offset, ctts, writer, record: r.rest() })
+    }
 }
 
 /// RPC READ: the handler reads the tuple, checks R2 and R1 and raises rts in one go.
@@ -621,44 +759,33 @@ async fn read_rpc(
     n: &NodeState,
     recs: &mut [Rec],
     ctts: u64,
-) -> Result<(Result<Vec<Version>, Abort>, u64, u64), String> {
+) -> Result<(Result<Vec<Version>, Abort>, u64, u64), TxnError> {
     let mut calls = Vec::new();
     let mut bytes = 0u64;
     for (i, r) in recs.iter().enumerate().filter(|(_, r)| !r.write) {
-        calls.push((i, ops::call(ctx, n, r.home, H_READ, &request(r, ctts)).await));
+        calls.push((i, ops::call(ctx, n, r.home, H_READ, &TsReq::of(r, ctts).encode()).await?));
         if !n.rdma.speculative {
-            let _ = ctx.wait().await;
+            ctx.wait().await?;
         }
     }
-    let _ = ctx.wait().await;
+    ctx.wait().await?;
     let mut seen = Vec::new();
     let mut verdict = Ok(());
     for (i, call) in calls {
         let r = &mut recs[i];
-        let rep = match ctx.take_reply(call) {
-            Some(Ok(rep)) => rep,
-            Some(Err(e)) => return Err(e.to_string()),
-            None => return Err("MVCC read reply lost".into()),
+        let rep = ops::reply(ctx, call, "MVCC_READ")?;
+        let Reply::Seen { wts, rts, outcome } = ReadReply::decode(&rep)? else {
+            return Err(TxnError::NotFound { node: r.home, table: r.table, key: r.key });
         };
-        if rep.first() == Some(&MISSING) || rep.len() < 17 {
-            return Err(format!("key {} missing on node {}", r.key, r.home));
-        }
-        observe(ctx, n, u64_at(&rep, 1));
-        observe(ctx, n, u64_at(&rep, 9));
+        observe(ctx, n, wts);
+        observe(ctx, n, rts);
         bytes += 24 + rep.len() as u64;
-        match rep[0] {
-            OK => {
-                r.offset = u64_at(&rep, 17);
-                seen.push(Version {
-                    wts: u64_at(&rep, 25),
-                    word: u64_at(&rep, 33),
-                    writer: u64_at(&rep, 41),
-                    latest: rep[49] == 1,
-                    record: rep[50..].to_vec(),
-                });
+        match outcome {
+            Ok((offset, v)) => {
+                r.offset = offset;
+                seen.push(v);
             }
-            BUSY => verdict = verdict.and(Err(Abort::ReadLocked)),
-            _ => verdict = verdict.and(Err(Abort::SlotOverflow)),
+            Err(why) => verdict = verdict.and(Err(why)),
         }
     }
     ctx.clear_replies();
@@ -667,7 +794,7 @@ async fn read_rpc(
 
 /// LOCK stage: locks every write-set record after Cond W1 and W2; `Some(why)` aborts (the
 /// caller releases what was locked).
-async fn lock_set(ctx: &Ctx, n: &NodeState, recs: &mut [Rec], ctts: u64) -> Result<Option<Abort>, String> {
+async fn lock_set(ctx: &Ctx, n: &NodeState, recs: &mut [Rec], ctts: u64) -> Result<Option<Abort>, TxnError> {
     if !recs.iter().any(|r| r.write) {
         return Ok(None);
     }
@@ -688,7 +815,7 @@ async fn lock_onesided(
     n: &NodeState,
     recs: &mut [Rec],
     ctts: u64,
-) -> Result<(Option<Abort>, u64, u64), String> {
+) -> Result<(Option<Abort>, u64, u64), TxnError> {
     ops::locate_all(ctx, n, recs, |r| r.write && r.tuple.is_empty()).await?;
     let s = ctx.scratch();
     let idx: Vec<usize> = (0..recs.len()).filter(|&i| recs[i].write).collect();
@@ -706,12 +833,12 @@ async fn lock_onesided(
         at += 24;
         bytes += 24;
     }
-    ctx.wait().await.map_err(|c| c.to_string())?;
+    ctx.wait().await?;
     let mut too_late = false;
     for k in 0..idx.len() {
         let at = s.addr + 24 * k as u64;
-        let wts = ctx.load_local(at).map_err(|e| e.to_string())?;
-        let rts = ctx.load_local(at + 16).map_err(|e| e.to_string())?;
+        let wts = ctx.load_local(at)?;
+        let rts = ctx.load_local(at + 16)?;
         observe(ctx, n, wts);
         observe(ctx, n, rts);
         too_late |= !w1_words(wts, rts, ctts);
@@ -727,17 +854,17 @@ async fn lock_onesided(
     for &i in &idx {
         let len = ops::tuple_bytes(n, recs[i].table) as u64;
         if 8 + len > area {
-            return Err(format!("MVCC: a {len}-byte tuple exceeds the {area}-byte buffer area"));
+            return Err(TxnError::TooBig { what: "lock buffer", bytes: 8 + len, limit: area, within: "buffer area" });
         }
         if at + 8 + len > s.addr + area {
-            ctx.wait().await.map_err(|c| c.to_string())?;
+            ctx.wait().await?;
             harvest_locks(ctx, recs, &mut posted)?;
             at = s.addr;
             round_trips += 1;
         }
         let r = &recs[i];
         // A sentinel, so a result that never arrived cannot read as "was free".
-        ctx.store_local(at, u64::MAX).map_err(|e| e.to_string())?;
+        ctx.store_local(at, u64::MAX)?;
         let cas = Op::Cas {
             local: LocalBuf { lkey: s.lkey, addr: at, len: 8 },
             remote: n.catalog.remote(r.home, r.offset + LOCK, 8),
@@ -753,7 +880,7 @@ async fn lock_onesided(
         at += 8 + len;
         bytes += 8 + len;
     }
-    ctx.wait().await.map_err(|c| c.to_string())?;
+    ctx.wait().await?;
     harvest_locks(ctx, recs, &mut posted)?;
     let mut why = None;
     for &i in &idx {
@@ -775,46 +902,46 @@ async fn lock_onesided(
     Ok((why, round_trips, bytes))
 }
 
-fn harvest_locks(ctx: &Ctx, recs: &mut [Rec], posted: &mut Vec<(usize, u64, u64)>) -> Result<(), String> {
+fn harvest_locks(ctx: &Ctx, recs: &mut [Rec], posted: &mut Vec<(usize, u64, u64)>) -> Result<(), TxnError> {
     for (i, at, len) in posted.drain(..) {
         let r = &mut recs[i];
-        r.locked = ctx.load_local(at).map_err(|e| e.to_string())? == 0;
+        r.locked = ctx.load_local(at)? == 0;
         r.tuple = vec![0; len as usize];
-        ctx.read_local(at + 8, &mut r.tuple).map_err(|e| e.to_string())?;
+        ctx.read_local(at + 8, &mut r.tuple)?;
     }
     Ok(())
 }
 
 /// RPC LOCK: the handler checks W1, locks (W2) and replies with the tuple.
-async fn lock_rpc(ctx: &Ctx, n: &NodeState, recs: &mut [Rec], ctts: u64) -> Result<(Option<Abort>, u64, u64), String> {
+async fn lock_rpc(
+    ctx: &Ctx,
+    n: &NodeState,
+    recs: &mut [Rec],
+    ctts: u64,
+) -> Result<(Option<Abort>, u64, u64), TxnError> {
     let mut calls = Vec::new();
     for (i, r) in recs.iter().enumerate().filter(|(_, r)| r.write) {
-        calls.push((i, ops::call(ctx, n, r.home, H_LOCK, &request(r, ctts)).await));
+        calls.push((i, ops::call(ctx, n, r.home, H_LOCK, &TsReq::of(r, ctts).encode()).await?));
     }
-    let _ = ctx.wait().await;
+    ctx.wait().await?;
     let mut why = None;
     let mut bytes = 0;
     for (i, call) in calls {
         let r = &mut recs[i];
-        let rep = match ctx.take_reply(call) {
-            Some(Ok(rep)) => rep,
-            Some(Err(e)) => return Err(e.to_string()),
-            None => return Err("MVCC lock reply lost".into()),
+        let rep = ops::reply(ctx, call, "MVCC_LOCK")?;
+        let Reply::Seen { wts, rts, outcome } = LockReply::decode(&rep)? else {
+            return Err(TxnError::NotFound { node: r.home, table: r.table, key: r.key });
         };
-        if rep.first() == Some(&MISSING) || rep.len() < 17 {
-            return Err(format!("key {} missing on node {}", r.key, r.home));
-        }
-        observe(ctx, n, u64_at(&rep, 1));
-        observe(ctx, n, u64_at(&rep, 9));
+        observe(ctx, n, wts);
+        observe(ctx, n, rts);
         bytes += 24 + rep.len() as u64;
-        match rep[0] {
-            OK => {
+        match outcome {
+            Ok((offset, tuple)) => {
                 r.locked = true;
-                r.offset = u64_at(&rep, 17);
-                r.tuple = rep[25..].to_vec();
+                r.offset = offset;
+                r.tuple = tuple;
             }
-            BUSY => why = why.or(Some(Abort::WriteLocked)),
-            _ => why = why.or(Some(Abort::WriteTooLate)),
+            Err(w) => why = why.or(Some(w)),
         }
     }
     ctx.clear_replies();
@@ -831,9 +958,10 @@ async fn commit(
     ctts: u64,
     id: u64,
     h: &mut txbed_checker::Txn,
-) -> Result<(), String> {
+) -> Result<(), TxnError> {
     let t0 = ctx.now();
     let mut bytes = 0u64;
+    debug_assert_eq!(new_values.len(), recs.iter().filter(|r| r.write).count(), "a new value per write");
     let writes: Vec<(&Rec, &Vec<u8>)> = recs.iter().filter(|r| r.write).zip(new_values).collect();
     for (r, _) in &writes {
         let key = history_key(r.table, r.key);
@@ -856,7 +984,12 @@ async fn commit(
         for b in &bodies {
             let len = (b.len() as u64).div_ceil(8) * 8;
             if from + len > to {
-                return Err(format!("MVCC: a {len}-byte commit body exceeds the {}-byte staging area", to - from));
+                return Err(TxnError::TooBig {
+                    what: "commit body",
+                    bytes: len,
+                    limit: to - from,
+                    within: "staging area",
+                });
             }
             let wrap = b.len() > 64 && at + len > s.addr + to;
             if wrap {
@@ -871,13 +1004,13 @@ async fn commit(
         for (k, ((r, _), body)) in writes.iter().zip(&bodies).enumerate() {
             let (wrap, at) = plan[k];
             if wrap {
-                ctx.wait().await.map_err(|c| c.to_string())?;
+                ctx.wait().await?;
             }
             bytes += body.len() as u64 + 8;
             let src = if body.len() <= 64 {
                 Payload::Inline(body.clone())
             } else {
-                ctx.write_local(at, body).map_err(|e| e.to_string())?;
+                ctx.write_local(at, body)?;
                 Payload::Local(LocalBuf { lkey: s.lkey, addr: at, len: body.len() as u32 })
             };
             let write = Op::Write { src, remote: n.catalog.remote(r.home, r.offset + VERSION, body.len() as u32) };
@@ -894,35 +1027,26 @@ async fn commit(
         }
     } else {
         for (r, v) in &writes {
-            let mut req = Vec::with_capacity(32 + v.len());
-            req.extend_from_slice(&r.table.to_le_bytes());
-            req.extend_from_slice(&[0; 6]);
-            req.extend_from_slice(&r.offset.to_le_bytes());
-            req.extend_from_slice(&ctts.to_le_bytes());
-            req.extend_from_slice(&id.to_le_bytes());
-            req.extend_from_slice(v);
+            let req = CommitReq { table: r.table, offset: r.offset, ctts, writer: id, record: v }.encode();
             bytes += req.len() as u64;
             if n.rdma.passive_ack {
                 ctx.call_oneway(ops::endpoint(ctx, r.home), H_COMMIT, &req);
             } else {
-                ops::call(ctx, n, r.home, H_COMMIT, &req).await;
+                ops::call(ctx, n, r.home, H_COMMIT, &req).await?;
             }
         }
     }
-    let _ = ctx.wait().await;
+    let waited = ctx.wait().await;
     ctx.clear_replies();
+    waited?;
     ops::account(ctx, n, Stage::Commit, t0, 1, bytes);
     Ok(())
 }
 
-/// The table and tuple offset a `table u16 | pad 6 | key u64` prefix names.
-fn find(n: &NodeState, mem: &dyn HostMemory, req: &[u8]) -> Option<(Geometry, u64)> {
-    if req.len() < 16 {
-        return None;
-    }
-    let table = u16::from_le_bytes([req[0], req[1]]);
+/// The geometry and tuple offset of a key on this node.
+fn find(n: &NodeState, mem: &dyn HostMemory, table: u16, key: u64) -> Option<(Geometry, u64)> {
     let place = n.catalog.layout.table(table)?;
-    Some((Geometry::of(place), store::find_local(mem, n.base(), place, u64_at(req, 8))?))
+    Some((Geometry::of(place), store::find_local(mem, n.base(), place, key)?))
 }
 
 fn read_tuple(n: &NodeState, mem: &dyn HostMemory, g: Geometry, off: u64) -> Vec<u8> {
@@ -932,78 +1056,68 @@ fn read_tuple(n: &NodeState, mem: &dyn HostMemory, g: Geometry, off: u64) -> Vec
 }
 
 /// READ handler: R2, R1 and rts, atomically at the participant.
-/// Request: table | pad | key | ctts. Reply: status | wts | rts, then on OK: offset | the
-/// version's wts | version word | writer | latest u8 | record.
 fn read_handler(n: &NodeState, mem: &dyn HostMemory, req: &[u8], reply: &mut Vec<u8>) {
-    let Some((g, off)) = find(n, mem, req) else { return reply.push(MISSING) };
-    let ctts = u64_at(req, 16);
+    let Ok(TsReq { table, key, ctts }) = TsReq::decode(req) else { return reply.push(MALFORMED) };
+    let Some((g, off)) = find(n, mem, table, key) else { return ReadReply::Missing.encode_into(reply) };
     let t = read_tuple(n, mem, g, off);
     let (wts, rts) = (u64_at(&t, g.wts()), u64_at(&t, g.rts()));
-    let head = |reply: &mut Vec<u8>, status: u8| {
-        reply.push(status);
-        reply.extend_from_slice(&wts.to_le_bytes());
-        reply.extend_from_slice(&rts.to_le_bytes());
-    };
+    let seen = |outcome| ReadReply::Seen { wts, rts, outcome };
     if !r2(u64_at(&t, LOCK as usize), ctts) {
-        return head(reply, BUSY);
+        return seen(Err(Abort::ReadLocked)).encode_into(reply);
     }
-    let Some(v) = r1(g, &t, ctts) else { return head(reply, OVERFLOW) };
+    let Some(v) = r1(g, &t, ctts) else { return seen(Err(Abort::SlotOverflow)).encode_into(reply) };
     if v.latest && rts < ctts && n.bug != Some(SKIP_RTS) {
         let _ = mem.store_u64(n.base() + off + g.rts() as u64, ctts);
     }
-    head(reply, OK);
-    for w in [off, v.wts, v.word, v.writer] {
-        reply.extend_from_slice(&w.to_le_bytes());
-    }
-    reply.push(v.latest as u8);
-    reply.extend_from_slice(&v.record);
+    seen(Ok((off, v))).encode_into(reply);
 }
 
 /// LOCK handler: W1, then W2 by CAS, then W1 again on the tuple read under the lock (the
 /// double read; a no-op when the handler runs atomically, not on every backend).
-/// Request: table | pad | key | ctts. Reply: status | wts | rts, then on OK: offset | tuple.
 fn lock_handler(n: &NodeState, mem: &dyn HostMemory, req: &[u8], reply: &mut Vec<u8>) {
-    let Some((g, off)) = find(n, mem, req) else { return reply.push(MISSING) };
-    let ctts = u64_at(req, 16);
+    let Ok(TsReq { table, key, ctts }) = TsReq::decode(req) else { return reply.push(MALFORMED) };
+    let Some((g, off)) = find(n, mem, table, key) else { return LockReply::Missing.encode_into(reply) };
     let base = n.base() + off;
     let t = read_tuple(n, mem, g, off);
-    let head = |reply: &mut Vec<u8>, status: u8, t: &[u8]| {
-        reply.push(status);
-        reply.extend_from_slice(&t[g.wts()..g.wts() + 8]);
-        reply.extend_from_slice(&t[g.rts()..g.rts() + 8]);
-    };
+    let seen = |t: &[u8], outcome| LockReply::Seen { wts: u64_at(t, g.wts()), rts: u64_at(t, g.rts()), outcome };
     if !w1(g, &t, ctts) {
-        return head(reply, TOO_LATE, &t);
+        return seen(&t, Err(Abort::WriteTooLate)).encode_into(reply);
     }
     if mem.cas_u64(base + LOCK, 0, ctts).unwrap_or(u64::MAX) != 0 {
-        return head(reply, BUSY, &t);
+        return seen(&t, Err(Abort::WriteLocked)).encode_into(reply);
     }
     let t = read_tuple(n, mem, g, off);
     if !w1(g, &t, ctts) || !consistent(g, &t) {
         let _ = mem.cas_u64(base + LOCK, ctts, 0);
-        return head(reply, TOO_LATE, &t);
+        return seen(&t, Err(Abort::WriteTooLate)).encode_into(reply);
     }
-    head(reply, OK, &t);
-    reply.extend_from_slice(&off.to_le_bytes());
-    reply.extend_from_slice(&t);
+    seen(&t, Ok((off, t.clone()))).encode_into(reply);
 }
 
 /// COMMIT handler: installs the new version over the tuple (held under `ctts`'s lock) and
-/// unlocks. Request: table | pad | offset | ctts | writer | record.
+/// unlocks.
 fn commit_handler(n: &NodeState, mem: &dyn HostMemory, req: &[u8]) {
-    if req.len() < 32 {
-        return;
-    }
-    let table = u16::from_le_bytes([req[0], req[1]]);
+    // Nobody reads the reply: a request that does not decode, or names no table or a tuple
+    // outside the store, writes nothing.
+    let Ok(CommitReq { table, offset, ctts, writer, record }) = CommitReq::decode(req) else { return };
     let Some(place) = n.catalog.layout.table(table) else { return };
     let g = Geometry::of(place);
-    let (off, ctts, writer) = (u64_at(req, 8), u64_at(req, 16), u64_at(req, 24));
-    let base = n.base() + off;
-    let t = read_tuple(n, mem, g, off);
-    if u64_at(&t, LOCK as usize) != ctts {
-        return; // not ours: a duplicate or a bug; never overwrite another's version
+    let base = n.base() + offset;
+    let mut t = vec![0u8; g.tuple_bytes()];
+    if mem.read(base, &mut t).is_err() {
+        return;
     }
-    let _ = mem.write(base + VERSION, &install(g, &t, ctts, writer, &req[32..]));
+    // Not a duplicate: the transport runs a handler at most once (a retransmission gets the
+    // remembered reply) and a one-way COMMIT is never resent. The coordinator commits only
+    // records this node's LOCK granted to `ctts`, and nothing else clears that lock: another
+    // lock word here is a bug, and writing would overwrite another transaction's version.
+    assert_eq!(
+        u64_at(&t, LOCK as usize),
+        ctts,
+        "MVCC COMMIT on node {} of the tuple at {offset} without its lock",
+        n.me
+    );
+    let _ = mem.write(base + VERSION, &install(g, &t, ctts, writer, record));
     let _ = mem.store_u64(base + LOCK, 0);
 }
 
@@ -1033,4 +1147,55 @@ pub fn handlers(n: &Rc<NodeState>) -> Vec<(u16, Rc<HandlerFn>)> {
             }),
         ),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_keep_their_layouts_and_round_trip() {
+        let req = TsReq { table: 2, key: 9, ctts: 1 << 30 };
+        assert_eq!(req.encode().len(), 24);
+        assert_eq!(TsReq::decode(&req.encode()), Ok(req));
+        let v = Version { wts: 3, word: 4, writer: 5, record: vec![6; 16], latest: false };
+        for r in [
+            ReadReply::Missing,
+            ReadReply::Seen { wts: 1, rts: 2, outcome: Ok((64, v.clone())) },
+            ReadReply::Seen { wts: 1, rts: 2, outcome: Err(Abort::ReadLocked) },
+            ReadReply::Seen { wts: 1, rts: 2, outcome: Err(Abort::SlotOverflow) },
+        ] {
+            let mut b = Vec::new();
+            r.encode_into(&mut b);
+            assert_eq!(ReadReply::decode(&b), Ok(r));
+        }
+        let mut b = Vec::new();
+        ReadReply::Seen { wts: 1, rts: 2, outcome: Ok((64, v)) }.encode_into(&mut b);
+        assert_eq!(b.len(), 17 + 33 + 16);
+        for r in [
+            LockReply::Missing,
+            LockReply::Seen { wts: 1, rts: 2, outcome: Ok((64, vec![7; 40])) },
+            LockReply::Seen { wts: 1, rts: 2, outcome: Err(Abort::WriteLocked) },
+            LockReply::Seen { wts: 1, rts: 2, outcome: Err(Abort::WriteTooLate) },
+        ] {
+            let mut b = Vec::new();
+            r.encode_into(&mut b);
+            assert_eq!(LockReply::decode(&b), Ok(r));
+        }
+        let c = CommitReq { table: 2, offset: 64, ctts: 7, writer: 8, record: &[1, 2, 3] };
+        assert_eq!(c.encode().len(), 35);
+        assert_eq!(CommitReq::decode(&c.encode()), Ok(c));
+    }
+
+    #[test]
+    fn malformed_messages_do_not_decode() {
+        assert!(TsReq::decode(&[0; 23]).is_err());
+        assert!(TsReq::decode(&[0; 25]).is_err());
+        assert_eq!(ReadReply::decode(&[MALFORMED]), Err(WireError::Rejected));
+        assert_eq!(ReadReply::decode(&[TOO_LATE; 17]), Err(WireError::Status(TOO_LATE)));
+        assert_eq!(LockReply::decode(&[OVERFLOW; 17]), Err(WireError::Status(OVERFLOW)));
+        assert_eq!(LockReply::decode(&[BUSY; 9]), Err(WireError::Short { need: 8, have: 0 }));
+        assert!(ReadReply::decode(&[OK; 40]).is_err());
+        assert!(CommitReq::decode(&[0; 31]).is_err());
+    }
 }

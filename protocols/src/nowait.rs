@@ -13,6 +13,7 @@ use txbed_txn::node::NodeState;
 use txbed_txn::ops;
 use txbed_txn::protocol::{Bug, LocalBoxFuture, Protocol};
 use txbed_txn::stage::Stage;
+use txbed_txn::TxnError;
 use txbed_workloads::TxnSpec;
 
 pub struct NoWait;
@@ -47,28 +48,24 @@ pub const STAGES: [Stage; 4] = [Stage::Lock, Stage::Log, Stage::Release, Stage::
 
 /// Runs one attempt of `spec` as transaction `id` (nonzero; also the lock owner).
 async fn attempt(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Attempt {
+    run(ctx, n, spec, id).await.unwrap_or_else(Attempt::Failed)
+}
+
+async fn run(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Result<Attempt, TxnError> {
     let start_ns = ctx.now();
     let mut recs = ops::records(n, spec);
-    match ops::lock_and_read(ctx, n, &mut recs, |_| true, id).await {
-        Ok(true) => {}
-        Ok(false) => {
-            ops::release(ctx, n, &recs, |_| true, id).await;
-            return Attempt::Conflict;
-        }
-        Err(e) => return Attempt::Failed(e),
+    if !ops::lock_and_read(ctx, n, &mut recs, |_| true, id).await? {
+        ops::release(ctx, n, &recs, |_| true, id).await?;
+        return Ok(Attempt::Conflict);
     }
     let Some((new_values, delta)) = execute(ctx, n, spec, &recs) else {
-        ops::release(ctx, n, &recs, |_| true, id).await;
-        return Attempt::UserAbort;
+        ops::release(ctx, n, &recs, |_| true, id).await?;
+        return Ok(Attempt::UserAbort);
     };
-    if let Err(e) = ops::log(ctx, n, &recs, &new_values, id).await {
-        return Attempt::Failed(e);
-    }
+    ops::log(ctx, n, &recs, &new_values, id).await?;
     let mut h = new_history(ctx, n, spec, id, start_ns);
     let bug = n.bug == Some(UNLOCK_BEFORE_WRITE_BACK);
-    if let Err(e) = ops::write_back(ctx, n, &recs, &new_values, id, &mut h, bug).await {
-        return Attempt::Failed(e);
-    }
+    ops::write_back(ctx, n, &recs, &new_values, id, &mut h, bug).await?;
     committed(ctx, n, h, delta);
-    Attempt::Committed
+    Ok(Attempt::Committed)
 }

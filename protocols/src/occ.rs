@@ -21,6 +21,7 @@ use txbed_txn::node::NodeState;
 use txbed_txn::ops;
 use txbed_txn::protocol::{parse_options, Bug, LocalBoxFuture, OptionValues, Preset, Protocol, Rdma};
 use txbed_txn::stage::{Hybrid, Stage};
+use txbed_txn::TxnError;
 use txbed_workloads::TxnSpec;
 
 pub struct Occ;
@@ -116,67 +117,50 @@ fn no_options() -> OptionValues {
 pub const STAGES: [Stage; 6] = [Stage::Lock, Stage::Read, Stage::Log, Stage::Release, Stage::Commit, Stage::Validate];
 
 async fn attempt(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Attempt {
+    run(ctx, n, spec, id).await.unwrap_or_else(Attempt::Failed)
+}
+
+async fn run(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Result<Attempt, TxnError> {
     let start_ns = ctx.now();
     let mut recs = ops::records(n, spec);
     let early = n.participant::<Options>().lock_in_execution && !spec.read_only();
-    if early {
-        // FaSST: lock + read the write set now (records() puts reads first).
-        match ops::lock_and_read(ctx, n, &mut recs, |r| r.write, id).await {
-            Ok(true) => {}
-            Ok(false) => {
-                ops::release(ctx, n, &recs, |r| r.write, id).await;
-                return Attempt::Conflict;
-            }
-            Err(e) => return Attempt::Failed(e),
-        }
+    // FaSST: lock + read the write set now (records() puts reads first).
+    if early && !ops::lock_and_read(ctx, n, &mut recs, |r| r.write, id).await? {
+        ops::release(ctx, n, &recs, |r| r.write, id).await?;
+        return Ok(Attempt::Conflict);
     }
     // E: fetch. A record caught locked (by another) is being written: abort early.
     let fetched = if early { spec.reads.len() } else { recs.len() };
-    if let Err(e) = ops::fetch(ctx, n, &mut recs[..fetched]).await {
-        return Attempt::Failed(e);
-    }
+    ops::fetch(ctx, n, &mut recs[..fetched]).await?;
     if recs[..fetched].iter().any(|r| r.lock_word() != 0 && r.lock_word() != id) {
         if early {
-            ops::release(ctx, n, &recs, |r| r.write, id).await;
+            ops::release(ctx, n, &recs, |r| r.write, id).await?;
         }
-        return Attempt::Conflict;
+        return Ok(Attempt::Conflict);
     }
     let Some((new_values, delta)) = execute(ctx, n, spec, &recs) else {
         if early {
-            ops::release(ctx, n, &recs, |r| r.write, id).await;
+            ops::release(ctx, n, &recs, |r| r.write, id).await?;
         }
-        return Attempt::UserAbort;
+        return Ok(Attempt::UserAbort);
     };
     // V: lock the write set, then check it and validate the read set.
     let seen: Vec<(u16, u64)> = recs.iter().map(|r| r.version()).collect();
     if !spec.read_only() && !early {
-        let locked = match ops::lock_and_read(ctx, n, &mut recs, |r| r.write, id).await {
-            Ok(all) => all,
-            Err(e) => return Attempt::Failed(e),
-        };
+        let locked = ops::lock_and_read(ctx, n, &mut recs, |r| r.write, id).await?;
         let unchanged = recs.iter().zip(&seen).filter(|(r, _)| r.write && r.locked).all(|(r, v)| r.version() == *v);
         if !locked || !unchanged {
-            ops::release(ctx, n, &recs, |r| r.write, id).await;
-            return Attempt::Conflict;
+            ops::release(ctx, n, &recs, |r| r.write, id).await?;
+            return Ok(Attempt::Conflict);
         }
     }
-    if n.bug != Some(SKIP_VALIDATION) {
-        match ops::validate(ctx, n, &recs, |r| !r.write, id).await {
-            Ok(true) => {}
-            Ok(false) => {
-                ops::release(ctx, n, &recs, |r| r.write, id).await;
-                return Attempt::Conflict;
-            }
-            Err(e) => return Attempt::Failed(e),
-        }
+    if n.bug != Some(SKIP_VALIDATION) && !ops::validate(ctx, n, &recs, |r| !r.write, id).await? {
+        ops::release(ctx, n, &recs, |r| r.write, id).await?;
+        return Ok(Attempt::Conflict);
     }
-    if let Err(e) = ops::log(ctx, n, &recs, &new_values, id).await {
-        return Attempt::Failed(e);
-    }
+    ops::log(ctx, n, &recs, &new_values, id).await?;
     let mut h = new_history(ctx, n, spec, id, start_ns);
-    if let Err(e) = ops::write_back(ctx, n, &recs, &new_values, id, &mut h, false).await {
-        return Attempt::Failed(e);
-    }
+    ops::write_back(ctx, n, &recs, &new_values, id, &mut h, false).await?;
     committed(ctx, n, h, delta);
-    Attempt::Committed
+    Ok(Attempt::Committed)
 }

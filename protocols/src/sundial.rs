@@ -44,11 +44,14 @@ use txbed_workloads::{Executed, TxnSpec};
 
 use txbed_txn::attempt::{committed, new_history, Attempt};
 use txbed_txn::history_key;
-use txbed_txn::node::{NodeState, BUSY, MISSING, OK};
+use txbed_txn::msg::{FetchReply, KeyReq};
+use txbed_txn::node::{NodeState, BUSY, MALFORMED, OK};
 use txbed_txn::ops::{self, account, Rec};
 use txbed_txn::protocol::{handler_id, in_id_order, Bug, LocalBoxFuture, Protocol};
 use txbed_txn::stage::Stage;
 use txbed_txn::store::{self, LOCK, META_BYTES, VERSION};
+use txbed_txn::wire::{u64_at, Put, Reader, WireError};
+use txbed_txn::TxnError;
 
 pub struct Sundial;
 
@@ -90,11 +93,10 @@ pub const RENEW_IGNORES_LOCK: Bug = Bug {
 /// The stages SUNDIAL has, hence the bits its hybrid code may set.
 pub const STAGES: [Stage; 6] = [Stage::Lock, Stage::Read, Stage::Log, Stage::Release, Stage::Commit, Stage::Renew];
 
-/// READ: request `table u16 | pad 6 | key u64`; reply `status u8 | offset u64 | bucket offset
-/// u64 | bucket | tuple` (as `H_FETCH`, but read until two copies agree).
+/// READ: request `msg::KeyReq`; reply `msg::FetchReply` (as `H_FETCH`, but read until two
+/// copies agree; BUSY when they keep disagreeing).
 pub const H_SD_READ: u16 = handler_id(0);
-/// RENEW: request `offset u64 | ext_at u64 | wts u64 | commit_ts u64 | id u64`; reply
-/// `status u8` (OK: the lease covers `commit_ts`; BUSY: renewal failed).
+/// RENEW: request [`RenewReq`]; reply [`RenewReply`].
 pub const H_SD_RENEW: u16 = handler_id(1);
 
 /// Handler names, for traces.
@@ -114,8 +116,59 @@ pub fn ext_bytes(_record_bytes: u64) -> u64 {
     16
 }
 
-fn word(b: &[u8], i: usize) -> u64 {
-    u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"))
+/// RENEW's request: `offset u64 | ext_at u64 | wts u64 | commit_ts u64 | id u64`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct RenewReq {
+    /// The tuple, and its extension's offset in it.
+    pub offset: u64,
+    pub ext_at: u64,
+    /// The `wts` the reader saw.
+    pub wts: u64,
+    pub commit_ts: u64,
+    /// The renewing transaction (its own lock does not fail the renewal).
+    pub id: u64,
+}
+
+impl RenewReq {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(40);
+        for w in [self.offset, self.ext_at, self.wts, self.commit_ts, self.id] {
+            out.put_u64(w);
+        }
+        out
+    }
+
+    pub fn decode(b: &[u8]) -> Result<Self, WireError> {
+        let mut r = Reader::new(b);
+        let req = RenewReq { offset: r.u64()?, ext_at: r.u64()?, wts: r.u64()?, commit_ts: r.u64()?, id: r.u64()? };
+        r.finish()?;
+        Ok(req)
+    }
+}
+
+/// RENEW's reply: `status u8`, OK when the lease covers `commit_ts`, BUSY when the renewal
+/// failed.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct RenewReply {
+    pub renewed: bool,
+}
+
+impl RenewReply {
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
+        out.put_u8(if self.renewed { OK } else { BUSY });
+    }
+
+    pub fn decode(b: &[u8]) -> Result<Self, WireError> {
+        let mut r = Reader::new(b);
+        let renewed = match r.u8()? {
+            OK => true,
+            BUSY => false,
+            MALFORMED => return Err(WireError::Rejected),
+            s => return Err(WireError::Status(s)),
+        };
+        r.finish()?;
+        Ok(RenewReply { renewed })
+    }
 }
 
 /// Whether two reads of a tuple with its extension at `ext_at` agree on everything but `rts`
@@ -127,7 +180,7 @@ pub fn same_but_rts(a: &[u8], b: &[u8], ext_at: usize) -> bool {
 
 /// The lease `(wts, rts)` of a tuple read with its extension at `ext_at`.
 pub fn lease(tuple: &[u8], ext_at: u64) -> (u64, u64) {
-    (word(tuple, (ext_at + WTS) as usize), word(tuple, (ext_at + RTS) as usize))
+    (u64_at(tuple, (ext_at + WTS) as usize), u64_at(tuple, (ext_at + RTS) as usize))
 }
 
 /// Renews a lease in local memory (the participant's side of RENEW): fails if `wts` changed or
@@ -159,24 +212,20 @@ pub fn renew_local(
     false
 }
 
-/// The tuple offset of a `table u16 | pad 6 | key u64` request on this node.
-fn find<'a>(n: &'a NodeState, mem: &dyn HostMemory, req: &[u8]) -> Option<(&'a store::TablePlace, u64, u64)> {
-    let table = u16::from_le_bytes([req[0], req[1]]);
-    let key = word(req, 8);
+/// The table and tuple offset of a key on this node.
+fn find<'a>(n: &'a NodeState, mem: &dyn HostMemory, table: u16, key: u64) -> Option<(&'a store::TablePlace, u64)> {
     let place = n.catalog.layout.table(table)?;
-    Some((place, store::find_local(mem, n.base(), place, key)?, key))
+    Some((place, store::find_local(mem, n.base(), place, key)?))
 }
 
 /// READ handler: the tuple, read until two copies agree (atomic on real backends too), its
 /// offset and the key's bucket (fills the caller's location cache, DrTM+H Sec. 5.1).
 fn read_handler(n: &NodeState, mem: &dyn HostMemory, req: &[u8], reply: &mut Vec<u8>) {
-    let Some((place, off, key)) = find(n, mem, req) else {
-        reply.push(MISSING);
-        return;
-    };
+    let Ok(KeyReq { table, key }) = KeyReq::decode(req) else { return reply.push(MALFORMED) };
+    let Some((place, off)) = find(n, mem, table, key) else { return FetchReply::Missing.encode_into(reply) };
     let bucket_at = place.buckets_at + store::bucket_of(key, place.buckets) * store::BUCKET_BYTES;
-    let mut b = [0u8; store::BUCKET_BYTES as usize];
-    let _ = mem.read(n.base() + bucket_at, &mut b);
+    let mut bucket = [0u8; store::BUCKET_BYTES as usize];
+    let _ = mem.read(n.base() + bucket_at, &mut bucket);
     let len = place.tuple_bytes as usize;
     let (mut first, mut second) = (vec![0u8; len], vec![0u8; len]);
     let _ = mem.read(n.base() + off, &mut first);
@@ -187,20 +236,18 @@ fn read_handler(n: &NodeState, mem: &dyn HostMemory, req: &[u8], reply: &mut Vec
         same
     });
     if !stable {
-        reply.push(BUSY);
-        return;
+        return FetchReply::Busy.encode_into(reply);
     }
-    reply.push(OK);
-    reply.extend_from_slice(&off.to_le_bytes());
-    reply.extend_from_slice(&bucket_at.to_le_bytes());
-    reply.extend_from_slice(&b);
-    reply.extend_from_slice(&first);
+    FetchReply::Found { offset: off, bucket_at, bucket, tuple: first }.encode_into(reply);
 }
 
 fn renew_handler(n: &NodeState, mem: &dyn HostMemory, req: &[u8], reply: &mut Vec<u8>) {
-    let (off, ext_at, wts, ts, id) = (word(req, 0), word(req, 8), word(req, 16), word(req, 24), word(req, 32));
+    let Ok(RenewReq { offset, ext_at, wts, commit_ts, id }) = RenewReq::decode(req) else {
+        return reply.push(MALFORMED);
+    };
     let ignore_lock = n.bug == Some(RENEW_IGNORES_LOCK);
-    reply.push(if renew_local(mem, n.base() + off, ext_at, wts, ts, id, ignore_lock) { OK } else { BUSY });
+    let renewed = renew_local(mem, n.base() + offset, ext_at, wts, commit_ts, id, ignore_lock);
+    RenewReply { renewed }.encode_into(reply);
 }
 
 /// SUNDIAL's RPC handlers (ids 40..=49).
@@ -240,7 +287,7 @@ fn free(lock: u64, id: u64) -> bool {
 /// READ (RCC Sec. 4.5, atomic tuple read as MVCC's double read, Sec. 4.4): fills every RS
 /// record's tuple. Returns false (abort) if one is locked by another transaction or its two
 /// copies keep disagreeing.
-async fn read_set(ctx: &Ctx, n: &NodeState, recs: &mut [Rec], id: u64) -> Result<bool, String> {
+async fn read_set(ctx: &Ctx, n: &NodeState, recs: &mut [Rec], id: u64) -> Result<bool, TxnError> {
     let rs: Vec<usize> = (0..recs.len()).filter(|&i| !recs[i].write).collect();
     if rs.is_empty() {
         return Ok(true);
@@ -271,7 +318,13 @@ async fn read_set(ctx: &Ctx, n: &NodeState, recs: &mut [Rec], id: u64) -> Result
                     let len = ops::tuple_bytes(n, r.table);
                     if at + 2 * len as u64 > end {
                         if slots.is_empty() {
-                            return Err(format!("a {len} B tuple does not fit twice in the scratch's read buffers"));
+                            let (bytes, limit) = (2 * len as u64, end - s.addr);
+                            return Err(TxnError::TooBig {
+                                what: "two tuple copies",
+                                bytes,
+                                limit,
+                                within: "scratch half",
+                            });
                         }
                         break;
                     }
@@ -281,18 +334,18 @@ async fn read_set(ctx: &Ctx, n: &NodeState, recs: &mut [Rec], id: u64) -> Result
                     // Two doorbelled READs; the second executes after the first (per-QP order).
                     ops::issue(ctx, n, ops::qp(ctx, r.home)?, vec![(first, false), (second, true)]).await?;
                     if !n.rdma.speculative {
-                        ctx.wait().await.map_err(|c| c.to_string())?;
+                        ctx.wait().await?;
                     }
                     slots.push((i, at, len as usize));
                     at += 2 * len as u64;
                     bytes += 2 * len as u64;
                     k += 1;
                 }
-                ctx.wait().await.map_err(|c| c.to_string())?;
+                ctx.wait().await?;
                 waits += 1;
                 for (i, at, len) in slots {
                     let mut two = vec![0u8; 2 * len];
-                    ctx.read_local(at, &mut two).map_err(|e| e.to_string())?;
+                    ctx.read_local(at, &mut two)?;
                     if same_but_rts(&two[..len], &two[len..], ext_at(n, recs[i].table) as usize) {
                         two.truncate(len);
                         recs[i].tuple = two;
@@ -308,30 +361,24 @@ async fn read_set(ctx: &Ctx, n: &NodeState, recs: &mut [Rec], id: u64) -> Result
         let mut calls = Vec::new();
         for &i in &rs {
             let r = &recs[i];
-            let mut req = Vec::with_capacity(16);
-            req.extend_from_slice(&r.table.to_le_bytes());
-            req.extend_from_slice(&[0; 6]);
-            req.extend_from_slice(&r.key.to_le_bytes());
-            calls.push((i, ops::call(ctx, n, r.home, H_SD_READ, &req).await));
+            let req = KeyReq { table: r.table, key: r.key }.encode();
+            calls.push((i, ops::call(ctx, n, r.home, H_SD_READ, &req).await?));
             if !n.rdma.speculative {
-                let _ = ctx.wait().await;
+                ctx.wait().await?;
             }
             bytes += 16 + ops::tuple_bytes(n, r.table) as u64;
         }
-        let _ = ctx.wait().await;
+        ctx.wait().await?;
         for (i, call) in calls {
             let r = &mut recs[i];
-            match ctx.take_reply(call) {
-                Some(Ok(rep)) if rep.first() == Some(&OK) => {
-                    r.offset = word(&rep, 1);
-                    let bucket = &rep[17..17 + store::BUCKET_BYTES as usize];
-                    n.cache.borrow_mut().put(r.home, r.table, word(&rep, 9), bucket);
-                    r.tuple = rep[17 + store::BUCKET_BYTES as usize..].to_vec();
+            match FetchReply::decode(&ops::reply(ctx, call, "SD_READ")?)? {
+                FetchReply::Found { offset, bucket_at, bucket, tuple } => {
+                    r.tuple = ops::tuple_for(n, r, tuple)?;
+                    r.offset = offset;
+                    n.cache.borrow_mut().put(r.home, r.table, bucket_at, &bucket);
                 }
-                Some(Ok(rep)) if rep.first() == Some(&BUSY) => stable = false,
-                Some(Ok(_)) => return Err(format!("key {} missing on node {}", r.key, r.home)),
-                Some(Err(e)) => return Err(e.to_string()),
-                None => return Err("read reply lost".into()),
+                FetchReply::Busy => stable = false,
+                FetchReply::Missing => return Err(TxnError::NotFound { node: r.home, table: r.table, key: r.key }),
             }
         }
     }
@@ -341,7 +388,7 @@ async fn read_set(ctx: &Ctx, n: &NodeState, recs: &mut [Rec], id: u64) -> Result
 
 /// RENEW (RCC Sec. 4.5): extends every RS lease that ends before `ts`. Returns false (abort)
 /// if a record was overwritten since READ or is locked by another transaction.
-async fn renew(ctx: &Ctx, n: &NodeState, recs: &[Rec], ts: u64, id: u64) -> Result<bool, String> {
+async fn renew(ctx: &Ctx, n: &NodeState, recs: &[Rec], ts: u64, id: u64) -> Result<bool, TxnError> {
     // (record, rts last seen): the leases that do not cover `ts`.
     let mut todo: Vec<(usize, u64)> = (0..recs.len())
         .filter(|&i| !recs[i].write)
@@ -358,7 +405,8 @@ async fn renew(ctx: &Ctx, n: &NodeState, recs: &[Rec], ts: u64, id: u64) -> Resu
     if n.hybrid.onesided(Stage::Renew) {
         let s = ctx.scratch();
         if 40 * todo.len() as u64 > s.len as u64 / 2 {
-            return Err(format!("{} leases to renew exceed the scratch's read buffers", todo.len()));
+            let (bytes, limit) = (40 * todo.len() as u64, s.len as u64 / 2);
+            return Err(TxnError::TooBig { what: "lease renewal buffers", bytes, limit, within: "scratch half" });
         }
         while !todo.is_empty() {
             if rounds == RENEW_TRIES as u64 {
@@ -372,7 +420,7 @@ async fn renew(ctx: &Ctx, n: &NodeState, recs: &[Rec], ts: u64, id: u64) -> Resu
                 let r = &recs[i];
                 let at = s.addr + 40 * k as u64;
                 // A sentinel, so a result that never arrived cannot read as a won CAS.
-                ctx.store_local(at, !seen).map_err(|e| e.to_string())?;
+                ctx.store_local(at, !seen)?;
                 let e = ext_at(n, r.table);
                 let cas = Op::Cas {
                     local: LocalBuf { lkey: s.lkey, addr: at, len: 8 },
@@ -393,15 +441,15 @@ async fn renew(ctx: &Ctx, n: &NodeState, recs: &[Rec], ts: u64, id: u64) -> Resu
                 slots.push((i, seen, at));
                 bytes += 8 + 32;
             }
-            ctx.wait().await.map_err(|c| c.to_string())?;
+            ctx.wait().await?;
             todo.clear();
             for (i, seen, at) in slots {
                 let mut b = [0u8; 40];
-                ctx.read_local(at, &mut b).map_err(|e| e.to_string())?;
+                ctx.read_local(at, &mut b)?;
                 let (old, lock, version, wts, rts) =
-                    (word(&b, 0), word(&b, 8), word(&b, 16), word(&b, 24), word(&b, 32));
+                    (u64_at(&b, 0), u64_at(&b, 8), u64_at(&b, 16), u64_at(&b, 24), u64_at(&b, 32));
                 let r = &recs[i];
-                let same = wts == lease_of(n, r).0 && version == word(&r.tuple, VERSION as usize);
+                let same = wts == lease_of(n, r).0 && version == u64_at(&r.tuple, VERSION as usize);
                 if !same || !(ignore_lock || free(lock, id)) {
                     renewed = false;
                 } else if old != seen && rts < ts {
@@ -417,21 +465,14 @@ async fn renew(ctx: &Ctx, n: &NodeState, recs: &[Rec], ts: u64, id: u64) -> Resu
         let mut calls = Vec::new();
         for &(i, _) in &todo {
             let r = &recs[i];
-            let mut req = Vec::with_capacity(40);
-            for w in [r.offset, ext_at(n, r.table), lease_of(n, r).0, ts, id] {
-                req.extend_from_slice(&w.to_le_bytes());
-            }
-            calls.push(ops::call(ctx, n, r.home, H_SD_RENEW, &req).await);
+            let req =
+                RenewReq { offset: r.offset, ext_at: ext_at(n, r.table), wts: lease_of(n, r).0, commit_ts: ts, id };
+            calls.push(ops::call(ctx, n, r.home, H_SD_RENEW, &req.encode()).await?);
             bytes += 40;
         }
-        let _ = ctx.wait().await;
+        ctx.wait().await?;
         for call in calls {
-            match ctx.take_reply(call) {
-                Some(Ok(rep)) if rep.first() == Some(&OK) => {}
-                Some(Ok(_)) => renewed = false,
-                Some(Err(e)) => return Err(e.to_string()),
-                None => return Err("renew reply lost".into()),
-            }
+            renewed &= RenewReply::decode(&ops::reply(ctx, call, "SD_RENEW")?)?.renewed;
         }
     }
     account(ctx, n, Stage::Renew, t0, rounds, bytes);
@@ -451,24 +492,23 @@ fn execute(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, recs: &[Rec]) -> Option<(Ve
 
 /// Runs one attempt of `spec` as transaction `id` (nonzero; also the lock owner).
 async fn attempt(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Attempt {
+    run(ctx, n, spec, id).await.unwrap_or_else(Attempt::Failed)
+}
+
+async fn run(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Result<Attempt, TxnError> {
     let start_ns = ctx.now();
     let mut recs = ops::records(n, spec);
     let mut commit_ts = 0u64;
     // READ: the reader is ordered after the version's writer.
-    match read_set(ctx, n, &mut recs, id).await {
-        Ok(true) => {}
-        Ok(false) => return Attempt::Conflict,
-        Err(e) => return Attempt::Failed(e),
+    if !read_set(ctx, n, &mut recs, id).await? {
+        return Ok(Attempt::Conflict);
     }
     for r in recs.iter().filter(|r| !r.write) {
         commit_ts = commit_ts.max(lease_of(n, r).0);
     }
     // LOCK: the writer is ordered after every lease granted on the version it replaces.
     if !spec.read_only() {
-        let locked = match ops::lock_and_read(ctx, n, &mut recs, |r| r.write, id).await {
-            Ok(all) => all,
-            Err(e) => return Attempt::Failed(e),
-        };
+        let locked = ops::lock_and_read(ctx, n, &mut recs, |r| r.write, id).await?;
         // A record also read must not have been overwritten since.
         let unchanged = recs.iter().filter(|w| w.write && w.locked).all(|w| {
             recs.iter()
@@ -476,8 +516,8 @@ async fn attempt(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Attempt {
                 .all(|r| lease_of(n, r).0 == lease_of(n, w).0)
         });
         if !locked || !unchanged {
-            ops::release(ctx, n, &recs, |r| r.write, id).await;
-            return Attempt::Conflict;
+            ops::release(ctx, n, &recs, |r| r.write, id).await?;
+            return Ok(Attempt::Conflict);
         }
         for w in recs.iter().filter(|r| r.write) {
             // rts + 1; wts too, in case a CAS racing a write-back left rts below wts.
@@ -486,17 +526,13 @@ async fn attempt(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Attempt {
         }
     }
     let Some((new_values, delta)) = execute(ctx, n, spec, &recs) else {
-        ops::release(ctx, n, &recs, |r| r.write, id).await;
-        return Attempt::UserAbort;
+        ops::release(ctx, n, &recs, |r| r.write, id).await?;
+        return Ok(Attempt::UserAbort);
     };
     // Validation: every read lease must cover commit_ts.
-    match renew(ctx, n, &recs, commit_ts, id).await {
-        Ok(true) => {}
-        Ok(false) => {
-            ops::release(ctx, n, &recs, |r| r.write, id).await;
-            return Attempt::Conflict;
-        }
-        Err(e) => return Attempt::Failed(e),
+    if !renew(ctx, n, &recs, commit_ts, id).await? {
+        ops::release(ctx, n, &recs, |r| r.write, id).await?;
+        return Ok(Attempt::Conflict);
     }
     let mut h = new_history(ctx, n, spec, id, start_ns);
     if spec.read_only() {
@@ -504,11 +540,9 @@ async fn attempt(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Attempt {
             h.reads.push(Access { key: history_key(r.table, r.key), version: r.version().1 });
         }
         committed(ctx, n, h, delta);
-        return Attempt::Committed;
+        return Ok(Attempt::Committed);
     }
-    if let Err(e) = ops::log(ctx, n, &recs, &new_values, id).await {
-        return Attempt::Failed(e);
-    }
+    ops::log(ctx, n, &recs, &new_values, id).await?;
     // COMMIT writes the record and the new lease [commit_ts, commit_ts] after it.
     let with_lease: Vec<Vec<u8>> = recs
         .iter()
@@ -517,16 +551,14 @@ async fn attempt(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Attempt {
         .map(|(r, v)| {
             let mut b = v.clone();
             b.resize((ext_at(n, r.table) - META_BYTES) as usize, 0);
-            b.extend_from_slice(&commit_ts.to_le_bytes());
-            b.extend_from_slice(&commit_ts.to_le_bytes());
+            b.put_u64(commit_ts);
+            b.put_u64(commit_ts);
             b
         })
         .collect();
-    if let Err(e) = ops::write_back(ctx, n, &recs, &with_lease, id, &mut h, false).await {
-        return Attempt::Failed(e);
-    }
+    ops::write_back(ctx, n, &recs, &with_lease, id, &mut h, false).await?;
     committed(ctx, n, h, delta);
-    Attempt::Committed
+    Ok(Attempt::Committed)
 }
 
 #[cfg(test)]
@@ -595,6 +627,21 @@ mod tests {
         assert_eq!(m.load_u64(EXT + RTS).unwrap(), 25);
         // The planted bug ignores the lock.
         assert!(renew_local(&m, 0, EXT, 5, 30, 1, true));
+    }
+
+    #[test]
+    fn renewal_messages_round_trip() {
+        let req = RenewReq { offset: 64, ext_at: 32, wts: 5, commit_ts: 9, id: 3 };
+        assert_eq!(req.encode().len(), 40);
+        assert_eq!(RenewReq::decode(&req.encode()), Ok(req));
+        assert!(RenewReq::decode(&req.encode()[..39]).is_err());
+        for renewed in [true, false] {
+            let mut b = Vec::new();
+            RenewReply { renewed }.encode_into(&mut b);
+            assert_eq!(RenewReply::decode(&b), Ok(RenewReply { renewed }));
+        }
+        assert_eq!(RenewReply::decode(&[MALFORMED]), Err(WireError::Rejected));
+        assert_eq!(RenewReply::decode(&[]), Err(WireError::Short { need: 1, have: 0 }));
     }
 
     #[test]

@@ -34,11 +34,13 @@ use txbed_workloads::TxnSpec;
 
 use txbed_txn::attempt::{committed, execute, new_history, Attempt};
 use txbed_txn::history_key;
-use txbed_txn::node::{NodeState, BUSY, MISSING, OK};
+use txbed_txn::msg::{CommitReq, LockReply, LockReq, ReleaseReq};
+use txbed_txn::node::{NodeState, MALFORMED};
 use txbed_txn::ops::{self, account, Rec};
 use txbed_txn::protocol::{handler_id, in_id_order, BackgroundFn, Bug, LocalBoxFuture, OptionValues, Protocol};
 use txbed_txn::stage::Stage;
 use txbed_txn::store::{self, LOCK, META_BYTES, VERSION, WRITER};
+use txbed_txn::TxnError;
 
 pub struct WaitDie;
 
@@ -87,12 +89,12 @@ pub const STALE_READ: Bug = Bug {
 /// The stages WAITDIE has, hence the bits its hybrid code may set.
 pub const STAGES: [Stage; 4] = [Stage::Lock, Stage::Log, Stage::Release, Stage::Commit];
 
-/// LOCK: request `table u16 | pad 6 | key u64 | timestamp u64`; reply `status u8 | offset
-/// u64 | tuple` (OK), now or, for a waiter, when the lock is granted; BUSY: die.
+/// LOCK: request `msg::LockReq` (the owner is the timestamp); reply `msg::LockReply`,
+/// locked now or, for a waiter, when the lock is granted; BUSY: die.
 pub const H_WD_LOCK: u16 = handler_id(0);
-/// RELEASE: request `offset u64 | timestamp u64`; clears the lock if the timestamp holds it.
+/// RELEASE: request `msg::ReleaseReq`; clears the lock if the timestamp holds it.
 pub const H_WD_RELEASE: u16 = handler_id(1);
-/// COMMIT: request `offset u64 | version word u64 | writer u64 | record`.
+/// COMMIT: request `msg::CommitReq`.
 pub const H_WD_COMMIT: u16 = handler_id(2);
 
 /// Handler names, for traces.
@@ -193,18 +195,6 @@ impl Side for Ctx {
     }
 }
 
-fn u64_at(b: &[u8], i: usize) -> u64 {
-    u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or([0; 8]))
-}
-
-fn lock_reply(off: u64, tuple: &[u8]) -> Vec<u8> {
-    let mut rep = Vec::with_capacity(9 + tuple.len());
-    rep.push(OK);
-    rep.extend_from_slice(&off.to_le_bytes());
-    rep.extend_from_slice(tuple);
-    rep
-}
-
 /// The waiter a free lock goes to: the youngest of those `(timestamp, ours)` marks ours.
 fn youngest(waiters: impl Iterator<Item = (u64, bool)>) -> Option<usize> {
     waiters.enumerate().filter(|(_, (_, ours))| *ours).max_by_key(|(_, (ts, _))| *ts).map(|(i, _)| i)
@@ -238,7 +228,7 @@ fn serve(n: &NodeState, side: &mut impl Side, off: u64) -> bool {
                     side.read(n.base() + off, &mut t);
                     t
                 });
-                side.reply(w.token, lock_reply(off, &tuple));
+                side.reply(w.token, LockReply::Locked { offset: off, tuple }.encode());
             }
         }
     }
@@ -249,7 +239,7 @@ fn serve(n: &NodeState, side: &mut impl Side, off: u64) -> bool {
         }
         let dies = dies(w.ts, holder, w.deadline, now);
         if dies {
-            side.reply(w.token, vec![BUSY]);
+            side.reply(w.token, LockReply::Busy.encode());
         }
         !dies
     });
@@ -262,10 +252,13 @@ fn serve(n: &NodeState, side: &mut impl Side, off: u64) -> bool {
 
 /// LOCK handler: take a free lock, wait for a younger holder, die for an older one.
 fn lock_handler(n: &NodeState, h: &mut HandlerCtx<'_>, req: &[u8]) -> Handled {
-    let place = if req.len() >= 24 { n.catalog.layout.table(u16::from_le_bytes([req[0], req[1]])) } else { None };
-    let (key, ts) = (u64_at(req, 8), u64_at(req, 16));
+    let Ok(LockReq { table, key, owner: ts }) = LockReq::decode(req) else {
+        h.reply.push(MALFORMED);
+        return Handled::Reply;
+    };
+    let place = n.catalog.layout.table(table);
     let Some((place, off)) = place.and_then(|p| Some((p, store::find_local(h.mem, n.base(), p, key)?))) else {
-        h.reply.push(MISSING);
+        LockReply::Missing.encode_into(h.reply);
         return Handled::Reply;
     };
     // A lock freed one-sided since the last check goes to its waiters first.
@@ -278,8 +271,8 @@ fn lock_handler(n: &NodeState, h: &mut HandlerCtx<'_>, req: &[u8]) -> Handled {
     };
     match h.mem.cas_u64(n.base() + off + LOCK, 0, ts) {
         Ok(0) => {
-            let t = read(h);
-            h.reply.extend_from_slice(&lock_reply(off, &t));
+            let tuple = read(h);
+            LockReply::Locked { offset: off, tuple }.encode_into(h.reply);
             Handled::Reply
         }
         // Older than the holder: wait, without blocking the event loop (RCC Sec. 4.3).
@@ -298,7 +291,7 @@ fn lock_handler(n: &NodeState, h: &mut HandlerCtx<'_>, req: &[u8]) -> Handled {
         }
         // Younger than the holder: die.
         _ => {
-            h.reply.push(BUSY);
+            LockReply::Busy.encode_into(h.reply);
             Handled::Reply
         }
     }
@@ -306,23 +299,23 @@ fn lock_handler(n: &NodeState, h: &mut HandlerCtx<'_>, req: &[u8]) -> Handled {
 
 /// RELEASE handler: unlock if the timestamp holds the lock, then hand it to a waiter.
 fn release_handler(n: &NodeState, h: &mut HandlerCtx<'_>, req: &[u8]) -> Handled {
-    let (off, ts) = (u64_at(req, 0), u64_at(req, 8));
-    let _ = h.mem.cas_u64(n.base() + off + LOCK, ts, 0);
-    serve(n, h, off);
+    // Nobody reads the reply: a request that does not decode releases nothing.
+    let Ok(ReleaseReq { offset, owner }) = ReleaseReq::decode(req) else { return Handled::Reply };
+    let _ = h.mem.cas_u64(n.base() + offset + LOCK, owner, 0);
+    serve(n, h, offset);
     Handled::Reply
 }
 
 /// COMMIT handler: write back version, writer and record, unlock, hand the lock to a waiter.
 fn commit_handler(n: &NodeState, h: &mut HandlerCtx<'_>, req: &[u8]) -> Handled {
-    if req.len() < 24 {
-        return Handled::Reply;
-    }
-    let base = n.base() + u64_at(req, 0);
-    let _ = h.mem.write(base + META_BYTES, &req[24..]);
-    let _ = h.mem.store_u64(base + VERSION, u64_at(req, 8));
-    let _ = h.mem.store_u64(base + WRITER, u64_at(req, 16));
+    // Nobody reads the reply: a request that does not decode writes nothing.
+    let Ok(c) = CommitReq::decode(req) else { return Handled::Reply };
+    let base = n.base() + c.offset;
+    let _ = h.mem.write(base + META_BYTES, c.record);
+    let _ = h.mem.store_u64(base + VERSION, c.version);
+    let _ = h.mem.store_u64(base + WRITER, c.writer);
     let _ = h.mem.store_u64(base + LOCK, 0);
-    serve(n, h, u64_at(req, 0));
+    serve(n, h, c.offset);
     Handled::Reply
 }
 
@@ -363,7 +356,7 @@ async fn background(ctx: Ctx, n: Rc<NodeState>, end: u64) {
 /// LOCK (RCC Sec. 4.3): locks and reads every record, waiting for younger holders. Returns
 /// whether all were locked; `false` means the transaction dies (it met an older holder, or
 /// waited past the bound), holding the records marked `locked`.
-async fn lock(ctx: &Ctx, n: &NodeState, recs: &mut [Rec], ts: u64) -> Result<bool, String> {
+async fn lock(ctx: &Ctx, n: &NodeState, recs: &mut [Rec], ts: u64) -> Result<bool, TxnError> {
     let t0 = ctx.now();
     let (mut round_trips, mut bytes) = (0u64, 0u64);
     let all = if n.hybrid.onesided(Stage::Lock) {
@@ -373,27 +366,21 @@ async fn lock(ctx: &Ctx, n: &NodeState, recs: &mut [Rec], ts: u64) -> Result<boo
         let mut calls = Vec::new();
         for (i, r) in recs.iter().enumerate() {
             bytes += 8 + ops::tuple_bytes(n, r.table) as u64;
-            let mut req = Vec::with_capacity(24);
-            req.extend_from_slice(&r.table.to_le_bytes());
-            req.extend_from_slice(&[0; 6]);
-            req.extend_from_slice(&r.key.to_le_bytes());
-            req.extend_from_slice(&ts.to_le_bytes());
-            calls.push((i, ops::call(ctx, n, r.home, H_WD_LOCK, &req).await));
+            let req = LockReq { table: r.table, key: r.key, owner: ts }.encode();
+            calls.push((i, ops::call(ctx, n, r.home, H_WD_LOCK, &req).await?));
         }
         // Waiters' replies come when their locks are granted (or they die).
-        let _ = ctx.wait().await;
+        ctx.wait().await?;
         for (i, call) in calls {
             let r = &mut recs[i];
-            match ctx.take_reply(call) {
-                Some(Ok(rep)) if rep.first() == Some(&OK) && rep.len() >= 9 => {
+            match LockReply::decode(&ops::reply(ctx, call, "WD_LOCK")?)? {
+                LockReply::Locked { offset, tuple } => {
+                    r.tuple = ops::tuple_for(n, r, tuple)?;
                     r.locked = true;
-                    r.offset = u64_at(&rep, 1);
-                    r.tuple = rep[9..].to_vec();
+                    r.offset = offset;
                 }
-                Some(Ok(rep)) if rep.first() == Some(&BUSY) => {}
-                Some(Ok(_)) => return Err(format!("key {} missing on node {}", r.key, r.home)),
-                Some(Err(e)) => return Err(e.to_string()),
-                None => return Err("lock reply lost".into()),
+                LockReply::Busy => {}
+                LockReply::Missing => return Err(TxnError::NotFound { node: r.home, table: r.table, key: r.key }),
             }
         }
         recs.iter().all(|r| r.locked)
@@ -411,7 +398,7 @@ async fn lock_onesided(
     ts: u64,
     round_trips: &mut u64,
     bytes: &mut u64,
-) -> Result<bool, String> {
+) -> Result<bool, TxnError> {
     ops::locate_all(ctx, n, recs, |r| r.tuple.is_empty()).await?;
     const SENTINEL: u64 = u64::MAX;
     let began = ctx.now();
@@ -421,10 +408,8 @@ async fn lock_onesided(
     // LOCK buffers live in the first half of the coroutine's scratch (ops.rs's layout).
     let need: u64 = recs.iter().map(|r| 8 + ops::tuple_bytes(n, r.table) as u64).sum();
     if scratch.addr + need > ops::buffers_end(ctx) {
-        return Err(format!(
-            "{need} B of lock buffers exceed the {} B scratch half",
-            ops::buffers_end(ctx) - scratch.addr
-        ));
+        let limit = ops::buffers_end(ctx) - scratch.addr;
+        return Err(TxnError::TooBig { what: "lock buffers", bytes: need, limit, within: "scratch half" });
     }
     loop {
         *round_trips += 1;
@@ -434,7 +419,7 @@ async fn lock_onesided(
             let len = ops::tuple_bytes(n, r.table);
             *bytes += 8 + len as u64;
             // A sentinel, so a result that never arrived cannot read as "was free".
-            ctx.store_local(at, SENTINEL).map_err(|e| e.to_string())?;
+            ctx.store_local(at, SENTINEL)?;
             let cas = Op::Cas {
                 local: LocalBuf { lkey: scratch.lkey, addr: at, len: 8 },
                 remote: n.catalog.remote(r.home, r.offset + LOCK, 8),
@@ -449,14 +434,14 @@ async fn lock_onesided(
             at += 8 + len as u64;
             ops::issue(ctx, n, ops::qp(ctx, r.home)?, vec![(cas, false), (read, true)]).await?;
         }
-        ctx.wait().await.map_err(|c| c.to_string())?;
+        ctx.wait().await?;
         let mut die = false;
         let mut recheck = Vec::new();
         for (i, at) in slots {
-            let holder = ctx.load_local(at).map_err(|e| e.to_string())?;
+            let holder = ctx.load_local(at)?;
             let r = &mut recs[i];
             r.tuple = vec![0; ops::tuple_bytes(n, r.table) as usize];
-            ctx.read_local(at + 8, &mut r.tuple).map_err(|e| e.to_string())?;
+            ctx.read_local(at + 8, &mut r.tuple)?;
             if holder != 0 && holder != SENTINEL {
                 // Wait-die: an older holder kills us; a younger one is waited for.
                 die |= holder <= ts;
@@ -503,7 +488,7 @@ async fn recheck_locks(
     which: &[usize],
     ts: u64,
     bytes: &mut u64,
-) -> Result<bool, String> {
+) -> Result<bool, TxnError> {
     let scratch = ctx.scratch();
     let mut at = scratch.addr;
     let mut slots = Vec::new();
@@ -519,11 +504,11 @@ async fn recheck_locks(
         slots.push((i, at));
         at += len as u64;
     }
-    ctx.wait().await.map_err(|c| c.to_string())?;
+    ctx.wait().await?;
     let mut die = false;
     for (i, at) in slots {
         let r = &mut recs[i];
-        ctx.read_local(at, &mut r.tuple).map_err(|e| e.to_string())?;
+        ctx.read_local(at, &mut r.tuple)?;
         let holder = r.lock_word();
         r.locked = holder == ts;
         die |= holder != 0 && holder < ts;
@@ -545,21 +530,21 @@ fn release_posts(ctx: &Ctx, n: &NodeState, recs: &[Rec], which: impl Fn(&Rec) ->
                 continue;
             }
         }
-        let mut req = Vec::with_capacity(16);
-        req.extend_from_slice(&r.offset.to_le_bytes());
-        req.extend_from_slice(&ts.to_le_bytes());
+        let req = ReleaseReq { offset: r.offset, owner: ts }.encode();
         ctx.call(ops::endpoint(ctx, r.home), H_WD_RELEASE, &req);
     }
 }
 
 /// RELEASE every lock held, and wait.
-async fn release(ctx: &Ctx, n: &NodeState, recs: &[Rec], ts: u64) {
+async fn release(ctx: &Ctx, n: &NodeState, recs: &[Rec], ts: u64) -> Result<(), TxnError> {
     let t0 = ctx.now();
     let count = recs.iter().filter(|r| r.locked).count() as u64;
     release_posts(ctx, n, recs, |_| true, ts);
-    let _ = ctx.wait().await;
+    let waited = ctx.wait().await;
     ctx.clear_replies();
+    waited?;
     account(ctx, n, Stage::Release, t0, (count > 0) as u64, 8 * count);
+    Ok(())
 }
 
 /// COMMIT: writes back the new values (version + 1, writer = `id`) and unlocks, and
@@ -572,10 +557,11 @@ async fn write_back(
     id: u64,
     ts: u64,
     history: &mut Txn,
-) -> Result<(), String> {
+) -> Result<(), TxnError> {
     let t0 = ctx.now();
     let mut bytes = 0u64;
     let mut staging = txbed_txn::ops::staging_at(ctx);
+    debug_assert_eq!(new_values.len(), recs.iter().filter(|r| r.write).count(), "a new value per write");
     for (r, v) in recs.iter().filter(|r| r.write).zip(new_values) {
         bytes += ops::write_back_one(ctx, n, r, v, id, history, &mut staging, true, H_WD_COMMIT).await?;
     }
@@ -583,8 +569,9 @@ async fn write_back(
         history.reads.push(Access { key: history_key(r.table, r.key), version: r.version().1 });
     }
     release_posts(ctx, n, recs, |r| !r.write, ts);
-    let _ = ctx.wait().await;
+    let waited = ctx.wait().await;
     ctx.clear_replies();
+    waited?;
     account(ctx, n, Stage::Commit, t0, 1, bytes);
     Ok(())
 }
@@ -597,36 +584,28 @@ async fn attempt(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Attempt {
     let me = (ctx.me().worker, ctx.coroutine());
     let restart = part(n).died.borrow_mut().remove(&me).filter(|(s, _)| s == spec);
     let ts = restart.map_or_else(|| timestamp(start_ns, n.me, me.0, ctx.workers(), me.1), |(_, ts)| ts);
-    let outcome = run(ctx, n, spec, id, ts, start_ns).await;
+    let outcome = run(ctx, n, spec, id, ts, start_ns).await.unwrap_or_else(Attempt::Failed);
     if outcome == Attempt::Conflict {
         part(n).died.borrow_mut().insert(me, (spec.clone(), ts));
     }
     outcome
 }
 
-async fn run(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64, ts: u64, start_ns: u64) -> Attempt {
+async fn run(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64, ts: u64, start_ns: u64) -> Result<Attempt, TxnError> {
     let mut recs = ops::records(n, spec);
-    match lock(ctx, n, &mut recs, ts).await {
-        Ok(true) => {}
-        Ok(false) => {
-            release(ctx, n, &recs, ts).await;
-            return Attempt::Conflict;
-        }
-        Err(e) => return Attempt::Failed(e),
+    if !lock(ctx, n, &mut recs, ts).await? {
+        release(ctx, n, &recs, ts).await?;
+        return Ok(Attempt::Conflict);
     }
     let Some((new_values, delta)) = execute(ctx, n, spec, &recs) else {
-        release(ctx, n, &recs, ts).await;
-        return Attempt::UserAbort;
+        release(ctx, n, &recs, ts).await?;
+        return Ok(Attempt::UserAbort);
     };
-    if let Err(e) = ops::log(ctx, n, &recs, &new_values, id).await {
-        return Attempt::Failed(e);
-    }
+    ops::log(ctx, n, &recs, &new_values, id).await?;
     let mut h = new_history(ctx, n, spec, id, start_ns);
-    if let Err(e) = write_back(ctx, n, &recs, &new_values, id, ts, &mut h).await {
-        return Attempt::Failed(e);
-    }
+    write_back(ctx, n, &recs, &new_values, id, ts, &mut h).await?;
     committed(ctx, n, h, delta);
-    Attempt::Committed
+    Ok(Attempt::Committed)
 }
 
 #[cfg(test)]

@@ -96,7 +96,7 @@ pub async fn coordinator(ctx: Ctx, st: Rc<NodeState>, sh: Shared, c: u32) {
             let resolved = if lookups.is_empty() {
                 None
             } else {
-                let answers = txbed_txn::index::lookup(&ctx, &st, &lookups).await;
+                let answers = txbed_txn::index::lookup(&ctx, &st, &lookups).await.map_err(|e| e.to_string());
                 match answers.and_then(|a| st.workload.resolve(&drawn_spec, &a)) {
                     Ok(t) => Some(t),
                     Err(e) => {

@@ -6,7 +6,7 @@ use std::rc::Rc;
 use rand::Rng;
 use txbed_tests::{cell, small_sim};
 use txbed_transport::*;
-use txbed_txn::locate::{locate, Catalog, LocationCache, LookupError};
+use txbed_txn::locate::{locate, Catalog, LocationCache};
 use txbed_txn::store::{self, Layout, Slot, TableSpec, META_BYTES};
 
 const ROWS: u64 = 20_000;
@@ -161,7 +161,7 @@ fn stale_cache_entries_are_detected() {
     assert_eq!(log[1], "cached inc 1 reads 0 current false");
     assert!(log[2].starts_with("again inc 2 reads "), "{log:?}");
     assert!(log[3].contains("NotFound"), "{log:?}");
-    let _ = LookupError::UnknownTable(0);
+    let _ = txbed_txn::TxnError::UnknownTable(0);
 }
 
 /// Per record, the store costs RCC's tuple (lock | seq | record) plus at most 32 bytes.

@@ -5,6 +5,7 @@ use txbed_checker::{Status, Txn};
 use txbed_transport::Ctx;
 use txbed_workloads::{Executed, TxnSpec};
 
+use crate::error::TxnError;
 use crate::node::NodeState;
 use crate::ops::Rec;
 
@@ -16,8 +17,8 @@ pub enum Attempt {
     Conflict,
     /// The transaction's logic aborted: do not retry.
     UserAbort,
-    /// A verb or RPC failed (peer dead): the message says which.
-    Failed(String),
+    /// A verb or RPC failed (peer dead), or a message did not decode.
+    Failed(TxnError),
 }
 
 /// A history entry for transaction `id`, started at `start_ns`, not yet ended.

@@ -9,7 +9,7 @@
 //! search a sorted structure. Answers are hints: the transaction reads the rows they name and
 //! its logic checks them (`docs/workloads.md` says why that keeps the run serializable).
 //!
-//! Request: `args` as i64s; reply: the answer as i64s (both little-endian).
+//! Request: `args` as i64s; reply: the answer as i64s (both little-endian, `msg::encode_ints`).
 
 use std::cell::Cell;
 use std::rc::Rc;
@@ -17,7 +17,9 @@ use std::rc::Rc;
 use txbed_transport::{Ctx, Handled, HandlerCtx, HandlerFn, HostMemory, MemError, MemoryRegion};
 use txbed_workloads::{Key, Lookup};
 
-use crate::node::NodeState;
+use crate::error::TxnError;
+use crate::msg::{decode_ints, encode_ints};
+use crate::node::{NodeState, MALFORMED};
 use crate::post::endpoint;
 use crate::store::{self, META_BYTES, VERSION};
 
@@ -29,14 +31,6 @@ pub use crate::node::H_LOOKUP;
 /// copy), ns.
 const ANSWER_NS: u64 = 150;
 const ROW_NS: u64 = 40;
-
-fn encode(xs: &[i64]) -> Vec<u8> {
-    xs.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
-fn decode(b: &[u8]) -> Vec<i64> {
-    b.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes"))).collect()
-}
 
 /// Reads `key`'s committed record from this node's store (None if the node does not hold
 /// it, or a write kept changing it): the version word before and after must agree.
@@ -78,9 +72,14 @@ pub fn build(n: &NodeState, mem: &dyn HostMemory) {
 pub fn handlers(n: &Rc<NodeState>) -> Vec<(u16, Rc<HandlerFn>)> {
     let n = n.clone();
     let h: Rc<HandlerFn> = Rc::new(move |ctx: &mut HandlerCtx<'_>, req: &[u8]| {
-        let (out, ns) = answer(&n, ctx.mem, &decode(req));
+        // A request that does not decode gets one byte, which no answer is.
+        let Ok(args) = decode_ints(req) else {
+            ctx.reply.push(MALFORMED);
+            return Handled::Reply;
+        };
+        let (out, ns) = answer(&n, ctx.mem, &args);
         ctx.compute(ns);
-        ctx.reply.extend_from_slice(&encode(&out));
+        ctx.reply.extend_from_slice(&encode_ints(&out));
         Handled::Reply
     });
     vec![(H_LOOKUP, h)]
@@ -109,7 +108,7 @@ impl HostMemory for CtxMem<'_> {
 
 /// Asks every lookup at the node owning its key, all in parallel; the answers come back in
 /// order. A lookup of this node's own rows is answered in place.
-pub async fn lookup(ctx: &Ctx, n: &NodeState, lookups: &[Lookup]) -> Result<Vec<Vec<i64>>, String> {
+pub async fn lookup(ctx: &Ctx, n: &NodeState, lookups: &[Lookup]) -> Result<Vec<Vec<i64>>, TxnError> {
     let t0 = ctx.now();
     let mut answers: Vec<Option<Vec<i64>>> = vec![None; lookups.len()];
     let mut calls = Vec::new();
@@ -120,18 +119,15 @@ pub async fn lookup(ctx: &Ctx, n: &NodeState, lookups: &[Lookup]) -> Result<Vec<
             ctx.compute(ns);
             answers[i] = Some(out);
         } else {
-            calls.push((i, ctx.call(endpoint(ctx, home), H_LOOKUP, &encode(&l.args))));
+            calls.push((i, ctx.call(endpoint(ctx, home), H_LOOKUP, &encode_ints(&l.args))));
         }
     }
     if !calls.is_empty() {
-        let _ = ctx.wait().await;
+        ctx.wait().await?;
     }
     for (i, call) in calls {
-        match ctx.take_reply(call) {
-            Some(Ok(rep)) => answers[i] = Some(decode(&rep)),
-            Some(Err(e)) => return Err(format!("lookup: {e}")),
-            None => return Err("lookup reply lost".into()),
-        }
+        let rep = ctx.take_reply(call).ok_or(TxnError::NoReply("LOOKUP"))??;
+        answers[i] = Some(decode_ints(&rep)?);
     }
     ctx.trace_slice("lookup", txbed_transport::trace::STAGE, t0, ctx.now());
     Ok(answers.into_iter().map(|a| a.unwrap_or_default()).collect())

@@ -11,7 +11,9 @@ use std::cell::RefCell;
 
 use txbed_transport::{Ctx, LocalBuf, MemoryRegion, NodeId, Op, RemoteBuf};
 
+use crate::error::TxnError;
 use crate::store::{bucket_of, incarnation_matches, probe, split_version_word, Layout, Probe, BUCKET_BYTES, VERSION};
+use crate::wire::u64_at;
 
 /// Where every node's store region is: known to all nodes after bootstrap.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -115,21 +117,8 @@ pub struct Located {
 impl Located {
     /// Whether a tuple read at this location is still the key's (incarnation check).
     pub fn is_current(&self, tuple: &[u8]) -> bool {
-        let w = u64::from_le_bytes(tuple[VERSION as usize..VERSION as usize + 8].try_into().expect("tuple"));
-        incarnation_matches(self.incarnation, split_version_word(w).0)
+        incarnation_matches(self.incarnation, split_version_word(u64_at(tuple, VERSION as usize)).0)
     }
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum LookupError {
-    NotFound {
-        node: u16,
-        table: u16,
-        key: u64,
-    },
-    /// A READ failed; the completion says why.
-    Verb(String),
-    UnknownTable(u16),
 }
 
 /// Looks `key` up in `table` on `node` with one-sided READs into `scratch` (at least one
@@ -142,8 +131,8 @@ pub async fn locate(
     node: u16,
     table: u16,
     key: u64,
-) -> Result<Located, LookupError> {
-    let place = cat.layout.table(table).ok_or(LookupError::UnknownTable(table))?;
+) -> Result<Located, TxnError> {
+    let place = cat.layout.table(table).ok_or(TxnError::UnknownTable(table))?;
     let mut offset = place.buckets_at + bucket_of(key, place.buckets) * BUCKET_BYTES;
     let mut chain = Vec::new();
     let mut reads = 0;
@@ -156,17 +145,15 @@ pub async fn locate(
             None => {
                 let mut b = [0u8; BUCKET_BYTES as usize];
                 if node == ctx.me().node.0 {
-                    ctx.read_local(cat.regions[node as usize].addr + offset, &mut b)
-                        .map_err(|e| LookupError::Verb(e.to_string()))?;
+                    ctx.read_local(cat.regions[node as usize].addr + offset, &mut b)?;
                 } else {
                     let local = LocalBuf { len: BUCKET_BYTES as u32, ..scratch };
-                    let qp =
-                        ctx.rc_qp(NodeId(node), ctx.coroutine() as usize).ok_or(LookupError::Verb("no QP".into()))?;
+                    let qp = ctx.rc_qp(NodeId(node), ctx.coroutine() as usize).ok_or(TxnError::NoQp { node })?;
                     let read = Op::Read { local, remote: cat.remote(node, offset, BUCKET_BYTES as u32) };
-                    crate::post::room(ctx, qp, 1).await.map_err(LookupError::Verb)?;
-                    ctx.post(qp, [(read, true)]).map_err(|e| LookupError::Verb(e.to_string()))?;
-                    ctx.wait().await.map_err(|c| LookupError::Verb(c.to_string()))?;
-                    ctx.read_local(scratch.addr, &mut b).map_err(|e| LookupError::Verb(e.to_string()))?;
+                    crate::post::room(ctx, qp, 1).await?;
+                    ctx.post(qp, [(read, true)])?;
+                    ctx.wait().await?;
+                    ctx.read_local(scratch.addr, &mut b)?;
                     reads += 1;
                 }
                 cache.borrow_mut().put(node, table, offset, &b);
@@ -178,8 +165,8 @@ pub async fn locate(
                 return Ok(Located { node, offset: t, incarnation, chain, reads });
             }
             Probe::Next { offset: next } => offset = next,
-            Probe::Absent => return Err(LookupError::NotFound { node, table, key }),
+            Probe::Absent => return Err(TxnError::NotFound { node, table, key }),
         }
     }
-    Err(LookupError::NotFound { node, table, key })
+    Err(TxnError::NotFound { node, table, key })
 }

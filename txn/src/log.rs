@@ -16,12 +16,15 @@
 //! lags (real backends) would otherwise lose entries. RPC: the backup's handler applies the
 //! record at once and replies.
 
-use txbed_transport::{Ctx, Endpoint, HostMemory, LocalBuf, NodeId, Op, Payload};
+use txbed_transport::{Ctx, Endpoint, HostMemory, LocalBuf, NodeId, Op, Payload, RpcError};
 
+use crate::error::TxnError;
+use crate::msg::{LogEntry, LogRecord, ReclaimReply, ReclaimReq};
 use crate::node::Bug;
 use crate::node::{NodeState, H_LOG, H_RECLAIM};
 use crate::stage::Stage;
 use crate::store::history_key;
+use crate::wire::{Put, WireError};
 
 /// Planted bug shared by every protocol: commit without logging to the backups (their
 /// replicas fall behind, which the checker reports as lost writes).
@@ -32,27 +35,12 @@ const WRAP: u32 = u32::MAX;
 /// Header (length, pad, sequence) plus trailer (length).
 const FRAME: u64 = 16 + 4;
 
-/// Appends one entry to a log record.
-pub fn entry(record: &mut Vec<u8>, table: u16, key: u64, version: u64, value: &[u8]) {
-    record.extend_from_slice(&table.to_le_bytes());
-    record.extend_from_slice(&(value.len() as u16).to_le_bytes());
-    record.extend_from_slice(&[0; 4]);
-    record.extend_from_slice(&key.to_le_bytes());
-    record.extend_from_slice(&version.to_le_bytes());
-    record.extend_from_slice(value);
-    record.resize(record.len().div_ceil(8) * 8, 0);
-}
-
-/// Applies a log record to `n`'s replica: each entry's version, if newer.
-pub fn apply(n: &NodeState, record: &[u8]) {
-    let mut at = 8;
+/// Applies a log record to `n`'s replica: each entry's version, if newer. A record that
+/// does not decode applies nothing.
+pub fn apply(n: &NodeState, record: &[u8]) -> Result<(), WireError> {
+    let record = LogRecord::decode(record)?;
     let mut replica = n.replica.borrow_mut();
-    while at + 24 <= record.len() {
-        let table = u16::from_le_bytes([record[at], record[at + 1]]);
-        let len = u16::from_le_bytes([record[at + 2], record[at + 3]]) as usize;
-        let key = u64::from_le_bytes(record[at + 8..at + 16].try_into().expect("entry"));
-        let version = u64::from_le_bytes(record[at + 16..at + 24].try_into().expect("entry"));
-        at += (24 + len).div_ceil(8) * 8;
+    for LogEntry { table, key, version, .. } in record.entries {
         // A record carries the entries of every primary it wrote: keep the ones this node
         // backs (the k-th backup of a key is its primary + k, for k in 1..replication).
         let home = n.workload.home(txbed_workloads::Key { table, row: key }, n.nodes);
@@ -63,6 +51,7 @@ pub fn apply(n: &NodeState, record: &[u8]) {
         let v = replica.entry(history_key(table, key)).or_insert(0);
         *v = (*v).max(version);
     }
+    Ok(())
 }
 
 /// Applies every complete, current entry of the ring `sender`'s `worker` writes on this node
@@ -101,7 +90,9 @@ pub fn drain_ring(n: &NodeState, mem: &dyn HostMemory, sender: u16, worker: u16)
         if trailer != len {
             break; // not completely written yet
         }
-        apply(n, &rec);
+        // Zeroed memory at a ring's start passes the frame checks as an empty record (length,
+        // trailer and sequence 0), which does not decode and applies nothing.
+        let _ = apply(n, &rec);
         h.pos += framed;
         h.consumed += framed;
         h.seq += 1;
@@ -115,26 +106,23 @@ pub fn drain_ring(n: &NodeState, mem: &dyn HostMemory, sender: u16, worker: u16)
 /// backup has not applied; the lazy one-way reclaims alone give no such guarantee when the
 /// backup's CPU lags). Entries of this worker's other coroutines may still be in flight,
 /// hence the retry; a backup that makes no progress for `RECLAIM_PATIENCE_NS` fails the log.
-async fn wait_for_room(ctx: &Ctx, n: &NodeState, backup: u16, len: u64) -> Result<(), String> {
+async fn wait_for_room(ctx: &Ctx, n: &NodeState, backup: u16, len: u64) -> Result<(), TxnError> {
     let worker = ctx.me().worker;
     let mut stalled_since = ctx.now();
     let mut pause = RECLAIM_RETRY_NS;
     while !n.log_fits(worker, backup, len) {
         if ctx.now() - stalled_since > RECLAIM_PATIENCE_NS {
-            return Err(format!(
-                "backup {backup} applied none of worker {worker}'s log entries for {} ms: its ring is full",
-                RECLAIM_PATIENCE_NS / 1_000_000
-            ));
+            return Err(TxnError::LogStalled { backup, worker, ms: RECLAIM_PATIENCE_NS / 1_000_000 });
         }
-        let req = [&n.me.to_le_bytes()[..], &worker.to_le_bytes()].concat();
+        let req = ReclaimReq { sender: n.me, worker }.encode();
         let call = ctx.call(Endpoint { node: NodeId(backup), worker }, H_RECLAIM, &req);
         // This coroutine's log WRITEs to earlier backups complete in the same wait: their
         // failure is the log's.
-        ctx.wait().await.map_err(|c| c.to_string())?;
-        let reply = ctx.take_reply(call).unwrap_or(Err(txbed_transport::RpcError::Lost)).map_err(|e| e.to_string())?;
-        let consumed = reply.get(..8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")));
+        ctx.wait().await?;
+        let reply = ctx.take_reply(call).ok_or(TxnError::NoReply("RECLAIM"))??;
+        let ReclaimReply { consumed } = ReclaimReply::decode(&reply)?;
         let before = n.ring_confirmed(worker, backup);
-        n.log_confirmed(worker, backup, consumed.ok_or("malformed reclaim reply")?);
+        n.log_confirmed(worker, backup, consumed);
         if n.ring_confirmed(worker, backup) == before {
             ctx.sleep(pause).await;
             pause = (pause * 2).min(RECLAIM_RETRY_MAX_NS);
@@ -156,27 +144,30 @@ const RECLAIM_PATIENCE_NS: u64 = 1_000_000_000;
 
 /// Splits a log record (`id | entries`) into records of at most `max` bytes, at entry
 /// boundaries; each applies on its own, since entries carry their key and version.
-fn split(record: &[u8], max: usize) -> Result<Vec<Vec<u8>>, String> {
+fn split(record: &[u8], max: usize) -> Result<Vec<Vec<u8>>, TxnError> {
+    let LogRecord { id, entries } = LogRecord::decode(record)?;
     let mut out: Vec<Vec<u8>> = Vec::new();
-    let mut at = 8;
-    while at + 24 <= record.len() {
-        let len = u16::from_le_bytes([record[at + 2], record[at + 3]]) as usize;
-        let e = (24 + len).div_ceil(8) * 8;
+    for entry in entries {
+        let e = LogEntry::framed_len(entry.value.len());
         if 8 + e > max {
-            return Err(format!("a log entry of {e} B does not fit a {max} B log record"));
+            return Err(TxnError::TooBig {
+                what: "log entry",
+                bytes: e as u64,
+                limit: max as u64,
+                within: "log record",
+            });
         }
         if out.last().is_none_or(|c| c.len() + e > max) {
-            out.push(record[..8].to_vec());
+            out.push(LogRecord::start(id));
         }
-        out.last_mut().expect("a chunk").extend_from_slice(&record[at..(at + e).min(record.len())]);
-        at += e;
+        entry.encode_into(out.last_mut().expect("a chunk"));
     }
     Ok(out)
 }
 
 /// Sends `record` to every node in `backups` and waits until all have it. A record larger
 /// than the staging area (one-sided) or a datagram (RPC) goes as several, one after another.
-pub async fn append(ctx: &Ctx, n: &NodeState, backups: &[u16], record: &[u8]) -> Result<(), String> {
+pub async fn append(ctx: &Ctx, n: &NodeState, backups: &[u16], record: &[u8]) -> Result<(), TxnError> {
     if !n.hybrid.onesided(Stage::Log) {
         // One datagram per piece (the UD MTU less the RPC frame header), all in flight at once.
         let max = ctx.max_rpc_payload();
@@ -197,23 +188,25 @@ pub async fn append(ctx: &Ctx, n: &NodeState, backups: &[u16], record: &[u8]) ->
 
 /// RPC LOG: every piece to every backup, then one wait; each backup applies a piece on its
 /// own (entries carry their key and version).
-async fn append_rpc(ctx: &Ctx, n: &NodeState, backups: &[u16], pieces: &[Vec<u8>]) -> Result<(), String> {
+async fn append_rpc(ctx: &Ctx, n: &NodeState, backups: &[u16], pieces: &[Vec<u8>]) -> Result<(), TxnError> {
     let worker = ctx.me().worker;
     let mut calls = Vec::with_capacity(pieces.len() * backups.len());
     for p in pieces {
-        calls.extend(backups.iter().map(|&b| ctx.call(Endpoint { node: NodeId(b), worker }, H_LOG, p)));
+        calls.extend(backups.iter().map(|&b| (b, ctx.call(Endpoint { node: NodeId(b), worker }, H_LOG, p))));
     }
-    let _ = ctx.wait().await;
+    let waited = ctx.wait().await;
     // A backup that did not take a piece fails the log: committing without it would lose the
     // write there.
-    let failed = calls.into_iter().find_map(|c| match ctx.take_reply(c) {
-        Some(Ok(_)) => None,
-        Some(Err(e)) => Some(e.to_string()),
-        None => Some(txbed_transport::RpcError::Lost.to_string()),
+    let failed = calls.into_iter().find_map(|(backup, c)| match ctx.take_reply(c) {
+        Some(Ok(r)) if r.is_empty() => None,
+        Some(Ok(_)) => Some(TxnError::Wire(WireError::Rejected)),
+        Some(Err(error)) => Some(TxnError::Log { backup, error }),
+        None => Some(TxnError::Log { backup, error: RpcError::Lost }),
     });
     ctx.clear_replies();
+    waited?;
     if let Some(e) = failed {
-        return Err(format!("LOG: {e}"));
+        return Err(e);
     }
     let mut st = n.stats.borrow_mut();
     for p in pieces {
@@ -225,26 +218,28 @@ async fn append_rpc(ctx: &Ctx, n: &NodeState, backups: &[u16], pieces: &[Vec<u8>
 
 /// One-sided LOG of one record (DrTM+H Sec. 5.4): a WRITE into this worker's ring on each
 /// backup.
-async fn append_onesided(ctx: &Ctx, n: &NodeState, backups: &[u16], record: &[u8]) -> Result<(), String> {
+async fn append_onesided(ctx: &Ctx, n: &NodeState, backups: &[u16], record: &[u8]) -> Result<(), TxnError> {
     let worker = ctx.me().worker;
     let framed_len = (record.len() as u64 + FRAME).div_ceil(8) * 8;
     let ring = n.catalog.layout.ring_bytes;
     let (area_at, area) = crate::post::log_area(ctx);
     if framed_len > ring || framed_len > area {
-        return Err(format!("log record of {} B exceeds the ring or the {area} B staging area", record.len()));
+        let within = "log ring or staging area";
+        return Err(TxnError::TooBig { what: "framed log record", bytes: framed_len, limit: ring.min(area), within });
     }
     let s = ctx.scratch();
     // The log area stages one framed copy per backup (they differ in the sequence
     // number): the NIC reads each when it runs that WRITE, so copies must not overlap.
-    if framed_len * backups.len() as u64 > area {
-        return Err(format!("{} log copies of {} B exceed the {area} B staging area", backups.len(), framed_len));
+    let copies = framed_len * backups.len() as u64;
+    if copies > area {
+        return Err(TxnError::TooBig { what: "log copies", bytes: copies, limit: area, within: "log staging area" });
     }
     let mut reclaims = Vec::new();
     for (i, &b) in backups.iter().enumerate() {
         let src_at = area_at + i as u64 * framed_len;
         // Room first (a wrap marker and the record), so no other coroutine of this worker
         // reserves and posts a later ring position in between.
-        let q = ctx.rc_qp(NodeId(b), ctx.coroutine() as usize).ok_or("no QP to backup")?;
+        let q = crate::post::qp(ctx, b)?;
         loop {
             crate::post::room(ctx, q, 2).await?;
             if n.log_fits(worker, b, framed_len) {
@@ -254,19 +249,20 @@ async fn append_onesided(ctx: &Ctx, n: &NodeState, backups: &[u16], record: &[u8
         }
         let t = n.log_tail(worker, b, framed_len);
         let mut framed = Vec::with_capacity(framed_len as usize);
-        framed.extend_from_slice(&(record.len() as u32).to_le_bytes());
-        framed.extend_from_slice(&[0; 4]);
-        framed.extend_from_slice(&t.seq.to_le_bytes());
-        framed.extend_from_slice(record);
+        framed.put_u32(record.len() as u32);
+        framed.put_zeros(4);
+        framed.put_u64(t.seq);
+        framed.put_bytes(record);
         framed.resize(framed_len as usize - 4, 0);
-        framed.extend_from_slice(&(record.len() as u32).to_le_bytes());
-        ctx.write_local(src_at, &framed).map_err(|e| e.to_string())?;
+        framed.put_u32(record.len() as u32);
+        debug_assert_eq!(framed.len() as u64, framed_len);
+        ctx.write_local(src_at, &framed)?;
         let ring_at = n.catalog.layout.ring(n.me, worker);
         let mut ops = Vec::new();
         if let Some(old) = t.wrapped_from {
             let mut marker = Vec::with_capacity(16);
-            marker.extend_from_slice(&(WRAP as u64).to_le_bytes());
-            marker.extend_from_slice(&t.seq.to_le_bytes());
+            marker.put_u64(WRAP as u64);
+            marker.put_u64(t.seq);
             ops.push((
                 Op::Write { src: Payload::Inline(marker), remote: n.catalog.remote(b, ring_at + old, 16) },
                 false,
@@ -277,18 +273,14 @@ async fn append_onesided(ctx: &Ctx, n: &NodeState, backups: &[u16], record: &[u8
             Op::Write { src: Payload::Local(src), remote: n.catalog.remote(b, ring_at + t.pos, framed_len as u32) },
             true,
         ));
-        ctx.post(q, ops).map_err(|e| e.to_string())?;
+        ctx.post(q, ops)?;
         if t.reclaim {
             reclaims.push(b);
         }
     }
-    ctx.wait().await.map_err(|c| c.to_string())?;
+    ctx.wait().await?;
     for b in reclaims {
-        ctx.call_oneway(
-            Endpoint { node: NodeId(b), worker },
-            H_RECLAIM,
-            &[&n.me.to_le_bytes()[..], &worker.to_le_bytes()].concat(),
-        );
+        ctx.call_oneway(Endpoint { node: NodeId(b), worker }, H_RECLAIM, &ReclaimReq { sender: n.me, worker }.encode());
     }
     let mut st = n.stats.borrow_mut();
     st.log_records += backups.len() as u64;

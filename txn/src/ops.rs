@@ -18,13 +18,18 @@ use txbed_checker::{Access, Txn};
 use txbed_transport::{CallId, Ctx, LocalBuf, Op, Payload, QpId};
 use txbed_workloads::TxnSpec;
 
+use crate::error::TxnError;
 use crate::locate::locate;
-use crate::node::{NodeState, BUSY, H_COMMIT, H_FETCH, H_LOCK, H_RELEASE, H_VALIDATE, OK};
+use crate::msg::{
+    CommitReq, FetchReply, KeyReq, LockReply, LockReq, LogEntry, LogRecord, ReleaseReq, ValidateReply, ValidateReq,
+};
+use crate::node::{NodeState, BUSY, H_COMMIT, H_FETCH, H_LOCK, H_RELEASE, H_VALIDATE};
 use crate::post::check_buffers;
 pub use crate::post::{buffers_end, endpoint, inline_or_staged, log_area, qp, room, staging_at};
 use crate::stage::Stage;
 use crate::store::history_key;
-use crate::store::{split_version_word, version_word, BUCKET_BYTES, LOCK, META_BYTES, VERSION};
+use crate::store::{split_version_word, version_word, LOCK, META_BYTES, VERSION};
+use crate::wire::{u64_at, WireError};
 
 /// One record a transaction accesses.
 pub struct Rec {
@@ -44,13 +49,11 @@ impl Rec {
         &self.tuple[META_BYTES as usize..]
     }
     pub fn lock_word(&self) -> u64 {
-        u64::from_le_bytes(self.tuple[LOCK as usize..LOCK as usize + 8].try_into().expect("tuple"))
+        u64_at(&self.tuple, LOCK as usize)
     }
     /// (incarnation, version) of the tuple as read.
     pub fn version(&self) -> (u16, u64) {
-        split_version_word(u64::from_le_bytes(
-            self.tuple[VERSION as usize..VERSION as usize + 8].try_into().expect("tuple"),
-        ))
+        split_version_word(u64_at(&self.tuple, VERSION as usize))
     }
 }
 
@@ -60,42 +63,52 @@ pub fn records(n: &NodeState, spec: &TxnSpec) -> Vec<Rec> {
         .iter()
         .map(|k| (k, false))
         .chain(spec.writes.iter().map(|k| (k, true)))
-        .map(|(k, write)| Rec {
-            table: k.table,
-            key: k.row,
-            home: n.workload.home(*k, n.nodes),
-            write,
-            offset: 0,
-            locked: false,
-            tuple: Vec::new(),
+        .map(|(k, write)| {
+            let home = n.workload.home(*k, n.nodes);
+            debug_assert!(home < n.nodes, "{k:?} lives on node {home} of {}", n.nodes);
+            Rec { table: k.table, key: k.row, home, write, offset: 0, locked: false, tuple: Vec::new() }
         })
         .collect()
 }
 
+/// `tuple` as a reply carried it for `r`, if it has the size of `r`'s table's tuples (the
+/// words read from it are at fixed offsets).
+pub fn tuple_for(n: &NodeState, r: &Rec, tuple: Vec<u8>) -> Result<Vec<u8>, TxnError> {
+    if tuple.len() != tuple_bytes(n, r.table) as usize {
+        return Err(WireError::Invalid("a reply's tuple is not its table's size").into());
+    }
+    Ok(tuple)
+}
+
 /// Posts `ops` on `q` as the options say: one doorbell for the list (doorbell batching) or
 /// one per request; with outstanding requests off, waits for them before returning.
-pub async fn issue(ctx: &Ctx, n: &NodeState, q: QpId, ops: Vec<(Op, bool)>) -> Result<(), String> {
+pub async fn issue(ctx: &Ctx, n: &NodeState, q: QpId, ops: Vec<(Op, bool)>) -> Result<(), TxnError> {
     room(ctx, q, ops.len() as u32).await?;
     if n.rdma.doorbell {
-        ctx.post(q, ops).map_err(|e| e.to_string())?;
+        ctx.post(q, ops)?;
     } else {
         for op in ops {
-            ctx.post(q, [op]).map_err(|e| e.to_string())?;
+            ctx.post(q, [op])?;
         }
     }
     if !n.rdma.outstanding {
-        ctx.wait().await.map_err(|c| c.to_string())?;
+        ctx.wait().await?;
     }
     Ok(())
 }
 
 /// Calls `handler` at `node`; with outstanding requests off, waits for the reply first.
-pub async fn call(ctx: &Ctx, n: &NodeState, node: u16, handler: u16, req: &[u8]) -> CallId {
+pub async fn call(ctx: &Ctx, n: &NodeState, node: u16, handler: u16, req: &[u8]) -> Result<CallId, TxnError> {
     let id = ctx.call(endpoint(ctx, node), handler, req);
     if !n.rdma.outstanding {
-        let _ = ctx.wait().await;
+        ctx.wait().await?;
     }
-    id
+    Ok(id)
+}
+
+/// The reply to `call` (after the wait for it); `what` names the call if none arrived.
+pub fn reply(ctx: &Ctx, call: CallId, what: &'static str) -> Result<Vec<u8>, TxnError> {
+    Ok(ctx.take_reply(call).ok_or(TxnError::NoReply(what))??)
 }
 
 /// Finds the tuple offset of every selected record (location cache, then index READs).
@@ -104,13 +117,10 @@ pub async fn locate_all(
     n: &NodeState,
     recs: &mut [Rec],
     which: impl Fn(&Rec) -> bool,
-) -> Result<(), String> {
+) -> Result<(), TxnError> {
     let scratch = ctx.scratch();
     for r in recs.iter_mut().filter(|r| which(r)) {
-        r.offset = locate(ctx, &n.catalog, &n.cache, scratch, r.home, r.table, r.key)
-            .await
-            .map_err(|e| format!("{e:?}"))?
-            .offset;
+        r.offset = locate(ctx, &n.catalog, &n.cache, scratch, r.home, r.table, r.key).await?.offset;
     }
     Ok(())
 }
@@ -141,7 +151,7 @@ pub async fn lock_and_read(
     recs: &mut [Rec],
     which: impl Fn(&Rec) -> bool,
     id: u64,
-) -> Result<bool, String> {
+) -> Result<bool, TxnError> {
     let scratch = ctx.scratch();
     let t0 = ctx.now();
     let bytes: u64 = recs.iter().filter(|r| which(r)).map(|r| 8 + tuple_bytes(n, r.table) as u64).sum();
@@ -154,7 +164,7 @@ pub async fn lock_and_read(
             let len = tuple_bytes(n, r.table);
             let cas_out = LocalBuf { lkey: scratch.lkey, addr: at, len: 8 };
             // A sentinel, so a result that never arrived cannot read as "was free".
-            ctx.store_local(at, u64::MAX).map_err(|e| e.to_string())?;
+            ctx.store_local(at, u64::MAX)?;
             let read_out = LocalBuf { lkey: scratch.lkey, addr: at + 8, len };
             slots.push((i, at));
             at += 8 + len as u64;
@@ -163,37 +173,31 @@ pub async fn lock_and_read(
             let read = Op::Read { local: read_out, remote: n.catalog.remote(r.home, r.offset, len) };
             issue(ctx, n, qp(ctx, r.home)?, vec![(cas, false), (read, true)]).await?;
         }
-        ctx.wait().await.map_err(|c| c.to_string())?;
+        ctx.wait().await?;
         for (i, at) in slots {
             let r = &mut recs[i];
-            r.locked = ctx.load_local(at).map_err(|e| e.to_string())? == 0;
+            r.locked = ctx.load_local(at)? == 0;
             r.tuple = vec![0; tuple_bytes(n, r.table) as usize];
-            ctx.read_local(at + 8, &mut r.tuple).map_err(|e| e.to_string())?;
+            ctx.read_local(at + 8, &mut r.tuple)?;
         }
     } else {
         let mut calls = Vec::new();
         for (i, r) in recs.iter().enumerate().filter(|(_, r)| which(r)) {
-            let mut req = Vec::with_capacity(24);
-            req.extend_from_slice(&r.table.to_le_bytes());
-            req.extend_from_slice(&[0; 6]);
-            req.extend_from_slice(&r.key.to_le_bytes());
-            req.extend_from_slice(&id.to_le_bytes());
-            calls.push((i, call(ctx, n, r.home, H_LOCK, &req).await));
+            let req = LockReq { table: r.table, key: r.key, owner: id }.encode();
+            calls.push((i, call(ctx, n, r.home, H_LOCK, &req).await?));
         }
-        let _ = ctx.wait().await;
+        ctx.wait().await?;
         for (i, call) in calls {
             let r = &mut recs[i];
-            match ctx.take_reply(call) {
-                Some(Ok(rep)) if rep.first() == Some(&OK) => {
+            match LockReply::decode(&reply(ctx, call, "LOCK")?)? {
+                LockReply::Locked { offset, tuple } => {
+                    r.tuple = tuple_for(n, r, tuple)?;
                     r.locked = true;
-                    r.offset = u64::from_le_bytes(rep[1..9].try_into().expect("reply"));
-                    r.tuple = rep[9..].to_vec();
+                    r.offset = offset;
                 }
                 // Held by another: not ours, whatever an earlier round of this attempt got.
-                Some(Ok(rep)) if rep.first() == Some(&BUSY) => r.locked = false,
-                Some(Ok(_)) => return Err(format!("key {} missing on node {}", r.key, r.home)),
-                Some(Err(e)) => return Err(e.to_string()),
-                None => return Err("lock reply lost".into()),
+                LockReply::Busy => r.locked = false,
+                LockReply::Missing => return Err(TxnError::NotFound { node: r.home, table: r.table, key: r.key }),
             }
         }
     }
@@ -204,7 +208,7 @@ pub async fn lock_and_read(
 /// READ (execution): fetches every record's tuple without locking. One-sided: locate (the
 /// location cache makes this free when warm) and one READ; RPC: the participant looks the
 /// key up and also returns the key's bucket, filling the cache (DrTM+H Sec. 5.1).
-pub async fn fetch(ctx: &Ctx, n: &NodeState, recs: &mut [Rec]) -> Result<(), String> {
+pub async fn fetch(ctx: &Ctx, n: &NodeState, recs: &mut [Rec]) -> Result<(), TxnError> {
     let scratch = ctx.scratch();
     let t0 = ctx.now();
     let bytes: u64 = recs.iter().map(|r| tuple_bytes(n, r.table) as u64).sum();
@@ -223,41 +227,35 @@ pub async fn fetch(ctx: &Ctx, n: &NodeState, recs: &mut [Rec]) -> Result<(), Str
             // Without speculation, each fetch completes before the next is issued.
             issue(ctx, n, qp(ctx, r.home)?, vec![(read, true)]).await?;
             if !n.rdma.speculative {
-                ctx.wait().await.map_err(|c| c.to_string())?;
+                ctx.wait().await?;
             }
             slots.push(at);
             at += len as u64;
         }
-        ctx.wait().await.map_err(|c| c.to_string())?;
+        ctx.wait().await?;
         for (r, at) in recs.iter_mut().zip(slots) {
             r.tuple = vec![0; tuple_bytes(n, r.table) as usize];
-            ctx.read_local(at, &mut r.tuple).map_err(|e| e.to_string())?;
+            ctx.read_local(at, &mut r.tuple)?;
         }
     } else {
         let mut calls = Vec::new();
         for r in recs.iter() {
-            let mut req = Vec::with_capacity(16);
-            req.extend_from_slice(&r.table.to_le_bytes());
-            req.extend_from_slice(&[0; 6]);
-            req.extend_from_slice(&r.key.to_le_bytes());
-            calls.push(call(ctx, n, r.home, H_FETCH, &req).await);
+            let req = KeyReq { table: r.table, key: r.key }.encode();
+            calls.push(call(ctx, n, r.home, H_FETCH, &req).await?);
             if !n.rdma.speculative {
-                let _ = ctx.wait().await;
+                ctx.wait().await?;
             }
         }
-        let _ = ctx.wait().await;
+        ctx.wait().await?;
         for (r, call) in recs.iter_mut().zip(calls) {
-            match ctx.take_reply(call) {
-                Some(Ok(rep)) if rep.first() == Some(&OK) => {
-                    r.offset = u64::from_le_bytes(rep[1..9].try_into().expect("reply"));
-                    let bucket_at = u64::from_le_bytes(rep[9..17].try_into().expect("reply"));
-                    let b = &rep[17..17 + BUCKET_BYTES as usize];
-                    n.cache.borrow_mut().put(r.home, r.table, bucket_at, b);
-                    r.tuple = rep[17 + BUCKET_BYTES as usize..].to_vec();
+            match FetchReply::decode(&reply(ctx, call, "FETCH")?)? {
+                FetchReply::Found { offset, bucket_at, bucket, tuple } => {
+                    r.tuple = tuple_for(n, r, tuple)?;
+                    r.offset = offset;
+                    n.cache.borrow_mut().put(r.home, r.table, bucket_at, &bucket);
                 }
-                Some(Ok(_)) => return Err(format!("key {} missing on node {}", r.key, r.home)),
-                Some(Err(e)) => return Err(e.to_string()),
-                None => return Err("fetch reply lost".into()),
+                FetchReply::Missing => return Err(TxnError::NotFound { node: r.home, table: r.table, key: r.key }),
+                FetchReply::Busy => return Err(WireError::Status(BUSY).into()),
             }
         }
     }
@@ -273,7 +271,7 @@ pub async fn validate(
     recs: &[Rec],
     which: impl Fn(&Rec) -> bool,
     id: u64,
-) -> Result<bool, String> {
+) -> Result<bool, TxnError> {
     let scratch = ctx.scratch();
     let t0 = ctx.now();
     let mut now: Vec<(usize, u64, u64)> = Vec::new();
@@ -290,30 +288,19 @@ pub async fn validate(
             slots.push((i, at));
             at += 16;
         }
-        ctx.wait().await.map_err(|c| c.to_string())?;
+        ctx.wait().await?;
         for (i, at) in slots {
-            now.push((
-                i,
-                ctx.load_local(at).map_err(|e| e.to_string())?,
-                ctx.load_local(at + 8).map_err(|e| e.to_string())?,
-            ));
+            now.push((i, ctx.load_local(at)?, ctx.load_local(at + 8)?));
         }
     } else {
         let mut calls = Vec::new();
         for (i, r) in recs.iter().enumerate().filter(|(_, r)| which(r)) {
-            calls.push((i, call(ctx, n, r.home, H_VALIDATE, &r.offset.to_le_bytes()).await));
+            calls.push((i, call(ctx, n, r.home, H_VALIDATE, &ValidateReq { offset: r.offset }.encode()).await?));
         }
-        let _ = ctx.wait().await;
+        ctx.wait().await?;
         for (i, call) in calls {
-            match ctx.take_reply(call) {
-                Some(Ok(rep)) if rep.len() >= 16 => now.push((
-                    i,
-                    u64::from_le_bytes(rep[..8].try_into().expect("reply")),
-                    u64::from_le_bytes(rep[8..16].try_into().expect("reply")),
-                )),
-                Some(Err(e)) => return Err(e.to_string()),
-                _ => return Err("validate reply lost".into()),
-            }
+            let ValidateReply { lock, version } = ValidateReply::decode(&reply(ctx, call, "VALIDATE")?)?;
+            now.push((i, lock, version));
         }
     }
     account(ctx, n, Stage::Validate, t0, (!now.is_empty()) as u64, 16 * now.len() as u64);
@@ -324,15 +311,15 @@ pub async fn validate(
 }
 
 /// LOG: the new values to the backups of every written record's primary.
-pub async fn log(ctx: &Ctx, n: &NodeState, recs: &[Rec], new_values: &[Vec<u8>], id: u64) -> Result<(), String> {
+pub async fn log(ctx: &Ctx, n: &NodeState, recs: &[Rec], new_values: &[Vec<u8>], id: u64) -> Result<(), TxnError> {
     if n.replication <= 1 || new_values.is_empty() || n.bug == Some(crate::log::SKIP_LOG) {
         return Ok(());
     }
-    let mut record = Vec::new();
-    record.extend_from_slice(&id.to_le_bytes());
+    debug_assert_eq!(new_values.len(), recs.iter().filter(|r| r.write).count(), "a new value per write");
+    let mut record = LogRecord::start(id);
     let mut backups: Vec<u16> = Vec::new();
     for (r, v) in recs.iter().filter(|r| r.write).zip(new_values) {
-        crate::log::entry(&mut record, r.table, r.key, r.version().1 + 1, v);
+        LogEntry { table: r.table, key: r.key, version: r.version().1 + 1, value: v }.encode_into(&mut record);
         for k in 1..n.replication {
             let b = (r.home + k) % n.nodes;
             if !backups.contains(&b) {
@@ -357,9 +344,10 @@ pub async fn write_back(
     id: u64,
     history: &mut Txn,
     unlock_first: bool,
-) -> Result<(), String> {
+) -> Result<(), TxnError> {
+    debug_assert_eq!(new_values.len(), recs.iter().filter(|r| r.write).count(), "a new value per write");
     if unlock_first {
-        release(ctx, n, recs, |_| true, id).await;
+        release(ctx, n, recs, |_| true, id).await?;
     }
     let t0 = ctx.now();
     let mut bytes = 0u64;
@@ -373,8 +361,9 @@ pub async fn write_back(
     if !unlock_first {
         release_posts(ctx, n, recs, |r| !r.write, id);
     }
-    let _ = ctx.wait().await;
+    let waited = ctx.wait().await;
     ctx.clear_replies();
+    waited?;
     account(ctx, n, Stage::Commit, t0, 1, bytes);
     Ok(())
 }
@@ -393,18 +382,16 @@ pub async fn write_back_one(
     staging: &mut u64,
     unlock: bool,
     handler: u16,
-) -> Result<u64, String> {
+) -> Result<u64, TxnError> {
     let (inc, ver) = r.version();
     let key = history_key(r.table, r.key);
     history.reads.push(Access { key, version: ver });
     history.writes.push(Access { key, version: ver + 1 });
-    let mut body = Vec::with_capacity(16 + value.len());
-    body.extend_from_slice(&version_word(inc, ver + 1).to_le_bytes());
-    body.extend_from_slice(&id.to_le_bytes());
-    body.extend_from_slice(value);
+    let commit = CommitReq { offset: r.offset, version: version_word(inc, ver + 1), writer: id, record: value };
     if n.hybrid.onesided(Stage::Commit) {
+        let body = commit.body();
         let write = Op::Write {
-            src: inline_or_staged(ctx, &body, staging),
+            src: inline_or_staged(ctx, &body, staging)?,
             remote: n.catalog.remote(r.home, r.offset + VERSION, body.len() as u32),
         };
         let q = qp(ctx, r.home)?;
@@ -423,13 +410,11 @@ pub async fn write_back_one(
         };
         issue(ctx, n, q, ops).await?;
     } else {
-        let mut req = Vec::with_capacity(8 + body.len());
-        req.extend_from_slice(&r.offset.to_le_bytes());
-        req.extend_from_slice(&body);
+        let req = commit.encode();
         if n.rdma.passive_ack {
             ctx.call_oneway(endpoint(ctx, r.home), handler, &req);
         } else {
-            call(ctx, n, r.home, handler, &req).await;
+            call(ctx, n, r.home, handler, &req).await?;
         }
     }
     Ok(16 + value.len() as u64 + 8)
@@ -449,19 +434,24 @@ pub fn release_posts(ctx: &Ctx, n: &NodeState, recs: &[Rec], which: impl Fn(&Rec
                 continue;
             }
         }
-        let mut req = Vec::with_capacity(16);
-        req.extend_from_slice(&r.offset.to_le_bytes());
-        req.extend_from_slice(&id.to_le_bytes());
-        ctx.call(endpoint(ctx, r.home), H_RELEASE, &req);
+        ctx.call(endpoint(ctx, r.home), H_RELEASE, &ReleaseReq { offset: r.offset, owner: id }.encode());
     }
 }
 
 /// RELEASE and wait.
-pub async fn release(ctx: &Ctx, n: &NodeState, recs: &[Rec], which: impl Fn(&Rec) -> bool, id: u64) {
+pub async fn release(
+    ctx: &Ctx,
+    n: &NodeState,
+    recs: &[Rec],
+    which: impl Fn(&Rec) -> bool,
+    id: u64,
+) -> Result<(), TxnError> {
     let t0 = ctx.now();
     let count = recs.iter().filter(|r| r.locked && which(r)).count() as u64;
     release_posts(ctx, n, recs, which, id);
-    let _ = ctx.wait().await;
+    let waited = ctx.wait().await;
     ctx.clear_replies();
+    waited?;
     account(ctx, n, Stage::Release, t0, (count > 0) as u64, 8 * count);
+    Ok(())
 }

@@ -5,91 +5,72 @@ use std::rc::Rc;
 
 use txbed_transport::{Handled, HandlerCtx, HandlerFn, HostMemory};
 
+use crate::msg::{
+    CommitReq, FetchReply, KeyReq, LockReply, LockReq, ReclaimReply, ReclaimReq, ReleaseReq, ValidateReply, ValidateReq,
+};
 use crate::node::{
-    NodeState, BUSY, HANDLER_NAMES, H_COMMIT, H_FETCH, H_LOCK, H_LOG, H_RECLAIM, H_RELEASE, H_VALIDATE, MISSING, OK,
+    NodeState, HANDLER_NAMES, H_COMMIT, H_FETCH, H_LOCK, H_LOG, H_RECLAIM, H_RELEASE, H_VALIDATE, MALFORMED,
 };
 use crate::protocol::{handler_id, ProtocolRef};
 use crate::store::{self, TablePlace, LOCK, META_BYTES, VERSION, WRITER};
 
-fn u64_at(b: &[u8], i: usize) -> u64 {
-    u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or([0; 8]))
+/// The table and tuple offset of a key on this node.
+fn find<'a>(n: &'a NodeState, mem: &dyn HostMemory, table: u16, key: u64) -> Option<(&'a TablePlace, u64)> {
+    let place = n.catalog.layout.table(table)?;
+    Some((place, store::find_local(mem, n.base(), place, key)?))
 }
 
 /// LOCK: CAS the owner into the tuple's lock word (so a one-sided RELEASE can later clear
 /// it, RCC Sec. 5.2) and reply with the tuple's offset and bytes.
-/// Request: table u16 | pad 6 | key u64 | owner u64. Reply: status u8 | offset u64 | tuple.
-/// The table and tuple offset a request's `table u16 | pad 6 | key u64` prefix names, or
-/// `MISSING` in the reply.
-fn find<'a>(
-    n: &'a NodeState,
-    mem: &dyn HostMemory,
-    req: &[u8],
-    reply: &mut Vec<u8>,
-) -> Option<(&'a TablePlace, u64, u64)> {
-    let table = u16::from_le_bytes([req[0], req[1]]);
-    let key = u64_at(req, 8);
-    let found = n.catalog.layout.table(table).and_then(|p| Some((p, store::find_local(mem, n.base(), p, key)?, key)));
-    if found.is_none() {
-        reply.push(MISSING);
-    }
-    found
-}
-
 fn lock(n: &NodeState, mem: &dyn HostMemory, req: &[u8], reply: &mut Vec<u8>) {
-    let owner = u64_at(req, 16);
-    let Some((place, off, _)) = find(n, mem, req, reply) else { return };
+    let Ok(LockReq { table, key, owner }) = LockReq::decode(req) else { return reply.push(MALFORMED) };
+    let Some((place, off)) = find(n, mem, table, key) else { return LockReply::Missing.encode_into(reply) };
     let old = mem.cas_u64(n.base() + off + LOCK, 0, owner).unwrap_or(u64::MAX);
     if old != 0 {
-        reply.push(BUSY);
-        return;
+        return LockReply::Busy.encode_into(reply);
     }
-    reply.push(OK);
-    reply.extend_from_slice(&off.to_le_bytes());
-    let mut t = vec![0u8; place.tuple_bytes as usize];
-    let _ = mem.read(n.base() + off, &mut t);
-    reply.extend_from_slice(&t);
+    let mut tuple = vec![0u8; place.tuple_bytes as usize];
+    let _ = mem.read(n.base() + off, &mut tuple);
+    LockReply::Locked { offset: off, tuple }.encode_into(reply);
 }
 
 /// FETCH (OCC's execution by RPC): the tuple, its offset, and the key's main bucket so the
 /// caller's location cache fills even over RPC (DrTM+H Sec. 5.1).
-/// Request: table u16 | pad 6 | key u64. Reply: status | offset | bucket offset | bucket | tuple.
 fn fetch(n: &NodeState, mem: &dyn HostMemory, req: &[u8], reply: &mut Vec<u8>) {
-    let Some((place, off, key)) = find(n, mem, req, reply) else { return };
+    let Ok(KeyReq { table, key }) = KeyReq::decode(req) else { return reply.push(MALFORMED) };
+    let Some((place, off)) = find(n, mem, table, key) else { return FetchReply::Missing.encode_into(reply) };
     let bucket_at = place.buckets_at + store::bucket_of(key, place.buckets) * store::BUCKET_BYTES;
-    let mut b = [0u8; store::BUCKET_BYTES as usize];
-    let _ = mem.read(n.base() + bucket_at, &mut b);
-    let mut t = vec![0u8; place.tuple_bytes as usize];
-    let _ = mem.read(n.base() + off, &mut t);
-    reply.push(OK);
-    reply.extend_from_slice(&off.to_le_bytes());
-    reply.extend_from_slice(&bucket_at.to_le_bytes());
-    reply.extend_from_slice(&b);
-    reply.extend_from_slice(&t);
+    let mut bucket = [0u8; store::BUCKET_BYTES as usize];
+    let _ = mem.read(n.base() + bucket_at, &mut bucket);
+    let mut tuple = vec![0u8; place.tuple_bytes as usize];
+    let _ = mem.read(n.base() + off, &mut tuple);
+    FetchReply::Found { offset: off, bucket_at, bucket, tuple }.encode_into(reply);
 }
 
-/// VALIDATE: the tuple's lock and version words. Request: offset u64.
+/// VALIDATE: the tuple's lock and version words. A request that does not decode gets an
+/// empty reply, which does not decode either.
 fn validate(n: &NodeState, mem: &dyn HostMemory, req: &[u8], reply: &mut Vec<u8>) {
-    let off = u64_at(req, 0);
-    let lock = mem.load_u64(n.base() + off + LOCK).unwrap_or(u64::MAX);
-    let ver = mem.load_u64(n.base() + off + VERSION).unwrap_or(u64::MAX);
-    reply.extend_from_slice(&lock.to_le_bytes());
-    reply.extend_from_slice(&ver.to_le_bytes());
+    let Ok(ValidateReq { offset }) = ValidateReq::decode(req) else { return };
+    let lock = mem.load_u64(n.base() + offset + LOCK).unwrap_or(u64::MAX);
+    let version = mem.load_u64(n.base() + offset + VERSION).unwrap_or(u64::MAX);
+    ValidateReply { lock, version }.encode_into(reply);
 }
 
-/// RELEASE: clear the lock if `owner` holds it. Request: offset u64 | owner u64.
+/// RELEASE: clear the lock if `owner` holds it.
 fn release(n: &NodeState, mem: &dyn HostMemory, req: &[u8]) {
-    let (off, owner) = (u64_at(req, 0), u64_at(req, 8));
-    let _ = mem.cas_u64(n.base() + off + LOCK, owner, 0);
+    // Nobody reads the reply: a request that does not decode releases nothing.
+    let Ok(ReleaseReq { offset, owner }) = ReleaseReq::decode(req) else { return };
+    let _ = mem.cas_u64(n.base() + offset + LOCK, owner, 0);
 }
 
 /// COMMIT: write back version, writer and record, then clear the lock.
-/// Request: offset u64 | version word u64 | writer u64 | record.
 fn commit(n: &NodeState, mem: &dyn HostMemory, req: &[u8]) {
-    let off = u64_at(req, 0);
-    let base = n.base() + off;
-    let _ = mem.write(base + META_BYTES, &req[24..]);
-    let _ = mem.store_u64(base + VERSION, u64_at(req, 8));
-    let _ = mem.store_u64(base + WRITER, u64_at(req, 16));
+    // Nobody reads the reply: a request that does not decode writes nothing.
+    let Ok(c) = CommitReq::decode(req) else { return };
+    let base = n.base() + c.offset;
+    let _ = mem.write(base + META_BYTES, c.record);
+    let _ = mem.store_u64(base + VERSION, c.version);
+    let _ = mem.store_u64(base + WRITER, c.writer);
     let _ = mem.store_u64(base + LOCK, 0);
 }
 
@@ -142,9 +123,12 @@ fn common_handlers(n: &Rc<NodeState>) -> Vec<(u16, Rc<HandlerFn>)> {
         (
             H_LOG,
             Rc::new(move |ctx: &mut HandlerCtx<'_>, req: &[u8]| {
-                // The RPC log handler copies the record and applies it (DrTM+H Sec. 5.4).
+                // The RPC log handler copies the record and applies it (DrTM+H Sec. 5.4); an
+                // empty reply says it did.
                 ctx.compute((req.len() as u64).div_ceil(10));
-                crate::log::apply(&log_node, req);
+                if crate::log::apply(&log_node, req).is_err() {
+                    ctx.reply.push(MALFORMED);
+                }
                 Handled::Reply
             }),
         ),
@@ -152,16 +136,147 @@ fn common_handlers(n: &Rc<NodeState>) -> Vec<(u16, Rc<HandlerFn>)> {
             H_RECLAIM,
             Rc::new(move |ctx: &mut HandlerCtx<'_>, req: &[u8]| {
                 // Applies what the ring holds; a caller waiting for room (not a lazy one-way
-                // reclaim) hears how many bytes are now consumed.
-                if req.len() < 4 {
-                    return Handled::NoReply;
-                }
-                let sender = u16::from_le_bytes([req[0], req[1]]);
-                let worker = u16::from_le_bytes([req[2], req[3]]);
+                // reclaim) hears how many bytes are now consumed. A request that does not
+                // decode gets an empty reply, which does not decode either.
+                let Ok(ReclaimReq { sender, worker }) = ReclaimReq::decode(req) else { return Handled::Reply };
                 let consumed = crate::log::drain_ring(&reclaim_node, ctx.mem, sender, worker);
-                ctx.reply.extend_from_slice(&consumed.to_le_bytes());
+                ReclaimReply { consumed }.encode_into(ctx.reply);
                 Handled::Reply
             }),
         ),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+    use std::sync::Arc;
+
+    use txbed_transport::{MemError, MemoryRegion};
+    use txbed_workloads::smallbank::SmallBank;
+
+    use super::*;
+    use crate::locate::{Catalog, LocationCache};
+    use crate::node::{NodeState, MALFORMED};
+    use crate::protocol::Rdma;
+    use crate::stage::Hybrid;
+    use crate::store::{Layout, TableSpec};
+
+    /// One node's registered memory, plain bytes.
+    struct Mem(MemoryRegion, RefCell<Vec<u8>>);
+
+    impl Mem {
+        fn at(&self, addr: u64, len: usize) -> Result<usize, MemError> {
+            let r = self.0;
+            if addr < r.addr || addr + len as u64 > r.addr + r.len {
+                return Err(MemError::OutOfBounds { addr, len: len as u64 });
+            }
+            Ok((addr - r.addr) as usize)
+        }
+    }
+
+    impl HostMemory for Mem {
+        fn regions(&self) -> Vec<MemoryRegion> {
+            vec![self.0]
+        }
+        fn read(&self, addr: u64, out: &mut [u8]) -> Result<(), MemError> {
+            let i = self.at(addr, out.len())?;
+            out.copy_from_slice(&self.1.borrow()[i..i + out.len()]);
+            Ok(())
+        }
+        fn write(&self, addr: u64, data: &[u8]) -> Result<(), MemError> {
+            let i = self.at(addr, data.len())?;
+            self.1.borrow_mut()[i..i + data.len()].copy_from_slice(data);
+            Ok(())
+        }
+        fn cas_u64(&self, addr: u64, compare: u64, swap: u64) -> Result<u64, MemError> {
+            let old = self.load_u64(addr)?;
+            if old == compare {
+                self.store_u64(addr, swap)?;
+            }
+            Ok(old)
+        }
+        fn faa_u64(&self, addr: u64, add: u64) -> Result<u64, MemError> {
+            let old = self.load_u64(addr)?;
+            self.store_u64(addr, old.wrapping_add(add))?;
+            Ok(old)
+        }
+    }
+
+    /// A node holding keys 5, 6 and 7 of table 1 (8-byte records holding the key).
+    fn node() -> (NodeState, Mem) {
+        let layout = Layout::new(&[TableSpec { id: 1, record_bytes: 8, rows_per_node: 16 }], store::LOAD_FACTOR);
+        let region = MemoryRegion { addr: 0x1000, len: layout.bytes, rkey: 1, lkey: 1 };
+        let mem = Mem(region, RefCell::new(vec![0; layout.bytes as usize]));
+        store::load_table(&mem, region, &layout.tables[0], &[5, 6, 7], &|k| k.to_le_bytes().to_vec()).unwrap();
+        let n = NodeState {
+            me: 0,
+            nodes: 1,
+            catalog: Rc::new(Catalog { layout, regions: vec![region] }),
+            cache: RefCell::new(LocationCache::new(0)),
+            workload: Arc::new(SmallBank::default()),
+            hybrid: Hybrid::RPC,
+            rdma: Rdma::default(),
+            history: RefCell::default(),
+            stats: RefCell::default(),
+            replication: 1,
+            bug: None,
+            rings: RefCell::default(),
+            readers: RefCell::default(),
+            replica: RefCell::default(),
+            participant: Box::new(()),
+            index: Default::default(),
+        };
+        (n, mem)
+    }
+
+    fn call(f: fn(&NodeState, &dyn HostMemory, &[u8], &mut Vec<u8>), n: &NodeState, mem: &Mem, req: &[u8]) -> Vec<u8> {
+        let mut reply = Vec::new();
+        f(n, mem, req, &mut reply);
+        reply
+    }
+
+    #[test]
+    fn lock_fetch_validate_commit_release() {
+        let (n, mem) = node();
+        let lock = |key, owner| LockReply::decode(&call(lock, &n, &mem, &LockReq { table: 1, key, owner }.encode()));
+        let Ok(LockReply::Locked { offset, tuple }) = lock(5, 9) else { panic!("key 5 is free") };
+        assert_eq!((crate::wire::u64_at(&tuple, 0), &tuple[24..32]), (9, &5u64.to_le_bytes()[..]));
+        assert_eq!(lock(5, 10), Ok(LockReply::Busy));
+        assert_eq!(lock(99, 10), Ok(LockReply::Missing));
+        let fetched = FetchReply::decode(&call(fetch, &n, &mem, &KeyReq { table: 1, key: 5 }.encode()));
+        assert!(matches!(fetched, Ok(FetchReply::Found { offset: o, .. }) if o == offset));
+        let fetched = FetchReply::decode(&call(fetch, &n, &mem, &KeyReq { table: 2, key: 5 }.encode()));
+        assert_eq!(fetched, Ok(FetchReply::Missing));
+        let validated =
+            |n: &NodeState| ValidateReply::decode(&call(validate, n, &mem, &ValidateReq { offset }.encode()));
+        assert_eq!(validated(&n).map(|v| v.lock), Ok(9));
+        super::commit(&n, &mem, &CommitReq { offset, version: 77, writer: 9, record: &[1; 8] }.encode());
+        assert_eq!(validated(&n), Ok(ValidateReply { lock: 0, version: 77 }));
+        assert_eq!(lock(5, 10).map(|r| matches!(r, LockReply::Locked { .. })), Ok(true));
+        super::release(&n, &mem, &ReleaseReq { offset, owner: 9 }.encode());
+        assert_eq!(validated(&n).map(|v| v.lock), Ok(10), "only the owner releases");
+        super::release(&n, &mem, &ReleaseReq { offset, owner: 10 }.encode());
+        assert_eq!(validated(&n).map(|v| v.lock), Ok(0));
+    }
+
+    /// Requests of every length up to 48 bytes, of bytes that name nothing: no handler
+    /// panics, and one whose reply has a status says MALFORMED when the request does not
+    /// decode.
+    #[test]
+    fn requests_that_do_not_decode_are_refused() {
+        let (n, mem) = node();
+        let before = mem.1.borrow().clone();
+        for len in 0..48 {
+            let req = vec![0xab; len];
+            let lock_reply = call(lock, &n, &mem, &req);
+            assert_eq!(lock_reply == [MALFORMED], len != 24, "LOCK of {len} B");
+            assert_eq!(call(fetch, &n, &mem, &req) == [MALFORMED], len != 16, "FETCH of {len} B");
+            assert_eq!(ValidateReply::decode(&call(validate, &n, &mem, &req)).is_ok(), len == 8, "VALIDATE of {len} B");
+            super::release(&n, &mem, &req);
+            super::commit(&n, &mem, &req);
+            assert!(crate::log::apply(&n, &req).is_err() || len == 8, "LOG of {len} B");
+        }
+        assert!(*mem.1.borrow() == before, "a request that names nothing changed the store");
+    }
 }

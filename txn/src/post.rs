@@ -3,6 +3,8 @@
 
 use txbed_transport::{Ctx, Endpoint, LocalBuf, NodeId, Payload, QpId};
 
+use crate::error::TxnError;
+
 /// A coroutine's scratch, in quarters: LOCK/READ/VALIDATE buffers (and index buckets) in the
 /// first half, the log record's staging in the third quarter, write-back staging in the last
 /// (0, 8 and 12 KiB of the default 16 KiB; the runner gives a workload with larger
@@ -25,10 +27,15 @@ pub fn staging_at(ctx: &Ctx) -> u64 {
 }
 
 /// Fails (rather than overrun the next coroutine's scratch) when `bytes` of buffers do not fit.
-pub fn check_buffers(ctx: &Ctx, bytes: u64) -> Result<(), String> {
+pub fn check_buffers(ctx: &Ctx, bytes: u64) -> Result<(), TxnError> {
     let s = ctx.scratch();
     if s.addr + bytes > buffers_end(ctx) {
-        return Err(format!("{bytes} B of record buffers exceed the {} B scratch half", s.len / 2));
+        return Err(TxnError::TooBig {
+            what: "record buffers",
+            bytes,
+            limit: s.len as u64 / 2,
+            within: "scratch half",
+        });
     }
     Ok(())
 }
@@ -37,17 +44,17 @@ pub fn endpoint(ctx: &Ctx, node: u16) -> Endpoint {
     Endpoint { node: NodeId(node), worker: ctx.me().worker }
 }
 
-pub fn qp(ctx: &Ctx, node: u16) -> Result<QpId, String> {
-    ctx.rc_qp(NodeId(node), ctx.coroutine() as usize).ok_or_else(|| format!("no QP to node {node}"))
+pub fn qp(ctx: &Ctx, node: u16) -> Result<QpId, TxnError> {
+    ctx.rc_qp(NodeId(node), ctx.coroutine() as usize).ok_or(TxnError::NoQp { node })
 }
 
 /// Waits until `q`'s send queue has room for `k` more requests. A worker's coroutines share
 /// its QPs, so transactions with many records on one node (TPC-E's customer-position reads
 /// about 50) can fill it: drain this coroutine's own requests, then give the others time.
-pub async fn room(ctx: &Ctx, q: QpId, k: u32) -> Result<(), String> {
+pub async fn room(ctx: &Ctx, q: QpId, k: u32) -> Result<(), TxnError> {
     let full = || ctx.outstanding(q).saturating_add(k) > ctx.qp_info(q).map_or(u32::MAX, |i| i.max_outstanding);
     while full() {
-        ctx.wait().await.map_err(|c| c.to_string())?;
+        ctx.wait().await?;
         if full() {
             ctx.sleep(500).await;
         }
@@ -58,14 +65,14 @@ pub async fn room(ctx: &Ctx, q: QpId, k: u32) -> Result<(), String> {
 /// The payload of a WRITE: inline when small (DrTM+H inlines up to 64 B), otherwise staged
 /// in this coroutine's scratch at `*at`, which advances. Each request needs its own staging
 /// bytes: the NIC DMA-reads them when it processes the request, after later ones are posted.
-pub fn inline_or_staged(ctx: &Ctx, bytes: &[u8], at: &mut u64) -> Payload {
+pub fn inline_or_staged(ctx: &Ctx, bytes: &[u8], at: &mut u64) -> Result<Payload, TxnError> {
     if bytes.len() <= 64 {
-        return Payload::Inline(bytes.to_vec());
+        return Ok(Payload::Inline(bytes.to_vec()));
     }
     let s = ctx.scratch();
     let here = *at;
     *at += (bytes.len() as u64).div_ceil(8) * 8;
     assert!(*at <= s.addr + s.len as u64, "scratch too small for the write set");
-    let _ = ctx.write_local(here, bytes);
-    Payload::Local(LocalBuf { lkey: s.lkey, addr: here, len: bytes.len() as u32 })
+    ctx.write_local(here, bytes)?;
+    Ok(Payload::Local(LocalBuf { lkey: s.lkey, addr: here, len: bytes.len() as u32 }))
 }

@@ -25,6 +25,7 @@ use txbed_txn::node::NodeState;
 use txbed_txn::ops;
 use txbed_txn::protocol::{parse_options, Bug, LocalBoxFuture, OptionValues, Protocol};
 use txbed_txn::stage::Stage;
+use txbed_txn::TxnError;
 use txbed_workloads::TxnSpec;
 
 /// The protocol. A unit struct: its state lives on the nodes (`Node`).
@@ -103,20 +104,21 @@ impl Protocol for Retry2pl {
 
 /// One attempt of `spec` as transaction `id` (nonzero; also the lock owner).
 async fn attempt(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Attempt {
+    run(ctx, n, spec, id).await.unwrap_or_else(Attempt::Failed)
+}
+
+/// The attempt, with `?` for the operations' errors (a failed verb or RPC).
+async fn run(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Result<Attempt, TxnError> {
     let me: &Node = n.participant();
     let start_ns = ctx.now();
     let mut recs = ops::records(n, spec);
     let lock_reads = n.bug != Some(UNLOCKED_READS);
     // 1. LOCK, retried after a back-off while some lock is busy.
     let mut round = 0;
-    loop {
-        match ops::lock_and_read(ctx, n, &mut recs, |r| r.write || lock_reads, id).await {
-            Ok(true) => break,
-            Ok(false) => ops::release(ctx, n, &recs, |_| true, id).await,
-            Err(e) => return Attempt::Failed(e),
-        }
+    while !ops::lock_and_read(ctx, n, &mut recs, |r| r.write || lock_reads, id).await? {
+        ops::release(ctx, n, &recs, |_| true, id).await?;
         if round == me.options.retries {
-            return Attempt::Conflict;
+            return Ok(Attempt::Conflict);
         }
         round += 1;
         me.retried.set(me.retried.get() + 1);
@@ -125,23 +127,19 @@ async fn attempt(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Attempt {
     if !lock_reads {
         // The planted bug: the read set is fetched unlocked (records() puts reads first).
         if let Err(e) = ops::fetch(ctx, n, &mut recs[..spec.reads.len()]).await {
-            ops::release(ctx, n, &recs, |_| true, id).await;
-            return Attempt::Failed(e);
+            ops::release(ctx, n, &recs, |_| true, id).await?;
+            return Err(e);
         }
     }
     // 2. The transaction's logic.
     let Some((new_values, delta)) = execute(ctx, n, spec, &recs) else {
-        ops::release(ctx, n, &recs, |_| true, id).await;
-        return Attempt::UserAbort;
+        ops::release(ctx, n, &recs, |_| true, id).await?;
+        return Ok(Attempt::UserAbort);
     };
     // 3. LOG, then 4. COMMIT.
-    if let Err(e) = ops::log(ctx, n, &recs, &new_values, id).await {
-        return Attempt::Failed(e);
-    }
+    ops::log(ctx, n, &recs, &new_values, id).await?;
     let mut h = new_history(ctx, n, spec, id, start_ns);
-    if let Err(e) = ops::write_back(ctx, n, &recs, &new_values, id, &mut h, false).await {
-        return Attempt::Failed(e);
-    }
+    ops::write_back(ctx, n, &recs, &new_values, id, &mut h, false).await?;
     committed(ctx, n, h, delta);
-    Attempt::Committed
+    Ok(Attempt::Committed)
 }

@@ -21,10 +21,12 @@ use std::collections::VecDeque;
 
 use txbed_transport::{Ctx, LocalBuf, Op, Payload};
 
-use super::wire::{align8, SKIP};
+use super::wire::SKIP;
 use txbed_txn::node::NodeState;
 use txbed_txn::ops;
 use txbed_txn::store::Layout;
+use txbed_txn::wire::align8;
+use txbed_txn::TxnError;
 
 /// Bytes of each one-sided ring in CALVIN's area.
 pub const RING_BYTES: u64 = 16 << 10;
@@ -96,16 +98,19 @@ fn signal(ctx: &Ctx, n: &NodeState, q: txbed_transport::QpId) -> bool {
     !n.rdma.passive_ack || ctx.outstanding(q) + 8 >= depth / 4
 }
 
-fn post(ctx: &Ctx, n: &NodeState, q: txbed_transport::QpId, ops: Vec<(Op, bool)>) -> Result<(), String> {
+fn post(ctx: &Ctx, n: &NodeState, q: txbed_transport::QpId, ops: Vec<(Op, bool)>) -> Result<(), TxnError> {
     if n.rdma.doorbell {
-        ctx.post(q, ops).map_err(|e| e.to_string())
+        ctx.post(q, ops)?;
     } else {
-        ops.into_iter().try_for_each(|op| ctx.post(q, [op]).map_err(|e| e.to_string()))
+        for op in ops {
+            ctx.post(q, [op])?;
+        }
     }
+    Ok(())
 }
 
 /// Writes as many queued messages to `to`'s inbox as credit allows; returns the bytes sent.
-pub(crate) fn send(ctx: &Ctx, n: &NodeState, out: &mut Out, ch: usize, to: u16) -> Result<u64, String> {
+pub(crate) fn send(ctx: &Ctx, n: &NodeState, out: &mut Out, ch: usize, to: u16) -> Result<u64, TxnError> {
     if out.msgs.is_empty() {
         return Ok(0);
     }
@@ -115,7 +120,7 @@ pub(crate) fn send(ctx: &Ctx, n: &NodeState, out: &mut Out, ch: usize, to: u16) 
     if !room(ctx, q, 4) {
         return Ok(0);
     }
-    let acked = ctx.load_local(base + ack_word(l, ch, to)).map_err(|e| e.to_string())?;
+    let acked = ctx.load_local(base + ack_word(l, ch, to))?;
     let (start, mut segs): (u64, Vec<(u64, u64)>) = (out.tail, Vec::new());
     let mut seg = |off: u64, len: u64| match segs.last_mut() {
         Some((o, l)) if *o + *l == off => *l += len,
@@ -130,14 +135,15 @@ pub(crate) fn send(ctx: &Ctx, n: &NodeState, out: &mut Out, ch: usize, to: u16) 
             break; // no credit: the rest waits for the receiver's ack
         }
         if skip > 0 {
-            ctx.write_local(base + outbox(l, ch, to) + pos, &(SKIP as u64).to_le_bytes()).map_err(|e| e.to_string())?;
+            ctx.write_local(base + outbox(l, ch, to) + pos, &(SKIP as u64).to_le_bytes())?;
             seg(pos, 8);
             out.tail += skip;
         }
         let mut f = Vec::with_capacity(framed as usize);
         super::wire::frame(&mut f, m);
         let pos = out.tail % ring;
-        ctx.write_local(base + outbox(l, ch, to) + pos, &f).map_err(|e| e.to_string())?;
+        debug_assert_eq!(f.len() as u64, framed);
+        ctx.write_local(base + outbox(l, ch, to) + pos, &f)?;
         seg(pos, framed);
         out.tail += framed;
         out.msgs.pop_front();
@@ -165,21 +171,23 @@ pub(crate) fn send(ctx: &Ctx, n: &NodeState, out: &mut Out, ch: usize, to: u16) 
 
 /// Takes every complete message `from` wrote into this node's inbox, and acknowledges them
 /// once a quarter of the ring is consumed.
-pub(crate) fn poll(ctx: &Ctx, n: &NodeState, inb: &mut In, ch: usize, from: u16) -> Result<Vec<Vec<u8>>, String> {
+pub(crate) fn poll(ctx: &Ctx, n: &NodeState, inb: &mut In, ch: usize, from: u16) -> Result<Vec<Vec<u8>>, TxnError> {
     let l = &n.catalog.layout;
     let (ring, base) = (RING_BYTES, n.base());
-    let tail = ctx.load_local(base + tail_word(l, ch, from)).map_err(|e| e.to_string())?;
+    let tail = ctx.load_local(base + tail_word(l, ch, from))?;
     let mut msgs = Vec::new();
     while inb.head < tail {
         let pos = inb.head % ring;
         let at = base + inbox(l, ch, from) + pos;
-        let len = ctx.load_local(at).map_err(|e| e.to_string())? as u32;
+        let len = ctx.load_local(at)? as u32;
         if len == SKIP {
             inb.head += ring - pos;
             continue;
         }
+        // Frames below the tail are whole: the notify WRITE lands after them (per-QP order).
+        debug_assert!(8 + align8(len as usize) as u64 <= ring / 4, "CALVIN frame of {len} B from node {from}");
         let mut m = vec![0u8; len as usize];
-        ctx.read_local(at + 8, &mut m).map_err(|e| e.to_string())?;
+        ctx.read_local(at + 8, &mut m)?;
         inb.head += 8 + align8(len as usize) as u64;
         msgs.push(m);
     }

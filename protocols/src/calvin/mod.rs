@@ -46,13 +46,16 @@ use chan::{FORWARD, INPUT};
 use serde::{Deserialize, Serialize};
 use txbed_txn::attempt::{self, Attempt};
 use txbed_txn::history_key;
-use txbed_txn::node::{NodeState, H_LOG};
+use txbed_txn::msg::{LogEntry, LogRecord};
+use txbed_txn::node::{NodeState, H_LOG, MALFORMED};
 use txbed_txn::ops;
 use txbed_txn::protocol::{
     handler_id, in_id_order, parse_options, BackgroundFn, Bug, LocalBoxFuture, OptionValues, Protocol,
 };
 use txbed_txn::stage::Stage;
 use txbed_txn::store::{self, split_version_word, version_word, BUCKET_BYTES, META_BYTES, VERSION, WRITER};
+use txbed_txn::wire::{u64_at, WireError};
+use txbed_txn::TxnError;
 use wire::Value;
 
 /// The stages CALVIN has, hence the bits its hybrid code may set.
@@ -261,6 +264,9 @@ struct Engine {
     // Outgoing messages and one-sided channel state, per channel and peer.
     out: Vec<chan::Out>,
     inb: Vec<chan::In>,
+    /// The first message a handler could not decode (only CALVIN's own nodes send them: a
+    /// bug), for the scheduler to report.
+    malformed: Option<WireError>,
 }
 
 impl Engine {
@@ -284,17 +290,18 @@ impl Engine {
     }
 
     /// A message that arrived on channel `ch` from `from`.
-    fn deliver(&mut self, ch: usize, from: u16, m: &[u8]) {
+    fn deliver(&mut self, ch: usize, from: u16, m: &[u8]) -> Result<(), WireError> {
         if ch == INPUT {
-            if let Some((epoch, part, count, fin)) = wire::part_header(m) {
-                let p = self.parts.entry((epoch, from)).or_default();
-                p.count = count;
-                p.fin |= fin;
-                p.got.insert(part, m.to_vec());
-            }
-        } else if let Some((id, vals)) = wire::decode_forward(m) {
+            let (epoch, part, count, fin) = wire::part_header(m)?;
+            let p = self.parts.entry((epoch, from)).or_default();
+            p.count = count;
+            p.fin |= fin;
+            p.got.insert(part, m.to_vec());
+        } else {
+            let (id, vals) = wire::decode_forward(m)?;
             self.values.entry(id).or_default().extend(vals);
         }
+        Ok(())
     }
 
     /// Whether every sequencer has finished and this node scheduled all their batches.
@@ -408,7 +415,11 @@ pub fn handlers(n: &Rc<NodeState>) -> Vec<(u16, Rc<HandlerFn>)> {
                 // coordinator hears back on the fragment that completed it, once it ran.
                 ctx.compute((req.len() as u64).div_ceil(10));
                 let mut e = part(&submit).e.borrow_mut();
-                let Some((id, frag, frags, bytes)) = wire::decode_submit(req) else { return Handled::Reply };
+                let Ok((id, frag, frags, bytes)) = wire::decode_submit(req) else {
+                    // The coordinator's attempt fails on this reply.
+                    ctx.reply.push(MALFORMED);
+                    return Handled::Reply;
+                };
                 if e.sealed {
                     e.submitting.remove(&id);
                     ctx.reply.extend_from_slice(&wire::encode_result(id, TOO_LATE, 0, &[]));
@@ -430,7 +441,13 @@ pub fn handlers(n: &Rc<NodeState>) -> Vec<(u16, Rc<HandlerFn>)> {
             Rc::new(move |_: &mut HandlerCtx<'_>, req: &[u8]| {
                 // Answered by the sequencer's coroutine: `send_deferred_reply` also remembers
                 // the reply for a coordinator that retransmits its call.
-                part(&result).e.borrow_mut().results.push(req.to_vec());
+                let mut e = part(&result).e.borrow_mut();
+                match wire::decode_result(req) {
+                    Ok(_) => e.results.push(req.to_vec()),
+                    Err(err) => {
+                        e.malformed.get_or_insert(err);
+                    }
+                }
                 Handled::Reply
             }),
         ),
@@ -442,8 +459,11 @@ pub fn handlers(n: &Rc<NodeState>) -> Vec<(u16, Rc<HandlerFn>)> {
             Rc::new(move |ctx: &mut HandlerCtx<'_>, req: &[u8]| {
                 ctx.compute((req.len() as u64).div_ceil(10));
                 let mut e = part(&n).e.borrow_mut();
-                for m in wire::unframe(req).unwrap_or_default() {
-                    e.deliver(ch, ctx.src.node.0, m);
+                let from = ctx.src.node.0;
+                let delivered =
+                    wire::unframe(req).and_then(|ms| ms.into_iter().try_for_each(|m| e.deliver(ch, from, m)));
+                if let Err(err) = delivered {
+                    e.malformed.get_or_insert(err);
                 }
                 Handled::Reply
             }),
@@ -454,29 +474,28 @@ pub fn handlers(n: &Rc<NodeState>) -> Vec<(u16, Rc<HandlerFn>)> {
 
 /// Submits the transaction to this node's sequencer and waits for its outcome.
 async fn attempt(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Attempt {
+    run(ctx, n, spec, id).await.unwrap_or_else(Attempt::Failed)
+}
+
+async fn run(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Result<Attempt, TxnError> {
     let start_ns = ctx.now();
     let mut input = Vec::new();
     wire::encode_input(&mut input, id, spec);
     let mut reply = Vec::new();
     for frag in wire::submit_fragments(id, &input, max_rpc(ctx)) {
-        reply = match ctx.rpc(worker0(n.me), H_SUBMIT, &frag).await {
-            Ok(r) => r,
-            Err(e) => return Attempt::Failed(e.to_string()),
-        };
+        reply = ctx.rpc(worker0(n.me), H_SUBMIT, &frag).await?;
         if !reply.is_empty() {
             break; // the outcome, or a refusal of the run's end
         }
     }
-    let Some((_, status, delta, versions)) = wire::decode_result(&reply) else {
-        return Attempt::Failed("malformed CALVIN result".into());
-    };
+    let (_, status, delta, versions) = wire::decode_result(&reply)?;
     match status {
         COMMITTED => {}
-        USER_ABORT => return Attempt::UserAbort,
-        _ => return Attempt::Conflict, // sequenced too late: the run is over
+        USER_ABORT => return Ok(Attempt::UserAbort),
+        _ => return Ok(Attempt::Conflict), // sequenced too late: the run is over
     }
     if versions.len() != spec.reads.len() + spec.writes.len() {
-        return Attempt::Failed("CALVIN result has the wrong number of versions".into());
+        return Err(WireError::Invalid("CALVIN result has the wrong number of versions").into());
     }
     let mut h = attempt::new_history(ctx, n, spec, id, start_ns);
     let (rs, ws) = versions.split_at(spec.reads.len());
@@ -488,7 +507,7 @@ async fn attempt(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Attempt {
         h.writes.push(Access { key: history_key(k.table, k.row), version: v + 1 });
     }
     attempt::committed(ctx, n, h, delta);
-    Attempt::Committed
+    Ok(Attempt::Committed)
 }
 
 /// The worker's background coroutine: on worker 0, the node's sequencer and scheduler, until
@@ -511,7 +530,10 @@ async fn background(ctx: Ctx, n: Rc<NodeState>, end: u64) {
             log(&ctx, &n, done);
         }
         flush(&ctx, &n);
-        let applied = reap(&ctx, &n);
+        let applied = match reap(&ctx, &n) {
+            Ok(applied) => applied,
+            Err(e) => panic!("CALVIN scheduler on node {}: {e}", n.me),
+        };
         if executed || applied {
             continue; // new work may be ready
         }
@@ -529,16 +551,23 @@ async fn background(ctx: Ctx, n: Rc<NodeState>, end: u64) {
         }
         ctx.sleep(POLL_NS).await;
     }
-    let _ = ctx.wait().await;
+    // What is still in flight: one-sided channel WRITEs and calls whose replies nobody
+    // needs; a failed WRITE lost a message the run depended on.
+    if let Err(c) = ctx.wait().await {
+        panic!("CALVIN on node {}: {c}", n.me);
+    }
     ctx.clear_replies();
 }
 
 /// Sequencer, arrivals, scheduling and local reads: everything that needs no waiting.
-fn step(ctx: &Ctx, n: &NodeState, epoch_ns: u64, end: u64) -> Result<(), String> {
+fn step(ctx: &Ctx, n: &NodeState, epoch_ns: u64, end: u64) -> Result<(), TxnError> {
     let mut e = part(n).e.borrow_mut();
     let e = &mut *e;
+    if let Some(err) = e.malformed.take() {
+        return Err(err.into());
+    }
     for r in std::mem::take(&mut e.results) {
-        if let Some(token) = wire::Reader::new(&r).u64().and_then(|id| e.waiting.remove(&id)) {
+        if let Some(token) = e.waiting.remove(&wire::result_id(&r)?) {
             ctx.send_deferred_reply(token, r);
         }
     }
@@ -560,7 +589,7 @@ fn step(ctx: &Ctx, n: &NodeState, epoch_ns: u64, end: u64) -> Result<(), String>
         for to in 0..n.nodes {
             for p in &parts {
                 if to == n.me {
-                    e.deliver(INPUT, to, p);
+                    e.deliver(INPUT, to, p)?;
                 } else {
                     bytes += p.len() as u64;
                     e.out[INPUT * n.nodes as usize + to as usize].msgs.push_back(p.clone());
@@ -577,7 +606,7 @@ fn step(ctx: &Ctx, n: &NodeState, epoch_ns: u64, end: u64) -> Result<(), String>
         for from in (0..n.nodes).filter(|&f| f != n.me) {
             let i = ch * n.nodes as usize + from as usize;
             for m in chan::poll(ctx, n, &mut e.inb[i], ch, from)? {
-                e.deliver(ch, from, &m);
+                e.deliver(ch, from, &m)?;
             }
         }
     }
@@ -595,7 +624,7 @@ fn step(ctx: &Ctx, n: &NodeState, epoch_ns: u64, end: u64) -> Result<(), String>
                 e.fin[s as usize] = Some(epoch);
             }
             let batch = parts.got.values().map(|m| m.as_slice());
-            let inputs = wire::batch_inputs(batch, &mut |k| e.intern(k)).ok_or("malformed batch")?;
+            let inputs = wire::batch_inputs(batch, &mut |k| e.intern(k))?;
             for (pos, (id, spec)) in inputs.into_iter().enumerate() {
                 schedule(ctx, n, e, gseq(epoch, s, pos as u64), s, id, spec);
             }
@@ -641,16 +670,16 @@ fn schedule(ctx: &Ctx, n: &NodeState, e: &mut Engine, g: u64, origin: u16, id: u
 }
 
 /// The tuple offset of a record this node owns (its index, through local memory).
-fn offset(ctx: &Ctx, n: &NodeState, e: &mut Engine, key: u64) -> Result<u64, String> {
+fn offset(ctx: &Ctx, n: &NodeState, e: &mut Engine, key: u64) -> Result<u64, TxnError> {
     if let Some(&o) = e.offsets.get(&key) {
         return Ok(o);
     }
     let k = wire::unpack(key);
-    let place = n.catalog.layout.table(k.table).ok_or("unknown table")?;
+    let place = n.catalog.layout.table(k.table).ok_or(TxnError::UnknownTable(k.table))?;
     let mut at = place.buckets_at + store::bucket_of(k.row, place.buckets) * BUCKET_BYTES;
     for _ in 0..=place.pool + 1 {
         let mut b = [0u8; BUCKET_BYTES as usize];
-        ctx.read_local(n.base() + at, &mut b).map_err(|e| e.to_string())?;
+        ctx.read_local(n.base() + at, &mut b)?;
         match store::probe(&b, k.row) {
             store::Probe::Found { offset, .. } => {
                 e.offsets.insert(key, offset);
@@ -660,12 +689,12 @@ fn offset(ctx: &Ctx, n: &NodeState, e: &mut Engine, key: u64) -> Result<u64, Str
             store::Probe::Absent => break,
         }
     }
-    Err(format!("key {} of table {} missing on node {}", k.row, k.table, n.me))
+    Err(TxnError::NotFound { node: n.me, table: k.table, key: k.row })
 }
 
 /// Transactions holding their local locks read their records, forward them to the actives
 /// and release what they only read (passive participants are then done).
-fn read_ready(ctx: &Ctx, n: &NodeState, e: &mut Engine) -> Result<(), String> {
+fn read_ready(ctx: &Ctx, n: &NodeState, e: &mut Engine) -> Result<(), TxnError> {
     while let Some(g) = e.ready.pop_front() {
         let t = e.txns.get(&g).expect("ready transaction");
         let keys = t.keys.clone();
@@ -675,8 +704,8 @@ fn read_ready(ctx: &Ctx, n: &NodeState, e: &mut Engine) -> Result<(), String> {
             let off = offset(ctx, n, e, k)?;
             let table = n.catalog.layout.table(wire::unpack(k).table).expect("table");
             let mut tuple = vec![0u8; table.tuple_bytes as usize];
-            ctx.read_local(n.base() + off, &mut tuple).map_err(|e| e.to_string())?;
-            let ver = u64::from_le_bytes(tuple[VERSION as usize..VERSION as usize + 8].try_into().expect("tuple"));
+            ctx.read_local(n.base() + off, &mut tuple)?;
+            let ver = u64_at(&tuple, VERSION as usize);
             vals.push((k, (ver, tuple[META_BYTES as usize..].to_vec())));
         }
         let refs: Vec<(u64, &Value)> = vals.iter().map(|(k, v)| (*k, v)).collect();
@@ -766,16 +795,11 @@ fn log(ctx: &Ctx, n: &NodeState, done: Vec<Done>) {
         for d in &done {
             for (key, _, ver, value) in &d.writes {
                 if records.last().is_none_or(|r| r.len() + 24 + value.len() > max_rpc(ctx)) {
-                    records.push(d.id.to_le_bytes().to_vec());
+                    records.push(LogRecord::start(d.id));
                 }
                 let k = wire::unpack(*key);
-                txbed_txn::log::entry(
-                    records.last_mut().expect("record"),
-                    k.table,
-                    k.row,
-                    split_version_word(*ver).1,
-                    value,
-                );
+                let entry = LogEntry { table: k.table, key: k.row, version: split_version_word(*ver).1, value };
+                entry.encode_into(records.last_mut().expect("record"));
             }
         }
         // Backups apply a log record to their replica whichever worker serves it: spare the
@@ -800,7 +824,7 @@ fn log(ctx: &Ctx, n: &NodeState, done: Vec<Done>) {
 
 /// Applies every round whose log every backup acknowledged, and forgets the replies nobody
 /// needs. Returns whether a round was applied.
-fn reap(ctx: &Ctx, n: &NodeState) -> bool {
+fn reap(ctx: &Ctx, n: &NodeState) -> Result<bool, TxnError> {
     let mut rounds = Vec::new();
     {
         let mut e = part(n).e.borrow_mut();
@@ -820,20 +844,20 @@ fn reap(ctx: &Ctx, n: &NodeState) -> bool {
         if l.bytes > 0 {
             ops::account(ctx, n, Stage::Log, l.t0, 1, l.bytes);
         }
-        apply(ctx, n, l.done);
+        apply(ctx, n, l.done)?;
     }
-    applied
+    Ok(applied)
 }
 
 /// Applies logged writes (version + 1, writer, record), releases the locks and reports.
-fn apply(ctx: &Ctx, n: &NodeState, done: Vec<Done>) {
+fn apply(ctx: &Ctx, n: &NodeState, done: Vec<Done>) -> Result<(), TxnError> {
     let mut e = part(n).e.borrow_mut();
     for d in done {
         for (_, off, ver, value) in &d.writes {
             let at = n.base() + off;
-            let _ = ctx.write_local(at + META_BYTES, value);
-            let _ = ctx.store_local(at + VERSION, *ver);
-            let _ = ctx.store_local(at + WRITER, d.id);
+            ctx.write_local(at + META_BYTES, value)?;
+            ctx.store_local(at + VERSION, *ver)?;
+            ctx.store_local(at + WRITER, d.id)?;
         }
         if ctx.tracing() && !d.writes.is_empty() {
             let args = [("gseq", d.gseq), ("id", d.id)];
@@ -857,9 +881,7 @@ fn apply(ctx: &Ctx, n: &NodeState, done: Vec<Done>) {
         }
     }
     drop(e);
-    if let Err(err) = read_ready(ctx, n, &mut part(n).e.borrow_mut()) {
-        panic!("CALVIN scheduler on node {}: {err}", n.me);
-    }
+    read_ready(ctx, n, &mut part(n).e.borrow_mut())
 }
 
 /// Sends every queued message: batched RPCs, or one-sided WRITEs, as each stage's bit says.

@@ -14,53 +14,12 @@
 //!
 //! Several messages to one peer travel together as frames `len u32 | pad 4 | message (padded)`.
 
+use txbed_txn::node::MALFORMED;
+use txbed_txn::wire::{align8, Put, Reader, WireError};
 use txbed_workloads::{Key, TxnSpec};
 
 /// Frame length that marks "skip to the start of the ring" in a one-sided ring.
 pub(crate) const SKIP: u32 = u32::MAX;
-
-pub(crate) fn align8(x: usize) -> usize {
-    x.div_ceil(8) * 8
-}
-
-fn pad8(out: &mut Vec<u8>) {
-    out.resize(align8(out.len()), 0);
-}
-
-/// Reads little-endian fields in order; `None` once the bytes run out.
-pub(crate) struct Reader<'a> {
-    b: &'a [u8],
-    at: usize,
-}
-
-impl<'a> Reader<'a> {
-    pub(crate) fn new(b: &'a [u8]) -> Self {
-        Reader { b, at: 0 }
-    }
-    pub(crate) fn bytes(&mut self, n: usize) -> Option<&'a [u8]> {
-        let s = self.b.get(self.at..self.at.checked_add(n)?)?;
-        self.at += n;
-        Some(s)
-    }
-    /// `n` bytes, then skips the padding to the next multiple of 8.
-    pub(crate) fn padded(&mut self, n: usize) -> Option<&'a [u8]> {
-        let s = self.bytes(n)?;
-        self.bytes(align8(n) - n)?;
-        Some(s)
-    }
-    pub(crate) fn u16(&mut self) -> Option<u16> {
-        Some(u16::from_le_bytes(self.bytes(2)?.try_into().ok()?))
-    }
-    pub(crate) fn u32(&mut self) -> Option<u32> {
-        Some(u32::from_le_bytes(self.bytes(4)?.try_into().ok()?))
-    }
-    pub(crate) fn u64(&mut self) -> Option<u64> {
-        Some(u64::from_le_bytes(self.bytes(8)?.try_into().ok()?))
-    }
-    pub(crate) fn done(&self) -> bool {
-        self.at >= self.b.len()
-    }
-}
 
 pub(crate) fn unpack(k: u64) -> Key {
     Key { table: (k >> 48) as u16, row: k & ((1 << 48) - 1) }
@@ -68,32 +27,37 @@ pub(crate) fn unpack(k: u64) -> Key {
 
 /// Appends a transaction's input.
 pub(crate) fn encode_input(out: &mut Vec<u8>, id: u64, spec: &TxnSpec) {
-    out.extend_from_slice(&id.to_le_bytes());
-    out.extend_from_slice(&spec.compute_ns.to_le_bytes());
+    out.put_u64(id);
+    out.put_u64(spec.compute_ns);
     for n in [spec.kind.len(), spec.reads.len(), spec.writes.len(), spec.params.len()] {
-        out.extend_from_slice(&(n as u16).to_le_bytes());
+        debug_assert!(n <= u16::MAX as usize, "a CALVIN input field of {n} items");
+        out.put_u16(n as u16);
     }
-    out.extend_from_slice(spec.kind.as_bytes());
-    pad8(out);
+    out.put_bytes(spec.kind.as_bytes());
+    out.pad8();
     for k in spec.reads.iter().chain(&spec.writes) {
-        out.extend_from_slice(&k.packed().to_le_bytes());
+        out.put_u64(k.packed());
     }
-    for p in &spec.params {
-        out.extend_from_slice(&p.to_le_bytes());
+    for &p in &spec.params {
+        out.put_i64(p);
     }
 }
 
 /// Decodes one input; `intern` turns the kind's name into the `&'static str` a spec holds.
-pub(crate) fn decode_input(r: &mut Reader<'_>, intern: &mut dyn FnMut(&str) -> &'static str) -> Option<(u64, TxnSpec)> {
+pub(crate) fn decode_input(
+    r: &mut Reader<'_>,
+    intern: &mut dyn FnMut(&str) -> &'static str,
+) -> Result<(u64, TxnSpec), WireError> {
     let id = r.u64()?;
     let compute_ns = r.u64()?;
     let (kl, nr, nw, np) = (r.u16()? as usize, r.u16()? as usize, r.u16()? as usize, r.u16()? as usize);
-    let kind = intern(std::str::from_utf8(r.padded(kl)?).ok()?);
+    let kind = std::str::from_utf8(r.padded(kl)?).map_err(|_| WireError::Invalid("transaction kind is not UTF-8"))?;
+    let kind = intern(kind);
     let mut key = || r.u64().map(unpack);
-    let reads = (0..nr).map(|_| key()).collect::<Option<Vec<Key>>>()?;
-    let writes = (0..nw).map(|_| key()).collect::<Option<Vec<Key>>>()?;
-    let params = (0..np).map(|_| r.u64().map(|p| p as i64)).collect::<Option<Vec<i64>>>()?;
-    Some((id, TxnSpec { kind, reads, writes, params, compute_ns }))
+    let reads = (0..nr).map(|_| key()).collect::<Result<Vec<Key>, _>>()?;
+    let writes = (0..nw).map(|_| key()).collect::<Result<Vec<Key>, _>>()?;
+    let params = (0..np).map(|_| r.i64()).collect::<Result<Vec<i64>, _>>()?;
+    Ok((id, TxnSpec { kind, reads, writes, params, compute_ns }))
 }
 
 const PART_HEADER: usize = 24;
@@ -105,10 +69,10 @@ const PART_HEADER: usize = 24;
 /// still closes the epoch. `fin` marks the sequencer's last batch.
 pub(crate) fn batch_parts(epoch: u64, fin: bool, inputs: &[Vec<u8>], max: usize) -> Vec<Vec<u8>> {
     let mut stream = Vec::with_capacity(8 + inputs.iter().map(|i| i.len()).sum::<usize>());
-    stream.extend_from_slice(&(inputs.len() as u32).to_le_bytes());
-    stream.extend_from_slice(&[0; 4]);
+    stream.put_u32(inputs.len() as u32);
+    stream.put_zeros(4);
     for i in inputs {
-        stream.extend_from_slice(i);
+        stream.put_bytes(i);
     }
     let chunk = (max.saturating_sub(PART_HEADER) / 8 * 8).max(8);
     let chunks: Vec<&[u8]> = stream.chunks(chunk).collect();
@@ -118,43 +82,50 @@ pub(crate) fn batch_parts(epoch: u64, fin: bool, inputs: &[Vec<u8>], max: usize)
         .enumerate()
         .map(|(p, c)| {
             let mut m = Vec::with_capacity(PART_HEADER + c.len());
-            m.extend_from_slice(&epoch.to_le_bytes());
-            m.extend_from_slice(&(p as u16).to_le_bytes());
-            m.extend_from_slice(&parts.to_le_bytes());
-            m.extend_from_slice(&(fin as u16).to_le_bytes());
-            m.extend_from_slice(&[0; 2]);
-            m.extend_from_slice(&(c.len() as u32).to_le_bytes());
-            m.extend_from_slice(&[0; 4]);
-            m.extend_from_slice(c);
+            m.put_u64(epoch);
+            m.put_u16(p as u16);
+            m.put_u16(parts);
+            m.put_u16(fin as u16);
+            m.put_zeros(2);
+            m.put_u32(c.len() as u32);
+            m.put_zeros(4);
+            m.put_bytes(c);
+            debug_assert_eq!(m.len(), PART_HEADER + c.len());
             m
         })
         .collect()
 }
 
 /// A batch part's header: (epoch, part, parts, final).
-pub(crate) fn part_header(m: &[u8]) -> Option<(u64, u16, u16, bool)> {
+pub(crate) fn part_header(m: &[u8]) -> Result<(u64, u16, u16, bool), WireError> {
     let mut r = Reader::new(m);
-    Some((r.u64()?, r.u16()?, r.u16()?, r.u16()? != 0))
+    let (epoch, part, parts, fin) = (r.u64()?, r.u16()?, r.u16()?, r.u16()? != 0);
+    if part >= parts {
+        return Err(WireError::Invalid("batch part index not below the part count"));
+    }
+    Ok((epoch, part, parts, fin))
 }
 
 /// The inputs of a whole batch, from its parts in order.
 pub(crate) fn batch_inputs<'a>(
     parts: impl IntoIterator<Item = &'a [u8]>,
     intern: &mut dyn FnMut(&str) -> &'static str,
-) -> Option<Vec<(u64, TxnSpec)>> {
+) -> Result<Vec<(u64, TxnSpec)>, WireError> {
     let mut stream = Vec::new();
     for m in parts {
         let mut r = Reader::new(m);
-        r.bytes(16)?;
+        r.skip(16)?;
         let len = r.u32()? as usize;
-        r.u32()?;
+        r.skip(4)?;
         stream.extend_from_slice(r.bytes(len)?);
+        r.finish()?;
     }
     let mut r = Reader::new(&stream);
     let n = r.u32()?;
-    r.u32()?;
-    let inputs = (0..n).map(|_| decode_input(&mut r, intern)).collect::<Option<Vec<_>>>()?;
-    r.done().then_some(inputs)
+    r.skip(4)?;
+    let inputs = (0..n).map(|_| decode_input(&mut r, intern)).collect::<Result<Vec<_>, _>>()?;
+    r.finish()?;
+    Ok(inputs)
 }
 
 const SUBMIT_HEADER: usize = 16;
@@ -170,22 +141,25 @@ pub(crate) fn submit_fragments(id: u64, input: &[u8], max: usize) -> Vec<Vec<u8>
         .enumerate()
         .map(|(i, c)| {
             let mut m = Vec::with_capacity(SUBMIT_HEADER + c.len());
-            m.extend_from_slice(&id.to_le_bytes());
-            m.extend_from_slice(&(i as u16).to_le_bytes());
-            m.extend_from_slice(&n.to_le_bytes());
-            m.extend_from_slice(&[0; 4]);
-            m.extend_from_slice(c);
+            m.put_u64(id);
+            m.put_u16(i as u16);
+            m.put_u16(n);
+            m.put_zeros(4);
+            m.put_bytes(c);
             m
         })
         .collect()
 }
 
 /// A submission: (id, fragment, fragments, bytes).
-pub(crate) fn decode_submit(m: &[u8]) -> Option<(u64, u16, u16, &[u8])> {
+pub(crate) fn decode_submit(m: &[u8]) -> Result<(u64, u16, u16, &[u8]), WireError> {
     let mut r = Reader::new(m);
     let (id, i, n) = (r.u64()?, r.u16()?, r.u16()?);
-    r.u32()?;
-    (i < n).then(|| (id, i, n, &m[SUBMIT_HEADER..]))
+    r.skip(4)?;
+    if i >= n {
+        return Err(WireError::Invalid("submission fragment index not below the fragment count"));
+    }
+    Ok((id, i, n, r.rest()))
 }
 
 /// A record's value as forwarded: version word and record bytes.
@@ -198,18 +172,18 @@ pub(crate) fn forward_msgs(id: u64, values: &[(u64, &Value)], max: usize) -> Vec
         let len = 24 + align8(rec.len());
         if msgs.last().is_none_or(|(_, m)| m.len() + len > max) {
             let mut m = Vec::new();
-            m.extend_from_slice(&id.to_le_bytes());
-            m.extend_from_slice(&[0; 8]);
+            m.put_u64(id);
+            m.put_zeros(8);
             msgs.push((0, m));
         }
         let (n, m) = msgs.last_mut().expect("a message");
         *n += 1;
-        m.extend_from_slice(&key.to_le_bytes());
-        m.extend_from_slice(&ver.to_le_bytes());
-        m.extend_from_slice(&(rec.len() as u32).to_le_bytes());
-        m.extend_from_slice(&[0; 4]);
-        m.extend_from_slice(rec);
-        pad8(m);
+        m.put_u64(*key);
+        m.put_u64(*ver);
+        m.put_u32(rec.len() as u32);
+        m.put_zeros(4);
+        m.put_bytes(rec);
+        m.pad8();
     }
     msgs.into_iter()
         .map(|(n, mut m)| {
@@ -220,54 +194,66 @@ pub(crate) fn forward_msgs(id: u64, values: &[(u64, &Value)], max: usize) -> Vec
 }
 
 /// Decodes forwarded values: (transaction id, [(key, value)]).
-pub(crate) fn decode_forward(m: &[u8]) -> Option<(u64, Vec<(u64, Value)>)> {
+pub(crate) fn decode_forward(m: &[u8]) -> Result<(u64, Vec<(u64, Value)>), WireError> {
     let mut r = Reader::new(m);
     let id = r.u64()?;
     let n = r.u32()?;
-    r.u32()?;
-    let mut out = Vec::with_capacity(n as usize);
+    r.skip(4)?;
+    let mut out = Vec::with_capacity(n.min(m.len() as u32 / 24) as usize);
     for _ in 0..n {
         let key = r.u64()?;
         let ver = r.u64()?;
         let len = r.u32()? as usize;
-        r.u32()?;
+        r.skip(4)?;
         out.push((key, (ver, r.padded(len)?.to_vec())));
     }
-    Some((id, out))
+    r.finish()?;
+    Ok((id, out))
 }
 
 pub(crate) fn encode_result(id: u64, status: u8, delta: i64, versions: &[u64]) -> Vec<u8> {
     let mut m = Vec::with_capacity(32 + 8 * versions.len());
-    m.extend_from_slice(&id.to_le_bytes());
-    m.push(status);
-    m.extend_from_slice(&[0; 7]);
-    m.extend_from_slice(&delta.to_le_bytes());
-    m.extend_from_slice(&(versions.len() as u32).to_le_bytes());
-    m.extend_from_slice(&[0; 4]);
-    for v in versions {
-        m.extend_from_slice(&v.to_le_bytes());
+    m.put_u64(id);
+    m.put_u8(status);
+    m.put_zeros(7);
+    m.put_i64(delta);
+    m.put_u32(versions.len() as u32);
+    m.put_zeros(4);
+    for &v in versions {
+        m.put_u64(v);
     }
     m
 }
 
-/// (id, status, external delta, versions read).
-pub(crate) fn decode_result(m: &[u8]) -> Option<(u64, u8, i64, Vec<u64>)> {
+/// The transaction a result is about.
+pub(crate) fn result_id(m: &[u8]) -> Result<u64, WireError> {
+    Reader::new(m).u64()
+}
+
+/// (id, status, external delta, versions read). A one-byte `MALFORMED` is the sequencer's
+/// answer to a submission it could not decode.
+pub(crate) fn decode_result(m: &[u8]) -> Result<(u64, u8, i64, Vec<u64>), WireError> {
+    if m == [MALFORMED] {
+        return Err(WireError::Rejected);
+    }
     let mut r = Reader::new(m);
     let id = r.u64()?;
-    let status = r.bytes(8)?[0];
-    let delta = r.u64()? as i64;
+    let status = r.u8()?;
+    r.skip(7)?;
+    let delta = r.i64()?;
     let n = r.u32()?;
-    r.u32()?;
-    let vs = (0..n).map(|_| r.u64()).collect::<Option<Vec<u64>>>()?;
-    Some((id, status, delta, vs))
+    r.skip(4)?;
+    let vs = (0..n).map(|_| r.u64()).collect::<Result<Vec<u64>, _>>()?;
+    r.finish()?;
+    Ok((id, status, delta, vs))
 }
 
 /// Appends `m` as a frame.
 pub(crate) fn frame(out: &mut Vec<u8>, m: &[u8]) {
-    out.extend_from_slice(&(m.len() as u32).to_le_bytes());
-    out.extend_from_slice(&[0; 4]);
-    out.extend_from_slice(m);
-    pad8(out);
+    out.put_u32(m.len() as u32);
+    out.put_zeros(4);
+    out.put_bytes(m);
+    out.pad8();
 }
 
 /// Bytes `m` takes as a frame.
@@ -276,15 +262,15 @@ pub(crate) fn framed_len(m: &[u8]) -> usize {
 }
 
 /// The messages of a sequence of frames (an RPC payload).
-pub(crate) fn unframe(b: &[u8]) -> Option<Vec<&[u8]>> {
+pub(crate) fn unframe(b: &[u8]) -> Result<Vec<&[u8]>, WireError> {
     let mut r = Reader::new(b);
     let mut out = Vec::new();
     while !r.done() {
         let len = r.u32()? as usize;
-        r.u32()?;
+        r.skip(4)?;
         out.push(r.padded(len)?);
     }
-    Some(out)
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -317,19 +303,19 @@ mod tests {
         assert!(parts.len() > 10 && parts.iter().all(|p| p.len() <= 400));
         let mut intern = |s: &str| if s == "send-payment" { "send-payment" } else { "?" };
         for (i, p) in parts.iter().enumerate() {
-            assert_eq!(part_header(p), Some((9, i as u16, parts.len() as u16, false)));
+            assert_eq!(part_header(p), Ok((9, i as u16, parts.len() as u16, false)));
         }
         let back = batch_inputs(parts.iter().map(|p| p.as_slice()), &mut intern).unwrap();
         assert_eq!(back.iter().map(|(id, _)| *id).collect::<Vec<_>>(), (1..=40).collect::<Vec<_>>());
         assert!(back.iter().all(|(id, s)| *s == if *id == 17 { big.clone() } else { spec() }));
         // A missing or reordered part does not decode.
-        assert!(batch_inputs(parts[1..].iter().map(|p| p.as_slice()), &mut intern).is_none());
+        assert!(batch_inputs(parts[1..].iter().map(|p| p.as_slice()), &mut intern).is_err());
         let mut swapped: Vec<&[u8]> = parts.iter().map(|p| p.as_slice()).collect();
         swapped.swap(0, 1);
-        assert_ne!(batch_inputs(swapped, &mut intern).as_ref(), Some(&back));
+        assert_ne!(batch_inputs(swapped, &mut intern).as_ref(), Ok(&back));
         let empty = batch_parts(3, true, &[], 400);
         assert_eq!(empty.len(), 1);
-        assert_eq!(part_header(&empty[0]), Some((3, 0, 1, true)));
+        assert_eq!(part_header(&empty[0]), Ok((3, 0, 1, true)));
         assert_eq!(batch_inputs([empty[0].as_slice()], &mut intern).unwrap().len(), 0);
     }
 
@@ -347,7 +333,7 @@ mod tests {
         }
         assert_eq!(joined, input);
         assert_eq!(submit_fragments(1, &input[..100], 1024).len(), 1);
-        assert!(decode_submit(&frags[0][..10]).is_none());
+        assert!(decode_submit(&frags[0][..10]).is_err());
     }
 
     #[test]
@@ -367,7 +353,9 @@ mod tests {
         assert_eq!(back, vals);
         assert_eq!(unframe(&payload).unwrap(), msgs.iter().map(|m| m.as_slice()).collect::<Vec<_>>());
         let r = encode_result(5, 1, -42, &[1, 2, 3]);
-        assert_eq!(decode_result(&r), Some((5, 1, -42, vec![1, 2, 3])));
-        assert!(decode_forward(&msgs[0][..20]).is_none());
+        assert_eq!(decode_result(&r), Ok((5, 1, -42, vec![1, 2, 3])));
+        assert_eq!(decode_result(&[MALFORMED]), Err(WireError::Rejected));
+        assert!(decode_result(&r[..r.len() - 1]).is_err());
+        assert!(decode_forward(&msgs[0][..20]).is_err());
     }
 }
