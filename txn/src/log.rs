@@ -78,6 +78,11 @@ pub fn drain_ring(n: &NodeState, mem: &dyn HostMemory, sender: u16, worker: u16)
             h.pos = 0;
             continue;
         }
+        // A record holds at least its id: a zero length is memory not written yet (the first
+        // frame of a ring, whose sequence number 0 zeroed memory matches), not an empty record.
+        if len == 0 {
+            break;
+        }
         let framed = (len as u64 + FRAME).div_ceil(8) * 8;
         if h.pos + framed > ring {
             break;
@@ -90,9 +95,9 @@ pub fn drain_ring(n: &NodeState, mem: &dyn HostMemory, sender: u16, worker: u16)
         if trailer != len {
             break; // not completely written yet
         }
-        // Zeroed memory at a ring's start passes the frame checks as an empty record (length,
-        // trailer and sequence 0), which does not decode and applies nothing.
-        let _ = apply(n, &rec);
+        // The frame checks passed: these are the bytes the sender's encoder wrote.
+        let applied = apply(n, &rec);
+        debug_assert!(applied.is_ok(), "log record in ring {sender}/{worker} at {}: {applied:?}", h.pos);
         h.pos += framed;
         h.consumed += framed;
         h.seq += 1;
