@@ -287,20 +287,73 @@ fn path(g: &Graph, from: u32, to: u32, allowed: &dyn Fn(&Edge) -> bool, comp: &[
     None
 }
 
+/// Every anomaly found is counted; the first `max_explained` are kept with an explanation.
+struct Found {
+    max_explained: usize,
+    counts: BTreeMap<AnomalyKind, usize>,
+    explained: Vec<Anomaly>,
+}
+
+impl Found {
+    fn new(opts: &Options) -> Self {
+        let max_explained = if opts.max_explained == 0 { 20 } else { opts.max_explained };
+        Found { max_explained, counts: BTreeMap::new(), explained: Vec::new() }
+    }
+
+    /// Counts an anomaly; `text` is only built for the ones explained.
+    fn note(&mut self, kind: AnomalyKind, txns: Vec<u64>, text: impl FnOnce() -> String) {
+        *self.counts.entry(kind).or_default() += 1;
+        if self.explained.len() < self.max_explained {
+            self.explained.push(Anomaly { kind, txns, explanation: text() });
+        }
+    }
+
+    fn has(&self, kind: AnomalyKind) -> bool {
+        self.counts.contains_key(&kind)
+    }
+}
+
+/// Builds the DSG of the committed transactions and reports every anomaly in it, then checks
+/// the final stores and the workload invariants.
 pub fn check(h: &History, opts: &Options) -> Report {
-    let max_explained = if opts.max_explained == 0 { 20 } else { opts.max_explained };
     let committed: Vec<&Txn> = h.txns.iter().filter(|t| t.status == Status::Committed).collect();
     let n = committed.len();
-    let mut anomalies: Vec<Anomaly> = Vec::new();
-    let mut counts: BTreeMap<&'static str, usize> = BTreeMap::new();
-    let mut note = |kind: AnomalyKind, txns: Vec<u64>, text: &dyn Fn() -> String, out: &mut Vec<Anomaly>| {
-        *counts.entry(kind.name()).or_default() += 1;
-        if out.len() < max_explained {
-            out.push(Anomaly { kind, txns, explanation: text() });
-        }
-    };
+    let mut found = Found::new(opts);
 
-    // Committed writes sorted by (key, version); aborted writes separately for G1a.
+    let writes = committed_writes(&committed);
+    let aborted = aborted_writes(h);
+    let mut edges: Vec<(u32, Edge)> = Vec::with_capacity(writes.len() * 3);
+    version_order_edges(&writes, &committed, &mut edges, &mut found);
+    read_edges(&writes, &aborted, &committed, &mut edges, &mut found);
+    let nodes = if opts.strict { n + real_time_edges(&committed, &mut edges) } else { n };
+
+    // Fast path: only if some edge goes backward in commit order can there be a cycle, and
+    // only then is the graph built and searched. (Time points have no commit position, so
+    // strict checks always take the full path.)
+    let acyclic = !opts.strict && commit_order_is_topological(&committed, &edges);
+    let g = Graph::build(nodes, if acyclic { Vec::new() } else { edges });
+    report_cycles(&g, &committed, &mut found);
+
+    let nothing_lost = check_final_stores(h, &writes, &committed, &mut found);
+    let invariants_ok = check_invariants(h, &mut found);
+
+    let serializable = !found.counts.keys().any(|k| k.breaks_serializability());
+    Report {
+        serializable,
+        strict_serializable: opts.strict.then(|| serializable && !found.has(AnomalyKind::RealTime)),
+        checked_txns: h.txns.len(),
+        committed: n,
+        aborted: h.txns.len() - n,
+        nothing_lost,
+        invariants_ok,
+        counts: found.counts.iter().map(|(k, &c)| (k.name(), c)).collect(),
+        anomalies: found.explained,
+    }
+}
+
+/// Committed writes sorted by (key, version), each marked if its transaction later installed
+/// a newer version of the same key.
+fn committed_writes(committed: &[&Txn]) -> Vec<W> {
     let mut writes: Vec<W> = Vec::with_capacity(committed.iter().map(|t| t.writes.len()).sum());
     for (i, t) in committed.iter().enumerate() {
         for w in &t.writes {
@@ -311,6 +364,11 @@ pub fn check(h: &History, opts: &Options) -> Report {
     // One u128 compare per step instead of a tuple compare (pdqsort: deterministic for a
     // given input, so duplicate versions are always reported the same way).
     writes.sort_unstable_by_key(|w| ((w.key as u128) << 64) | w.version as u128);
+    writes
+}
+
+/// Aborted transactions' writes as sorted (key, version, txn id), to name G1a's writer.
+fn aborted_writes(h: &History) -> Vec<(u64, u64, u64)> {
     let mut aborted: Vec<(u64, u64, u64)> = h
         .txns
         .iter()
@@ -318,35 +376,38 @@ pub fn check(h: &History, opts: &Options) -> Report {
         .flat_map(|t| t.writes.iter().map(move |w| (w.key, w.version, t.id)))
         .collect();
     aborted.sort_unstable();
+    aborted
+}
 
-    let mut edges: Vec<(u32, Edge)> = Vec::with_capacity(writes.len() * 3);
-
-    // ww edges, and duplicate versions.
+/// ww edges between consecutive committed versions of a key, and duplicate versions.
+fn version_order_edges(writes: &[W], committed: &[&Txn], edges: &mut Vec<(u32, Edge)>, found: &mut Found) {
     for pair in writes.windows(2) {
         let (x, y) = (pair[0], pair[1]);
         if x.key != y.key {
             continue;
         }
         if x.version == y.version {
-            note(
-                AnomalyKind::DuplicateVersion,
-                vec![committed[x.txn as usize].id, committed[y.txn as usize].id],
-                &|| {
-                    format!(
-                        "T{} and T{} both installed version {} of key {}",
-                        committed[x.txn as usize].id, committed[y.txn as usize].id, x.version, x.key
-                    )
-                },
-                &mut anomalies,
-            );
+            let (tx, ty) = (committed[x.txn as usize].id, committed[y.txn as usize].id);
+            found.note(AnomalyKind::DuplicateVersion, vec![tx, ty], || {
+                format!("T{tx} and T{ty} both installed version {} of key {}", x.version, x.key)
+            });
         }
         if x.txn != y.txn {
             edges.push((x.txn, Edge { to: y.txn, kind: Kind::Ww, key: x.key }));
         }
     }
+}
 
-    // wr and rw edges, and read anomalies. Reads are sorted and merge-joined with the sorted
-    // writes: one linear pass instead of two cache-missing binary searches per read.
+/// wr and rw edges, and the read anomalies (G1a, G1b, unknown versions). Reads are sorted and
+/// merge-joined with the sorted writes: one linear pass instead of two cache-missing binary
+/// searches per read.
+fn read_edges(
+    writes: &[W],
+    aborted: &[(u64, u64, u64)],
+    committed: &[&Txn],
+    edges: &mut Vec<(u32, Edge)>,
+    found: &mut Found,
+) {
     let mut reads: Vec<(u64, u64, u32)> = Vec::with_capacity(committed.iter().map(|t| t.reads.len()).sum());
     for (i, t) in committed.iter().enumerate() {
         for r in &t.reads {
@@ -366,235 +427,190 @@ pub fn check(h: &History, opts: &Options) -> Report {
             q += 1;
         }
         if q < writes.len() && writes[q].key == key && writes[q].txn != i {
-            let w = writes[q];
-            edges.push((i, Edge { to: w.txn, kind: Kind::Rw, key }));
+            edges.push((i, Edge { to: writes[q].txn, kind: Kind::Rw, key }));
         }
         if version == 0 {
             continue;
         }
-        let t = || committed[i as usize];
-        if exact {
-            let w = writes[p];
-            if w.txn == i {
-                continue;
-            }
-            if w.intermediate {
-                let (t, writer) = (t(), committed[w.txn as usize]);
-                let last_own = writer.writes.iter().filter(|x| x.key == key).map(|x| x.version).max();
-                note(
-                    AnomalyKind::G1b,
-                    vec![writer.id, t.id],
-                    &|| {
-                        format!(
-                            "T{} read key {key} version {version}, an intermediate version: its writer T{} later installed version {}",
-                            t.id,
-                            writer.id,
-                            last_own.unwrap_or(0)
-                        )
-                    },
-                    &mut anomalies,
-                );
-            }
-            edges.push((w.txn, Edge { to: i, kind: Kind::Wr, key }));
+        let reader = committed[i as usize];
+        if !exact {
+            note_read_of_missing_version(reader, key, version, aborted, found);
+            continue;
+        }
+        let w = writes[p];
+        if w.txn == i {
+            continue;
+        }
+        if w.intermediate {
+            note_intermediate_read(reader, committed[w.txn as usize], key, version, found);
+        }
+        edges.push((w.txn, Edge { to: i, kind: Kind::Wr, key }));
+    }
+}
+
+/// G1b: `reader` read a version its writer later overwrote itself.
+fn note_intermediate_read(reader: &Txn, writer: &Txn, key: u64, version: u64, found: &mut Found) {
+    let last_own = writer.writes.iter().filter(|x| x.key == key).map(|x| x.version).max();
+    found.note(AnomalyKind::G1b, vec![writer.id, reader.id], || {
+        format!(
+            "T{} read key {key} version {version}, an intermediate version: its writer T{} later installed version {}",
+            reader.id,
+            writer.id,
+            last_own.unwrap_or(0)
+        )
+    });
+}
+
+/// A read of a version no committed transaction installed: G1a if an aborted one did.
+fn note_read_of_missing_version(reader: &Txn, key: u64, version: u64, aborted: &[(u64, u64, u64)], found: &mut Found) {
+    match aborted.binary_search_by_key(&(key, version), |&(k, v, _)| (k, v)).ok() {
+        Some(ab) => {
+            let writer = aborted[ab].2;
+            found.note(AnomalyKind::G1a, vec![writer, reader.id], || {
+                format!("T{} read key {key} version {version}, written by T{writer} which aborted", reader.id)
+            })
+        }
+        None => found.note(AnomalyKind::UnknownVersion, vec![reader.id], || {
+            format!("T{} read key {key} version {version}, which no transaction installed", reader.id)
+        }),
+    }
+}
+
+/// Real-time order through a chain of time points, one per start and end, after the
+/// transactions' nodes: O(n) edges instead of O(n^2). Returns the number of points.
+fn real_time_edges(committed: &[&Txn], edges: &mut Vec<(u32, Edge)>) -> usize {
+    let n = committed.len();
+    // Point p: (time, is_end, txn). Starts sort before ends at equal times, so
+    // end_i == start_j does not order Ti before Tj.
+    let mut points: Vec<(u64, bool, u32)> = Vec::with_capacity(2 * n);
+    for (i, t) in committed.iter().enumerate() {
+        points.push((t.start_ns, false, i as u32));
+        points.push((t.end_ns, true, i as u32));
+    }
+    points.sort_unstable();
+    for (k, &(_, is_end, txn)) in points.iter().enumerate() {
+        let p = (n + k) as u32;
+        if k + 1 < points.len() {
+            edges.push((p, Edge { to: p + 1, kind: Kind::Rt, key: 0 }));
+        }
+        if is_end {
+            edges.push((txn, Edge { to: p, kind: Kind::Rt, key: 0 }));
         } else {
-            let t = t();
-            match aborted.binary_search_by_key(&(key, version), |&(k, v, _)| (k, v)).ok() {
-                Some(ab) => note(
-                    AnomalyKind::G1a,
-                    vec![aborted[ab].2, t.id],
-                    &|| {
-                        format!(
-                            "T{} read key {key} version {version}, written by T{} which aborted",
-                            t.id, aborted[ab].2
-                        )
-                    },
-                    &mut anomalies,
-                ),
-                None => note(
-                    AnomalyKind::UnknownVersion,
-                    vec![t.id],
-                    &|| format!("T{} read key {key} version {version}, which no transaction installed", t.id),
-                    &mut anomalies,
-                ),
-            }
+            edges.push((p, Edge { to: txn, kind: Kind::Rt, key: 0 }));
         }
     }
+    points.len()
+}
 
-    // Real-time order through a chain of time points (strict serializability).
-    let mut nodes = n;
-    if opts.strict {
-        // Point p: (time, is_end, txn). Starts sort before ends at equal times, so
-        // end_i == start_j does not order Ti before Tj.
-        let mut points: Vec<(u64, bool, u32)> = Vec::with_capacity(2 * n);
-        for (i, t) in committed.iter().enumerate() {
-            points.push((t.start_ns, false, i as u32));
-            points.push((t.end_ns, true, i as u32));
-        }
-        points.sort_unstable();
-        for (k, &(_, is_end, txn)) in points.iter().enumerate() {
-            let p = (n + k) as u32;
-            if k + 1 < points.len() {
-                edges.push((p, Edge { to: p + 1, kind: Kind::Rt, key: 0 }));
-            }
-            if is_end {
-                edges.push((txn, Edge { to: p, kind: Kind::Rt, key: 0 }));
-            } else {
-                edges.push((p, Edge { to: txn, kind: Kind::Rt, key: 0 }));
-            }
-        }
-        nodes += points.len();
+/// Whether commit order (end time, then id) is a topological order of the graph, i.e. every
+/// edge goes forward in it: then the DSG is acyclic, found in one pass over the edges.
+fn commit_order_is_topological(committed: &[&Txn], edges: &[(u32, Edge)]) -> bool {
+    let n = committed.len();
+    let mut order: Vec<u32> = (0..n as u32).collect();
+    order.sort_unstable_by_key(|&i| (committed[i as usize].end_ns, committed[i as usize].id));
+    let mut pos = vec![0u32; n];
+    for (p, &i) in order.iter().enumerate() {
+        pos[i as usize] = p as u32;
     }
+    edges.iter().all(|(u, e)| pos[*u as usize] < pos[e.to as usize])
+}
 
-    // Fast path: commit order (end time, then id) is a topological order of an acyclic DSG
-    // when every edge goes forward in it; checking that is one pass over the edges. Only if
-    // some edge goes backward does the full SCC analysis below run. (With real-time edges
-    // the time points have no commit position, so strict checks always take the full path.)
-    let acyclic = !opts.strict && {
-        let mut order: Vec<u32> = (0..n as u32).collect();
-        order.sort_unstable_by_key(|&i| (committed[i as usize].end_ns, committed[i as usize].id));
-        let mut pos = vec![0u32; n];
-        for (p, &i) in order.iter().enumerate() {
-            pos[i as usize] = p as u32;
-        }
-        edges.iter().all(|(u, e)| pos[*u as usize] < pos[e.to as usize])
-    };
-    let g = Graph::build(nodes, if acyclic { Vec::new() } else { edges });
-    let all = |_: &Edge| true;
-    let (comp, ncomp) = tarjan(&g, all, |_| true);
+/// Classifies and explains the most severe cycle of every strongly connected component with
+/// two or more transactions, each reported once, by its smallest member.
+fn report_cycles(g: &Graph, committed: &[&Txn], found: &mut Found) {
+    let n = committed.len();
+    let (comp, ncomp) = tarjan(g, |_: &Edge| true, |_| true);
     let mut size = vec![0u32; ncomp as usize];
     for u in 0..n {
         size[comp[u] as usize] += 1;
     }
-    // Components with at least two transactions, each reported once, by smallest member.
     let mut seen = vec![false; ncomp as usize];
-    let mut cyclic: Vec<u32> = Vec::new();
-    for u in 0..n as u32 {
-        let c = comp[u as usize];
-        if size[c as usize] > 1 && !seen[c as usize] {
-            seen[c as usize] = true;
-            cyclic.push(u);
-        }
-    }
-    let mut rt_only = 0usize;
-    for &root in &cyclic {
+    for root in 0..n as u32 {
         let c = comp[root as usize];
-        let members: Vec<u32> = (0..n as u32).filter(|&u| comp[u as usize] == c).collect();
-        let (kind, cycle) = classify(&g, &comp, &members, n);
-        let Some(cycle) = cycle else { continue };
-        if kind == AnomalyKind::RealTime {
-            rt_only += 1;
+        if size[c as usize] < 2 || seen[c as usize] {
+            continue;
         }
+        seen[c as usize] = true;
+        let members: Vec<u32> = (0..n as u32).filter(|&u| comp[u as usize] == c).collect();
+        let (kind, cycle) = classify(g, &comp, &members);
+        let Some(cycle) = cycle else { continue };
         let ids: Vec<u64> =
             cycle.iter().filter(|(u, _)| (*u as usize) < n).map(|(u, _)| committed[*u as usize].id).collect();
-        note(kind, ids, &|| explain(kind, &cycle, &committed, n), &mut anomalies);
-    }
-
-    // Nothing lost: each replica's final version of each key is the last committed write.
-    let nothing_lost = if h.finals.is_empty() && !h.meta.contains_key("replicas") {
-        None
-    } else {
-        // The last committed write of each key: the end of its run in the sorted writes.
-        let last: BTreeMap<u64, (u64, u64)> = writes
-            .iter()
-            .enumerate()
-            .filter(|(p, w)| writes.get(p + 1).is_none_or(|x| x.key != w.key))
-            .map(|(_, w)| (w.key, (w.version, committed[w.txn as usize].id)))
-            .collect();
-        let mut replicas: BTreeMap<&str, BTreeMap<u64, u64>> = BTreeMap::new();
-        // Replicas the history declares exist even if they list no key (all writes lost).
-        if let Some(serde_json::Value::Array(names)) = h.meta.get("replicas") {
-            for name in names.iter().filter_map(|v| v.as_str()) {
-                replicas.entry(name).or_default();
-            }
-        }
-        for f in &h.finals {
-            replicas.entry(f.replica.as_str()).or_default().insert(f.key, f.version);
-        }
-        let mut ok = true;
-        for (replica, keys) in &replicas {
-            for (&key, &(version, writer)) in &last {
-                let got = keys.get(&key).copied();
-                if got != Some(version) {
-                    ok = false;
-                    note(
-                        AnomalyKind::LostWrite,
-                        vec![writer],
-                        &|| {
-                            match got {
-                            Some(v) => format!(
-                                "replica {replica} holds version {v} of key {key}, but the last committed write is version {version} by T{writer}"
-                            ),
-                            None => format!(
-                                "replica {replica} has no key {key}, but T{writer} committed version {version} of it"
-                            ),
-                        }
-                        },
-                        &mut anomalies,
-                    );
-                }
-            }
-            for (&key, &v) in keys {
-                if v != 0 && !last.contains_key(&key) {
-                    ok = false;
-                    note(
-                        AnomalyKind::LostWrite,
-                        vec![],
-                        &|| {
-                            format!("replica {replica} holds version {v} of key {key}, which no committed transaction wrote")
-                        },
-                        &mut anomalies,
-                    );
-                }
-            }
-        }
-        Some(ok)
-    };
-
-    let mut invariants_ok = true;
-    for inv in &h.invariants {
-        if inv.expected != inv.actual {
-            invariants_ok = false;
-            note(
-                AnomalyKind::Invariant,
-                vec![],
-                &|| {
-                    format!("invariant \"{}\" does not hold: expected {}, found {}", inv.name, inv.expected, inv.actual)
-                },
-                &mut anomalies,
-            );
-        }
-    }
-
-    let serializable = !counts.keys().any(|k| {
-        [
-            AnomalyKind::G0,
-            AnomalyKind::G1a,
-            AnomalyKind::G1b,
-            AnomalyKind::G1c,
-            AnomalyKind::GSingle,
-            AnomalyKind::G2,
-            AnomalyKind::UnknownVersion,
-            AnomalyKind::DuplicateVersion,
-        ]
-        .iter()
-        .any(|a| a.name() == *k)
-    });
-    let _ = rt_only;
-    Report {
-        serializable,
-        strict_serializable: opts.strict.then(|| serializable && !counts.contains_key(AnomalyKind::RealTime.name())),
-        checked_txns: h.txns.len(),
-        committed: n,
-        aborted: h.txns.len() - n,
-        nothing_lost,
-        invariants_ok,
-        counts,
-        anomalies,
+        found.note(kind, ids, || explain(kind, &cycle, committed, n));
     }
 }
 
+/// Nothing lost: each replica's final version of each key is the last committed write.
+/// `None` when the history has no final store to compare.
+fn check_final_stores(h: &History, writes: &[W], committed: &[&Txn], found: &mut Found) -> Option<bool> {
+    if h.finals.is_empty() && !h.meta.contains_key("replicas") {
+        return None;
+    }
+    // The last committed write of each key, (version, writer id): the end of its run in the
+    // sorted writes.
+    let last: BTreeMap<u64, (u64, u64)> = writes
+        .iter()
+        .enumerate()
+        .filter(|(p, w)| writes.get(p + 1).is_none_or(|x| x.key != w.key))
+        .map(|(_, w)| (w.key, (w.version, committed[w.txn as usize].id)))
+        .collect();
+    let mut ok = true;
+    for (replica, keys) in &final_stores(h) {
+        for (&key, &(version, writer)) in &last {
+            let got = keys.get(&key).copied();
+            if got != Some(version) {
+                ok = false;
+                found.note(AnomalyKind::LostWrite, vec![writer], || match got {
+                    Some(v) => format!(
+                        "replica {replica} holds version {v} of key {key}, but the last committed write is version {version} by T{writer}"
+                    ),
+                    None => format!(
+                        "replica {replica} has no key {key}, but T{writer} committed version {version} of it"
+                    ),
+                });
+            }
+        }
+        for (&key, &v) in keys {
+            if v != 0 && !last.contains_key(&key) {
+                ok = false;
+                found.note(AnomalyKind::LostWrite, vec![], || {
+                    format!("replica {replica} holds version {v} of key {key}, which no committed transaction wrote")
+                });
+            }
+        }
+    }
+    Some(ok)
+}
+
+/// Each replica's final store, key -> version, including replicas the history declares in
+/// `meta.replicas` but that list no key (they lost every write).
+fn final_stores(h: &History) -> BTreeMap<&str, BTreeMap<u64, u64>> {
+    let mut replicas: BTreeMap<&str, BTreeMap<u64, u64>> = BTreeMap::new();
+    if let Some(serde_json::Value::Array(names)) = h.meta.get("replicas") {
+        for name in names.iter().filter_map(|v| v.as_str()) {
+            replicas.entry(name).or_default();
+        }
+    }
+    for f in &h.finals {
+        replicas.entry(f.replica.as_str()).or_default().insert(f.key, f.version);
+    }
+    replicas
+}
+
+/// Whether every workload invariant holds; each one that does not is an anomaly.
+fn check_invariants(h: &History, found: &mut Found) -> bool {
+    let mut ok = true;
+    for inv in h.invariants.iter().filter(|inv| inv.expected != inv.actual) {
+        ok = false;
+        found.note(AnomalyKind::Invariant, vec![], || {
+            format!("invariant \"{}\" does not hold: expected {}, found {}", inv.name, inv.expected, inv.actual)
+        });
+    }
+    ok
+}
+
 /// The most severe cycle class present in a component, and a shortest such cycle.
-fn classify(g: &Graph, comp: &[u32], members: &[u32], n: usize) -> (AnomalyKind, Option<Vec<(u32, Edge)>>) {
+fn classify(g: &Graph, comp: &[u32], members: &[u32]) -> (AnomalyKind, Option<Vec<(u32, Edge)>>) {
     let in_comp = |c: u32| move |u: u32| comp[u as usize] == c;
     let c = comp[members[0] as usize];
     let txn_edge = |e: &Edge| e.kind != Kind::Rt;
@@ -646,7 +662,6 @@ fn classify(g: &Graph, comp: &[u32], members: &[u32], n: usize) -> (AnomalyKind,
     if let Some(&u) = members.iter().find(|&&u| counts.get(&sub[u as usize]).is_some_and(|&k| k > 1)) {
         return (AnomalyKind::G2, shortest_cycle(g, u, &txn_edge, &sub));
     }
-    let _ = n;
     (AnomalyKind::RealTime, shortest_cycle(g, members[0], &|_| true, comp))
 }
 
