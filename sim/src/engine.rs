@@ -101,7 +101,7 @@ impl<E: Copy> EventQueue<E> {
     }
 
     /// Schedules `event` at `time` (never in the past).
-    #[inline]
+    #[inline(always)]
     pub fn schedule(&mut self, time: Nanos, event: E) {
         debug_assert!(time >= self.now, "event scheduled in the past");
         let time = time.max(self.now);

@@ -348,6 +348,38 @@ fn request_headers(op: &Op) -> u32 {
     }
 }
 
+/// The checks a requester NIC makes before sending anything: the verb is supported by the QP
+/// type, local buffers lie in regions registered with their lkey, payloads fit (inline limit,
+/// UD MTU).
+fn local_status(op: &Op, kind: QpType, mem: &NodeMemory, m: &NicModel) -> WcStatus {
+    if kind == QpType::Ud && !matches!(op, Op::Send { .. }) {
+        return WcStatus::LocalQpOperationError;
+    }
+    match op {
+        Op::Read { local, remote } if local.len < remote.len => WcStatus::LocalLengthError,
+        Op::Read { local, .. } | Op::Cas { local, .. } | Op::Faa { local, .. }
+            if !mem.check_local(local.lkey, local.addr, local.len as u64) =>
+        {
+            WcStatus::LocalProtectionError
+        }
+        Op::Cas { local, .. } | Op::Faa { local, .. } if local.len < 8 => WcStatus::LocalLengthError,
+        Op::Write { src, .. } | Op::WriteImm { src, .. } | Op::Send { src, .. } => match src {
+            Payload::Inline(b) if b.len() as u32 > m.max_inline && kind == QpType::Rc => WcStatus::LocalLengthError,
+            Payload::Local(l) if !mem.check_local(l.lkey, l.addr, l.len as u64) => WcStatus::LocalProtectionError,
+            _ if kind == QpType::Ud && src.len() > m.mtu => WcStatus::LocalLengthError,
+            _ => WcStatus::Success,
+        },
+        _ => WcStatus::Success,
+    }
+}
+
+/// A response the responder NIC sends: when it is ready, its payload, its headers.
+struct Response {
+    ready_ps: u64,
+    payload: u32,
+    headers: u32,
+}
+
 impl Sim {
     pub fn new(cfg: SimConfig) -> Result<Sim, String> {
         if cfg.nodes == 0 || cfg.workers == 0 || cfg.qps_per_node == 0 {
@@ -733,56 +765,16 @@ impl Sim {
 
     /// Requester-side processing of one WQE, ready at `ready` (the current event time).
     fn start_request(&mut self, node: u16, worker: u16, nic: usize, qp_idx: u32, mut wr: WorkRequest, ready: u64) {
-        let m = &self.m;
         self.stats.verbs[wr.op.opcode() as usize] += 1;
         let qp = &self.nodes[node as usize].qps[qp_idx as usize];
-        let (kind, peer, peer_qp_rc, qp_error) = (qp.kind, qp.peer_node, qp.peer_qp, qp.error);
-        let mem = &self.nodes[node as usize].mem;
-        // Local checks the NIC makes before sending anything.
-        let local_status = match (&wr.op, kind) {
-            (Op::Send { .. }, _) => WcStatus::Success,
-            (_, QpType::Ud) => WcStatus::LocalQpOperationError,
-            _ => WcStatus::Success,
-        };
-        let local_status = if local_status != WcStatus::Success {
-            local_status
-        } else {
-            match &wr.op {
-                Op::Read { local, remote } if local.len < remote.len => WcStatus::LocalLengthError,
-                Op::Read { local, .. } | Op::Cas { local, .. } | Op::Faa { local, .. }
-                    if !mem.check_local(local.lkey, local.addr, local.len as u64) =>
-                {
-                    WcStatus::LocalProtectionError
-                }
-                Op::Cas { local, .. } | Op::Faa { local, .. } if local.len < 8 => WcStatus::LocalLengthError,
-                Op::Write { src, .. } | Op::WriteImm { src, .. } | Op::Send { src, .. } => match src {
-                    Payload::Inline(b) if b.len() as u32 > m.max_inline && kind == QpType::Rc => {
-                        WcStatus::LocalLengthError
-                    }
-                    Payload::Local(l) if !mem.check_local(l.lkey, l.addr, l.len as u64) => {
-                        WcStatus::LocalProtectionError
-                    }
-                    _ if kind == QpType::Ud && src.len() > m.mtu => WcStatus::LocalLengthError,
-                    _ => WcStatus::Success,
-                },
-                _ => WcStatus::Success,
-            }
-        };
-        // Destination: RC peer QP, or the UD destination's UD QP.
-        let (dst, dst_qp, dst_worker) = match (&wr.op, kind) {
-            (Op::Send { dest: Some(e), .. }, QpType::Ud) => {
-                let d = e.node.0.min(self.cfg.nodes - 1);
-                let dw = e.worker.min(self.cfg.workers - 1);
-                (d, self.nodes[d as usize].workers[dw as usize].ud_qp, dw)
-            }
-            _ => (peer, peer_qp_rc, worker),
-        };
+        let (kind, qp_error) = (qp.kind, qp.error);
+        let local_status = local_status(&wr.op, kind, &self.nodes[node as usize].mem, &self.m);
+        let (dst, dst_qp, dst_worker) = self.destination(node, qp_idx, worker, &wr.op);
         let failed = qp_error || local_status != WcStatus::Success;
         let cls = class(&wr.op);
-        let payload_len = wr.op.payload_len();
         let out_bytes = match &wr.op {
             Op::Read { .. } | Op::Cas { .. } | Op::Faa { .. } => self.m.wire_bytes(request_headers(&wr.op), 0),
-            op => self.m.wire_bytes(request_headers(op), payload_len),
+            op => self.m.wire_bytes(request_headers(op), op.payload_len()),
         };
         // Inline bytes become the request's data: take the buffer instead of copying it.
         let inline = match &mut wr.op {
@@ -815,52 +807,83 @@ impl Sim {
         o.resp_payload = 0;
         o.dropped = false;
         if failed {
+            // Nothing leaves: the request completes with its error, and an RC QP enters the
+            // error state.
             o.status = if qp_error { WcStatus::Flushed } else { local_status };
-            if kind == QpType::Rc || local_status != WcStatus::Success {
-                self.nodes[node as usize].qps[qp_idx as usize].error |= kind == QpType::Rc;
+            if kind == QpType::Rc {
+                self.nodes[node as usize].qps[qp_idx as usize].error = true;
             }
-            let t = ready.max(self.nodes[node as usize].qps[qp_idx as usize].last_completion);
-            self.nodes[node as usize].qps[qp_idx as usize].last_completion = t;
-            self.q.schedule(ceil_ns(t), Ev::RespArrive { op: id });
-            return;
+            return self.schedule_completion(id, ready);
         }
+        let t = self.requester_work(node, nic, qp_idx, cls, ready);
+        let t = self.load_payload(id, nic, inline, t);
+        self.depart_request(id, t, out_bytes);
+    }
+
+    /// Where a request goes: the RC QP's peer QP, or the UD destination's UD QP.
+    fn destination(&self, node: u16, qp_idx: u32, worker: u16, op: &Op) -> (u16, u32, u16) {
+        let qp = &self.nodes[node as usize].qps[qp_idx as usize];
+        match (op, qp.kind) {
+            (Op::Send { dest: Some(e), .. }, QpType::Ud) => {
+                let d = e.node.0.min(self.cfg.nodes - 1);
+                let dw = e.worker.min(self.cfg.workers - 1);
+                (d, self.nodes[d as usize].workers[dw as usize].ud_qp, dw)
+            }
+            _ => (qp.peer_node, qp.peer_qp, worker),
+        }
+    }
+
+    /// The requester NIC's processing-unit work on a WQE (plus a QP-context miss); returns
+    /// when the packet could leave. WQEs of one QP start in order and leave in order, but
+    /// pipeline in between.
+    fn requester_work(&mut self, node: u16, nic: usize, qp_idx: u32, cls: VerbClass, ready: u64) -> u64 {
         let (miss_work, miss_lat) = self.qp_miss(node, nic, qp_idx);
         let work = self.m.requester_ps[cls as usize] + miss_work;
-        let units = self.m.units;
-        // WQEs of one QP start in order and leave in order, but pipeline in between.
-        let mut t = {
-            let qp = &mut self.nodes[node as usize].qps[qp_idx as usize];
-            let r = ready.max(qp.issue_order);
-            qp.issue_order = r;
-            let done = Self::pu(&mut self.nodes[node as usize].nics[nic], units, r, work);
-            done + miss_lat + self.m.pipeline_ps
-        };
-        // Payload: inline bytes came with the WQE; otherwise DMA-read them now.
+        let qp = &mut self.nodes[node as usize].qps[qp_idx as usize];
+        let r = ready.max(qp.issue_order);
+        qp.issue_order = r;
+        let done = Self::pu(&mut self.nodes[node as usize].nics[nic], self.m.units, r, work);
+        done + miss_lat + self.m.pipeline_ps
+    }
+
+    /// The payload of request `id`: inline bytes came with the WQE; a local buffer is
+    /// DMA-read now, after `t`. Returns when the payload is at the NIC.
+    fn load_payload(&mut self, id: u32, nic: usize, inline: Option<Vec<u8>>, t: u64) -> u64 {
         let o = &mut self.ops[id as usize];
         if let Some(b) = inline {
             o.data = b;
-        } else if let Op::Write { src: Payload::Local(l), .. }
-        | Op::WriteImm { src: Payload::Local(l), .. }
-        | Op::Send { src: Payload::Local(l), .. } = &o.wr.op
-        {
-            o.data.resize(l.len as usize, 0);
-            let _ = self.nodes[node as usize].mem.nic_read(l.addr, &mut o.data);
-            let dma = self.m.pcie_ps(l.len);
-            let nc = &mut self.nodes[node as usize].nics[nic];
-            let start = t.max(nc.pcie_rd_free);
-            nc.pcie_rd_free = start + dma;
-            t = start + dma + self.m.pcie_read_ps;
+            return t;
         }
-        let qp = &mut self.nodes[node as usize].qps[qp_idx as usize];
-        t = t.max(qp.tx_order);
+        let (Op::Write { src: Payload::Local(l), .. }
+        | Op::WriteImm { src: Payload::Local(l), .. }
+        | Op::Send { src: Payload::Local(l), .. }) = &o.wr.op
+        else {
+            return t;
+        };
+        let node = &mut self.nodes[o.src as usize];
+        o.data.resize(l.len as usize, 0);
+        let _ = node.mem.nic_read(l.addr, &mut o.data);
+        let dma = self.m.pcie_ps(l.len);
+        let nc = &mut node.nics[nic];
+        let start = t.max(nc.pcie_rd_free);
+        nc.pcie_rd_free = start + dma;
+        start + dma + self.m.pcie_read_ps
+    }
+
+    /// Request `id` leaves its QP no earlier than `t` and in posting order; a UD datagram may
+    /// be dropped on the way.
+    fn depart_request(&mut self, id: u32, t: u64, wire: u64) {
+        let o = &mut self.ops[id as usize];
+        let qp = &mut self.nodes[o.src as usize].qps[o.src_qp as usize];
+        let t = t.max(qp.tx_order);
         qp.tx_order = t;
-        let is_ud = kind == QpType::Ud;
+        let is_ud = qp.kind == QpType::Ud;
         let dropped = is_ud && self.m.ud_drop && self.rng.next_u64() < self.m.ud_drop_threshold;
         if dropped {
             self.stats.ud_dropped += 1;
         }
         o.depart_ps = t;
-        o.wire = out_bytes;
+        o.wire = wire;
         o.dropped = dropped;
         // UD has no acknowledgement: a signaled send completes once it is on the wire.
         o.refs = if is_ud { (!dropped) as u8 + o.wr.signaled as u8 } else { 1 };
@@ -872,83 +895,146 @@ impl Sim {
         self.q.schedule(ceil_ns(t), Ev::Depart { op: id, response: false });
     }
 
+    /// A request reaches the responder NIC. Once its turn on the QP comes, the NIC checks it,
+    /// applies it to host memory and sends the response back.
     fn on_request(&mut self, id: u32) {
         let now_ps = self.q.now() * 1000;
-        let (src, dst, dst_qp, sent) = {
+        let (src, dst, dst_qp) = {
             let o = &self.ops[id as usize];
-            (o.src, o.dst, o.dst_qp, o.sent_ps)
+            (o.src, o.dst, o.dst_qp)
         };
         self.q.record(3, self.ops[id as usize].wr.wr_id, ((src as u64) << 16) | dst as u64);
         let is_ud = self.nodes[dst as usize].qps[dst_qp as usize].kind == QpType::Ud;
         if !self.nodes[dst as usize].alive {
-            if is_ud {
-                self.release(id);
-            } else {
-                // No ACK ever comes: the requester retries until it gives up.
-                let o = &mut self.ops[id as usize];
-                o.status = WcStatus::RetryExceeded;
-                let t = (sent + self.m.rc_give_up_ps).max(now_ps);
-                self.schedule_completion(id, t);
-            }
-            return;
+            return self.request_to_dead_node(id, is_ud, now_ps);
         }
-        // A request waits behind the QP's deferred ones: an event already scheduled for the
-        // tick a deferred request was moved to would otherwise run before it.
-        {
-            let q = &mut self.nodes[dst as usize].qps[dst_qp as usize];
-            match q.waiting.front() {
-                Some(&head) if head != id => {
-                    if !q.waiting.contains(&id) {
-                        q.waiting.push_back(id);
-                    }
-                    return;
-                }
-                Some(_) => {
-                    q.waiting.pop_front();
-                }
-                None => {}
-            }
-        }
-        let ordered_after = self.nodes[dst as usize].qps[dst_qp as usize].ordered_after;
-        if now_ps < ordered_after {
-            self.nodes[dst as usize].qps[dst_qp as usize].waiting.push_front(id);
-            self.q.schedule(ceil_ns(ordered_after), Ev::ReqArrive { op: id });
+        if !self.takes_its_turn(id, now_ps) {
             return;
         }
         let dnic = self.nic_of(dst, dst_qp);
-        // NIC atomics on a word serialise in the responder NIC.
-        if let Op::Cas { remote, .. } | Op::Faa { remote, .. } = &self.ops[id as usize].wr.op {
-            let addr = remote.addr;
-            let busy = &mut self.nodes[dst as usize].nics[dnic].atomic_busy;
-            // An entry lives until its commit event removes it: a request arriving at the very
-            // nanosecond of the commit, but ordered before it, must still wait.
-            if let Some(&(_, until)) = busy.iter().find(|&&(a, _)| a == addr) {
-                // Deferred: later requests on this QP must wait too, or they would overtake it.
-                // Re-deferred at the very picosecond the blocker commits, `until` is now: the
-                // followers must still wait past it (the CAS runs again after the commit event).
-                let q = &mut self.nodes[dst as usize].qps[dst_qp as usize];
-                q.ordered_after = q.ordered_after.max(until.max(now_ps + 1));
-                q.waiting.push_front(id);
-                self.q.schedule(ceil_ns(until), Ev::ReqArrive { op: id });
-                return;
+        let done = self.responder_work(id, dnic, now_ps);
+        let ack = Response { ready_ps: done, payload: 0, headers: h::BTH + h::AETH };
+        let response = if !self.remote_access_ok(id) {
+            self.ops[id as usize].status = WcStatus::RemoteAccessError;
+            ack
+        } else {
+            match self.ops[id as usize].wr.op {
+                Op::Write { remote, .. } | Op::WriteImm { remote, .. } => {
+                    self.execute_write(id, remote, done);
+                    ack
+                }
+                Op::Read { remote, .. } => self.execute_read(id, remote, dnic, done),
+                Op::Cas { remote, .. } | Op::Faa { remote, .. } => self.execute_atomic(id, remote, dnic, done, now_ps),
+                Op::Send { .. } => {
+                    if !self.execute_receive(id, done, is_ud) {
+                        return;
+                    }
+                    ack
+                }
             }
+        };
+        self.send_response(id, response);
+    }
+
+    /// A request reached a dead node: a UD datagram is lost; an RC request is never
+    /// acknowledged, so the requester retries until it gives up.
+    fn request_to_dead_node(&mut self, id: u32, is_ud: bool, now_ps: u64) {
+        if is_ud {
+            return self.release(id);
+        }
+        let o = &mut self.ops[id as usize];
+        o.status = WcStatus::RetryExceeded;
+        // Not before now: a give-up time shorter than the flight has passed already.
+        let t = (o.sent_ps + self.m.rc_give_up_ps).max(now_ps);
+        self.schedule_completion(id, t);
+    }
+
+    /// Per-QP FIFO at the responder: whether request `id` runs now. Otherwise it waits among
+    /// the QP's deferred requests and runs again later.
+    fn takes_its_turn(&mut self, id: u32, now_ps: u64) -> bool {
+        if self.queued_behind_deferred(id) {
+            return false;
+        }
+        let (dst, dst_qp) = (self.ops[id as usize].dst, self.ops[id as usize].dst_qp);
+        let ordered_after = self.nodes[dst as usize].qps[dst_qp as usize].ordered_after;
+        if now_ps < ordered_after {
+            self.defer_request(id, ordered_after);
+            return false;
+        }
+        if let Some(until) = self.atomic_word_busy_until(id) {
+            // Deferred: later requests on this QP must wait too, or they would overtake it.
+            // Re-deferred at the very picosecond the blocker commits, `until` is now: the
+            // followers must still wait past it (the CAS runs again after the commit event).
+            let q = &mut self.nodes[dst as usize].qps[dst_qp as usize];
+            q.ordered_after = q.ordered_after.max(until.max(now_ps + 1));
+            self.defer_request(id, until);
+            return false;
         }
         // This request goes ahead: the next one waiting (if any) is looked at after it.
         if let Some(&next) = self.nodes[dst as usize].qps[dst_qp as usize].waiting.front() {
             self.q.schedule(self.q.now(), Ev::ReqArrive { op: next });
         }
+        true
+    }
+
+    /// Whether request `id` must wait behind its QP's deferred requests (it is queued there
+    /// if so): an event already scheduled for the tick a deferred request was moved to would
+    /// otherwise run before it. The head of the queue leaves it: its turn has come.
+    fn queued_behind_deferred(&mut self, id: u32) -> bool {
+        let (dst, dst_qp) = (self.ops[id as usize].dst, self.ops[id as usize].dst_qp);
+        let q = &mut self.nodes[dst as usize].qps[dst_qp as usize];
+        match q.waiting.front() {
+            Some(&head) if head != id => {
+                if !q.waiting.contains(&id) {
+                    q.waiting.push_back(id);
+                }
+                true
+            }
+            Some(_) => {
+                q.waiting.pop_front();
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// Makes request `id` the head of its QP's deferred requests, to run again at `at_ps`.
+    fn defer_request(&mut self, id: u32, at_ps: u64) {
+        let (dst, dst_qp) = (self.ops[id as usize].dst, self.ops[id as usize].dst_qp);
+        self.nodes[dst as usize].qps[dst_qp as usize].waiting.push_front(id);
+        self.q.schedule(ceil_ns(at_ps), Ev::ReqArrive { op: id });
+    }
+
+    /// For a NIC atomic, until when an earlier one holds the same word: NIC atomics on a word
+    /// serialise in the responder NIC. An entry lives until its commit event removes it: a
+    /// request arriving at the very nanosecond of the commit, but ordered before it, must
+    /// still wait.
+    fn atomic_word_busy_until(&self, id: u32) -> Option<u64> {
+        let o = &self.ops[id as usize];
+        let (Op::Cas { remote, .. } | Op::Faa { remote, .. }) = &o.wr.op else {
+            return None;
+        };
+        let busy = &self.nodes[o.dst as usize].nics[self.nic_of(o.dst, o.dst_qp)].atomic_busy;
+        busy.iter().find(|&&(a, _)| a == remote.addr).map(|&(_, until)| until)
+    }
+
+    /// Reserves all of request `id`'s work on the responder NIC now, in event order (a
+    /// receive also writes a CQE); returns when it is done.
+    fn responder_work(&mut self, id: u32, dnic: usize, now_ps: u64) -> u64 {
+        let (dst, dst_qp) = (self.ops[id as usize].dst, self.ops[id as usize].dst_qp);
         let cls = class(&self.ops[id as usize].wr.op);
         let (miss_work, miss_lat) = self.qp_miss(dst, dnic, dst_qp);
-        // A receive also writes a CQE; all of a request's work is reserved now, in event order.
         let recv_cqe = if cls == VerbClass::Send { self.m.cqe_ps } else { 0 };
         let work = self.m.responder_ps[cls as usize] + miss_work + recv_cqe;
-        let units = self.m.units;
-        let done =
-            Self::pu(&mut self.nodes[dst as usize].nics[dnic], units, now_ps, work) + miss_lat + self.m.pipeline_ps;
-        let mem = self.nodes[dst as usize].mem.clone();
-        let o = &mut self.ops[id as usize];
-        // Remote checks: rkey, bounds, atomic alignment.
-        let remote_ok = match &o.wr.op {
+        Self::pu(&mut self.nodes[dst as usize].nics[dnic], self.m.units, now_ps, work) + miss_lat + self.m.pipeline_ps
+    }
+
+    /// The responder's checks of request `id`: rkey and bounds (a WRITE's data must fit its
+    /// remote range), and alignment for atomics.
+    fn remote_access_ok(&self, id: u32) -> bool {
+        let o = &self.ops[id as usize];
+        let mem = &self.nodes[o.dst as usize].mem;
+        match &o.wr.op {
             Op::Read { remote, .. } | Op::Write { remote, .. } | Op::WriteImm { remote, .. } => {
                 mem.check_remote(remote.rkey, remote.addr, remote.len as u64)
                     && (matches!(o.wr.op, Op::Read { .. }) || remote.len >= o.data.len() as u32)
@@ -957,84 +1043,95 @@ impl Sim {
                 remote.addr % 8 == 0 && mem.check_remote(remote.rkey, remote.addr, 8)
             }
             Op::Send { .. } => true,
+        }
+    }
+
+    /// WRITE: the data lands at once. WRITE_WITH_IMM also notifies the target worker, after a
+    /// DMA write and a CQE.
+    fn execute_write(&mut self, id: u32, remote: RemoteBuf, done: u64) {
+        let o = &mut self.ops[id as usize];
+        let _ = self.nodes[o.dst as usize].mem.nic_write(remote.addr, &o.data);
+        if let Op::WriteImm { imm, .. } = o.wr.op {
+            o.atomic_new = Some(imm as u64);
+            o.refs += 1;
+            let at = done + self.m.pcie_write_ps + self.m.cqe_ps;
+            self.q.schedule(ceil_ns(at), Ev::Deliver { op: id });
+        }
+    }
+
+    /// READ: the NIC DMA-reads the range from host memory, and the data goes back.
+    fn execute_read(&mut self, id: u32, remote: RemoteBuf, dnic: usize, done: u64) -> Response {
+        // The DMA reads reach memory half a PCIe round trip after the NIC issues them, one
+        // cache line after another.
+        let gap = self.m.pcie_ps(CACHE_LINE as u32).max(1);
+        let t0 = done + self.m.pcie_read_ps / 2;
+        let o = &mut self.ops[id as usize];
+        let node = &mut self.nodes[o.dst as usize];
+        o.tracked_read = !node.mem.begin_read(id as u64, remote.addr, remote.len as u64, t0, gap, &mut o.data);
+        let dma = self.m.pcie_ps(remote.len);
+        let nc = &mut node.nics[dnic];
+        let start = done.max(nc.pcie_rd_free);
+        nc.pcie_rd_free = start + dma;
+        Response { ready_ps: start + dma + self.m.pcie_read_ps, payload: remote.len, headers: h::BTH + h::AETH }
+    }
+
+    /// CAS and FAA: the NIC reads the word now and returns the old value. GLOB writes the new
+    /// value at once; HCA writes it `atomic_rmw` later, and until then holds the word and the
+    /// QP's later requests (a CPU write in between is overwritten).
+    fn execute_atomic(&mut self, id: u32, remote: RemoteBuf, dnic: usize, done: u64, now_ps: u64) -> Response {
+        let o = &mut self.ops[id as usize];
+        let node = &mut self.nodes[o.dst as usize];
+        let addr = remote.addr;
+        let old = node.mem.nic_load_u64(addr);
+        let new = match o.wr.op {
+            Op::Cas { compare, swap, .. } => (old == compare).then_some(swap),
+            Op::Faa { add, .. } => Some(old.wrapping_add(add)),
+            _ => None,
         };
-        let mut resp_ready = done;
-        let mut resp_payload = 0u32;
-        let mut resp_headers = h::BTH + h::AETH;
-        if !remote_ok {
-            o.status = WcStatus::RemoteAccessError;
-        } else {
-            match &o.wr.op {
-                Op::Write { remote, .. } | Op::WriteImm { remote, .. } => {
-                    let _ = mem.nic_write(remote.addr, &o.data);
-                    if let Op::WriteImm { imm, .. } = o.wr.op {
-                        o.atomic_new = Some(imm as u64);
-                        o.refs += 1;
-                        let at = done + self.m.pcie_write_ps + self.m.cqe_ps;
-                        self.q.schedule(ceil_ns(at), Ev::Deliver { op: id });
-                    }
-                }
-                Op::Read { remote, .. } => {
-                    // The DMA reads reach memory half a PCIe round trip after the NIC issues
-                    // them, one cache line after another.
-                    let gap = self.m.pcie_ps(CACHE_LINE as u32).max(1);
-                    let t0 = done + self.m.pcie_read_ps / 2;
-                    o.tracked_read = !mem.begin_read(id as u64, remote.addr, remote.len as u64, t0, gap, &mut o.data);
-                    let dma = self.m.pcie_ps(remote.len);
-                    let nc = &mut self.nodes[dst as usize].nics[dnic];
-                    let start = done.max(nc.pcie_rd_free);
-                    nc.pcie_rd_free = start + dma;
-                    resp_ready = start + dma + self.m.pcie_read_ps;
-                    resp_payload = remote.len;
-                }
-                Op::Cas { remote, .. } | Op::Faa { remote, .. } => {
-                    let addr = remote.addr;
-                    let old = mem.nic_load_u64(addr);
-                    let new = match o.wr.op {
-                        Op::Cas { compare, swap, .. } => (old == compare).then_some(swap),
-                        Op::Faa { add, .. } => Some(old.wrapping_add(add)),
-                        _ => None,
-                    };
-                    Self::begin_atomic(
-                        &mut self.q,
-                        &mut self.nodes[dst as usize],
-                        dnic,
-                        &self.m,
-                        o,
-                        id,
-                        addr,
-                        old,
-                        new,
-                        now_ps,
-                        dst_qp,
-                    );
-                    resp_ready = done.max(now_ps + self.m.atomic_rmw_ps);
-                    resp_headers = h::BTH + h::AETH + h::ATOMIC_ACK_ETH;
-                }
-                Op::Send { .. } => {
-                    // Receive: DMA the payload into a posted RECV buffer, then a CQE.
-                    let at = done + self.m.pcie_write_ps + self.m.pcie_ps(o.data.len() as u32);
-                    if is_ud {
-                        // The UD slot now belongs to the delivery alone.
-                        self.q.schedule(ceil_ns(at), Ev::Deliver { op: id });
-                        return;
-                    }
-                    let o = &mut self.ops[id as usize];
-                    o.refs += 1;
-                    self.q.schedule(ceil_ns(at), Ev::Deliver { op: id });
+        o.data = old.to_le_bytes().to_vec();
+        match self.m.atomicity {
+            Atomicity::Glob => {
+                if let Some(v) = new {
+                    let _ = node.mem.nic_write(addr, &v.to_le_bytes());
                 }
             }
+            Atomicity::Hca => {
+                let until = now_ps + self.m.atomic_rmw_ps;
+                node.nics[dnic].atomic_busy.push((addr, until));
+                node.qps[o.dst_qp as usize].ordered_after = until;
+                o.atomic_new = new;
+                o.refs += 1;
+                self.q.schedule(ceil_ns(until), Ev::AtomicCommit { op: id });
+            }
         }
-        // Response: READ data, atomic result, or ACK/NAK, in request order per QP.
-        let resp_ready = resp_ready.max(self.nodes[dst as usize].qps[dst_qp as usize].resp_order);
-        self.nodes[dst as usize].qps[dst_qp as usize].resp_order = resp_ready;
-        let bytes = self.m.wire_bytes(resp_headers, resp_payload);
+        let ready_ps = done.max(now_ps + self.m.atomic_rmw_ps);
+        Response { ready_ps, payload: 0, headers: h::BTH + h::AETH + h::ATOMIC_ACK_ETH }
+    }
+
+    /// SEND: the NIC DMA-writes the payload into a posted RECV buffer, then a CQE, and the
+    /// target worker gets it. Returns whether an ACK follows: UD has none, and its slot now
+    /// belongs to the delivery alone.
+    fn execute_receive(&mut self, id: u32, done: u64, is_ud: bool) -> bool {
         let o = &mut self.ops[id as usize];
-        o.depart_ps = resp_ready;
-        o.wire = bytes;
-        o.resp_payload = resp_payload;
-        let _ = sent;
-        self.q.schedule(ceil_ns(resp_ready), Ev::Depart { op: id, response: true });
+        let at = done + self.m.pcie_write_ps + self.m.pcie_ps(o.data.len() as u32);
+        if !is_ud {
+            o.refs += 1;
+        }
+        self.q.schedule(ceil_ns(at), Ev::Deliver { op: id });
+        !is_ud
+    }
+
+    /// Sends the response to request `id` (READ data, atomic result, or ACK/NAK), in request
+    /// order per QP.
+    fn send_response(&mut self, id: u32, r: Response) {
+        let o = &mut self.ops[id as usize];
+        let qp = &mut self.nodes[o.dst as usize].qps[o.dst_qp as usize];
+        let ready = r.ready_ps.max(qp.resp_order);
+        qp.resp_order = ready;
+        o.depart_ps = ready;
+        o.wire = self.m.wire_bytes(r.headers, r.payload);
+        o.resp_payload = r.payload;
+        self.q.schedule(ceil_ns(ready), Ev::Depart { op: id, response: true });
     }
 
     fn on_depart(&mut self, id: u32, response: bool) {
@@ -1076,39 +1173,6 @@ impl Sim {
             }
         } else {
             self.q.schedule(ceil_ns(arrive), Ev::ReqArrive { op: id });
-        }
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn begin_atomic(
-        q: &mut EventQueue<Ev>,
-        node: &mut Node,
-        nic: usize,
-        m: &NicModel,
-        o: &mut InFlight,
-        id: u32,
-        addr: u64,
-        old: u64,
-        new: Option<u64>,
-        now_ps: u64,
-        dst_qp: u32,
-    ) {
-        o.data = old.to_le_bytes().to_vec();
-        match m.atomicity {
-            Atomicity::Glob => {
-                if let Some(v) = new {
-                    let _ = node.mem.nic_write(addr, &v.to_le_bytes());
-                }
-            }
-            Atomicity::Hca => {
-                // The write lands later; a CPU write in between is overwritten.
-                let until = now_ps + m.atomic_rmw_ps;
-                node.nics[nic].atomic_busy.push((addr, until));
-                node.qps[dst_qp as usize].ordered_after = until;
-                o.atomic_new = new;
-                o.refs += 1;
-                q.schedule(ceil_ns(until), Ev::AtomicCommit { op: id });
-            }
         }
     }
 
