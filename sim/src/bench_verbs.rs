@@ -334,10 +334,13 @@ pub fn multi_object(
 ) -> Outcome {
     let region: u64 = 4 << 20;
     let coroutines = if step >= Step::Coroutines { MULTI_COROUTINES } else { 1 };
-    let outstanding = step >= Step::Outstanding;
-    let doorbell = step >= Step::Doorbell;
-    let passive = step >= Step::PassiveAck && write;
-    let rpc = RpcConfig { retries: 0, doorbell_batching: doorbell, piggyback: passive, ..RpcConfig::default() };
+    let how = MultiRequest {
+        write,
+        outstanding: step >= Step::Outstanding,
+        doorbell: step >= Step::Doorbell,
+        passive: step >= Step::PassiveAck && write,
+    };
+    let rpc = RpcConfig { retries: 0, doorbell_batching: how.doorbell, piggyback: how.passive, ..RpcConfig::default() };
     let mut sim = build(profile, setting, MULTI_WORKERS, seed, coroutines, MULTI_OBJECTS * MULTI_PAYLOAD, rpc);
     let mrs = Rc::new(targets(&mut sim, region));
     let count = Rc::new(Cell::new(0u64));
@@ -350,98 +353,10 @@ pub fn multi_object(
                     let s = ctx.scratch();
                     let obj = vec![7u8; MULTI_PAYLOAD as usize];
                     loop {
-                        // Destinations and offsets of this request's objects.
-                        let targets: Vec<(NodeId, usize, u64)> = (0..MULTI_OBJECTS)
-                            .map(|_| {
-                                let p = random_peer(&ctx);
-                                let qps = ctx.rc_qp_count(p);
-                                let k = ctx.with_rng(|r| r.gen_range(0..qps));
-                                (p, k, ctx.with_rng(|r| r.gen_range(0..slots)) * MULTI_PAYLOAD as u64)
-                            })
-                            .collect();
+                        let objects = pick_objects(&ctx, slots);
                         match prim {
-                            Primitive::OneSided => {
-                                let op = |i: usize, (p, _, off): (NodeId, usize, u64)| {
-                                    let mr = mrs[p.0 as usize];
-                                    let remote = RemoteBuf { rkey: mr.rkey, addr: mr.addr + off, len: MULTI_PAYLOAD };
-                                    if write {
-                                        Op::Write { src: Payload::Inline(obj.clone()), remote }
-                                    } else {
-                                        let local = LocalBuf {
-                                            lkey: s.lkey,
-                                            addr: s.addr + (i as u32 * MULTI_PAYLOAD) as u64,
-                                            len: MULTI_PAYLOAD,
-                                        };
-                                        Op::Read { local, remote }
-                                    }
-                                };
-                                if !outstanding {
-                                    for (i, t) in targets.iter().enumerate() {
-                                        let qp = ctx.rc_qp(t.0, t.1).unwrap();
-                                        ctx.post(qp, [(op(i, *t), true)]).unwrap();
-                                        let _ = ctx.wait().await;
-                                    }
-                                } else if !doorbell {
-                                    for (i, t) in targets.iter().enumerate() {
-                                        let qp = ctx.rc_qp(t.0, t.1).unwrap();
-                                        ctx.post(qp, [(op(i, *t), true)]).unwrap();
-                                    }
-                                    let _ = ctx.wait().await;
-                                } else {
-                                    // One doorbell per QP; with passive ACK only the last request
-                                    // of the whole batch is signaled (and any that would fill a
-                                    // send queue).
-                                    let mut by_qp: Vec<(QpId, Vec<(usize, (NodeId, usize, u64))>)> = Vec::new();
-                                    for (i, t) in targets.iter().enumerate() {
-                                        let qp = ctx.rc_qp(t.0, t.1).unwrap();
-                                        match by_qp.iter_mut().find(|(q, _)| *q == qp) {
-                                            Some((_, v)) => v.push((i, *t)),
-                                            None => by_qp.push((qp, vec![(i, *t)])),
-                                        }
-                                    }
-                                    let groups = by_qp.len();
-                                    for (g, (qp, items)) in by_qp.into_iter().enumerate() {
-                                        let depth = ctx.qp_info(qp).unwrap().max_outstanding;
-                                        let near_full = ctx.outstanding(qp) + items.len() as u32 * 2 >= depth;
-                                        let last = items.len() - 1;
-                                        let ops: Vec<(Op, bool)> = items
-                                            .into_iter()
-                                            .enumerate()
-                                            .map(|(j, (i, t))| {
-                                                let signaled = !passive
-                                                    || (g + 1 == groups && j == last)
-                                                    || (near_full && j == last);
-                                                (op(i, t), signaled)
-                                            })
-                                            .collect();
-                                        ctx.post(qp, ops).unwrap();
-                                    }
-                                    let _ = ctx.wait().await;
-                                }
-                            }
-                            Primitive::TwoSided => {
-                                let call = |t: &(NodeId, usize, u64)| {
-                                    // Worker i talks to worker i of other nodes (FaSST, DrTM+H).
-                                    let dst = Endpoint { node: t.0, worker: ctx.me().worker };
-                                    if write {
-                                        ctx.call(dst, STORE, &obj);
-                                    } else {
-                                        ctx.call(dst, ECHO, &MULTI_PAYLOAD.to_le_bytes());
-                                    }
-                                };
-                                if !outstanding {
-                                    for t in &targets {
-                                        call(t);
-                                        let _ = ctx.wait().await;
-                                    }
-                                } else {
-                                    for t in &targets {
-                                        call(t);
-                                    }
-                                    let _ = ctx.wait().await;
-                                }
-                                ctx.clear_replies();
-                            }
+                            Primitive::OneSided => how.one_sided(&ctx, &mrs, s, &obj, &objects).await,
+                            Primitive::TwoSided => how.two_sided(&ctx, &obj, &objects).await,
                         }
                         if in_window(&ctx, w) {
                             count.set(count.get() + 1);
@@ -453,4 +368,115 @@ pub fn multi_object(
     }
     sim.run_until(w.warmup_ns + w.measure_ns);
     finish(&sim, count.get(), w, setting.nodes)
+}
+
+/// One object of a multi-object request: its node, which of the RC QPs to it, its offset.
+type Object = (NodeId, usize, u64);
+
+/// The destinations and offsets of one request's objects.
+fn pick_objects(ctx: &Ctx, slots: u64) -> Vec<Object> {
+    (0..MULTI_OBJECTS)
+        .map(|_| {
+            let p = random_peer(ctx);
+            let qps = ctx.rc_qp_count(p);
+            let k = ctx.with_rng(|r| r.gen_range(0..qps));
+            (p, k, ctx.with_rng(|r| r.gen_range(0..slots)) * MULTI_PAYLOAD as u64)
+        })
+        .collect()
+}
+
+/// How a multi-object request is issued at one optimisation step.
+#[derive(Copy, Clone)]
+struct MultiRequest {
+    write: bool,
+    /// All objects outstanding at once, instead of one after another.
+    outstanding: bool,
+    /// One doorbell per QP (and per RPC batch).
+    doorbell: bool,
+    /// Passive ACK: signal only what must be.
+    passive: bool,
+}
+
+impl MultiRequest {
+    /// The request with one-sided READs or WRITEs.
+    async fn one_sided(self, ctx: &Ctx, mrs: &[MemoryRegion], s: LocalBuf, obj: &[u8], objects: &[Object]) {
+        let op = |i: usize, (p, _, off): Object| {
+            let mr = mrs[p.0 as usize];
+            let remote = RemoteBuf { rkey: mr.rkey, addr: mr.addr + off, len: MULTI_PAYLOAD };
+            if self.write {
+                Op::Write { src: Payload::Inline(obj.to_vec()), remote }
+            } else {
+                let local =
+                    LocalBuf { lkey: s.lkey, addr: s.addr + (i as u32 * MULTI_PAYLOAD) as u64, len: MULTI_PAYLOAD };
+                Op::Read { local, remote }
+            }
+        };
+        if !self.outstanding {
+            for (i, t) in objects.iter().enumerate() {
+                let qp = ctx.rc_qp(t.0, t.1).unwrap();
+                ctx.post(qp, [(op(i, *t), true)]).unwrap();
+                let _ = ctx.wait().await;
+            }
+            return;
+        }
+        if !self.doorbell {
+            for (i, t) in objects.iter().enumerate() {
+                let qp = ctx.rc_qp(t.0, t.1).unwrap();
+                ctx.post(qp, [(op(i, *t), true)]).unwrap();
+            }
+            let _ = ctx.wait().await;
+            return;
+        }
+        // One doorbell per QP; with passive ACK only the last request of the whole batch is
+        // signaled (and any that would fill a send queue).
+        let mut by_qp: Vec<(QpId, Vec<(usize, Object)>)> = Vec::new();
+        for (i, t) in objects.iter().enumerate() {
+            let qp = ctx.rc_qp(t.0, t.1).unwrap();
+            match by_qp.iter_mut().find(|(q, _)| *q == qp) {
+                Some((_, v)) => v.push((i, *t)),
+                None => by_qp.push((qp, vec![(i, *t)])),
+            }
+        }
+        let groups = by_qp.len();
+        for (g, (qp, items)) in by_qp.into_iter().enumerate() {
+            let depth = ctx.qp_info(qp).unwrap().max_outstanding;
+            let near_full = ctx.outstanding(qp) + items.len() as u32 * 2 >= depth;
+            let last = items.len() - 1;
+            let ops: Vec<(Op, bool)> = items
+                .into_iter()
+                .enumerate()
+                .map(|(j, (i, t))| {
+                    let signaled = !self.passive || (g + 1 == groups && j == last) || (near_full && j == last);
+                    (op(i, t), signaled)
+                })
+                .collect();
+            ctx.post(qp, ops).unwrap();
+        }
+        let _ = ctx.wait().await;
+    }
+
+    /// The request by RPC: each object read (ECHO) or written (STORE) by the remote worker.
+    async fn two_sided(self, ctx: &Ctx, obj: &[u8], objects: &[Object]) {
+        let call = |t: &Object| {
+            // Worker i talks to worker i of other nodes (FaSST, DrTM+H).
+            let dst = Endpoint { node: t.0, worker: ctx.me().worker };
+            if self.write {
+                ctx.call(dst, STORE, obj);
+            } else {
+                ctx.call(dst, ECHO, &MULTI_PAYLOAD.to_le_bytes());
+            }
+        };
+        if !self.outstanding {
+            for t in objects {
+                call(t);
+                let _ = ctx.wait().await;
+            }
+        } else {
+            for t in objects {
+                call(t);
+            }
+            let _ = ctx.wait().await;
+        }
+        ctx.clear_replies();
+    }
 }
