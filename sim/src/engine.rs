@@ -103,8 +103,9 @@ impl<E: Copy> EventQueue<E> {
     /// Schedules `event` at `time` (never in the past).
     #[inline(always)]
     pub fn schedule(&mut self, time: Nanos, event: E) {
-        debug_assert!(time >= self.now, "event scheduled in the past");
-        let time = time.max(self.now);
+        // Time never goes backwards: an event in the past is a bug in its scheduler, not
+        // something to round up to now.
+        assert!(time >= self.now, "event scheduled at {time} ns, in the past (now {} ns)", self.now);
         self.seq += 1;
         if time < self.now + SPAN {
             self.put(time, event);
@@ -115,6 +116,7 @@ impl<E: Copy> EventQueue<E> {
 
     #[inline]
     fn put(&mut self, time: Nanos, event: E) {
+        debug_assert!(time >= self.now && time < self.now + SPAN, "event outside the wheel's window");
         let i = (time & MASK) as usize;
         self.buckets[i].events.push(event);
         self.occupied[i / 64] |= 1 << (i % 64);
@@ -147,6 +149,7 @@ impl<E: Copy> EventQueue<E> {
 
     /// Moves time to `t` and pulls far events the window now covers into the wheel.
     fn advance(&mut self, t: Nanos) {
+        debug_assert!(t >= self.now, "time moved backwards");
         self.now = t;
         while let Some(top) = self.far.peek() {
             if top.time >= self.now + SPAN {
@@ -167,6 +170,8 @@ impl<E: Copy> EventQueue<E> {
         if t > until {
             return None;
         }
+        // The queue is monotonic: nothing pending is earlier than now.
+        debug_assert!(t >= self.now, "event at {t} ns pending at {} ns", self.now);
         if t != self.now {
             self.advance(t);
         }
@@ -208,7 +213,8 @@ impl<E: Copy> EventQueue<E> {
         self.next_in_wheel().or_else(|| self.far.peek().map(|s| s.time))
     }
 
-    /// Moves time forward to `t` with no event (end of a run window).
+    /// Moves time forward to `t` with no event (end of a run window). A window ending at or
+    /// before now (a caller running up to a time it already reached) leaves time alone.
     pub fn advance_to(&mut self, t: Nanos) {
         if t > self.now {
             debug_assert!(self.next_time().is_none_or(|n| n >= t));

@@ -135,6 +135,8 @@ const NIL: u32 = u32::MAX;
 
 impl Lru {
     fn new(cap: u32, keys: usize) -> Self {
+        // A miss evicts the tail, so a full cache must have one.
+        assert!(cap >= 1, "QP cache of no entries");
         Lru {
             cap,
             len: 0,
@@ -185,6 +187,7 @@ impl Lru {
         }
         self.present[k as usize] = true;
         self.len += 1;
+        debug_assert!(self.len <= self.cap);
         self.push_front(k);
         false
     }
@@ -225,6 +228,10 @@ struct SimQp {
     resp_order: u64,
     /// Requester side: completions are delivered in order.
     last_completion: u64,
+    /// Requester side: requests posted so far (the next one's `InFlight::seq` is one more).
+    posted: u64,
+    /// Responder side (RC): `seq` of the last request executed, to assert per-QP FIFO.
+    executed: u64,
     /// Responder side: requests deferred behind an atomic, in arrival order; only the head
     /// has an event scheduled, later arrivals queue behind it (per-QP FIFO).
     waiting: std::collections::VecDeque<u32>,
@@ -253,6 +260,8 @@ struct Node {
 struct InFlight {
     src: u16,
     src_qp: u32,
+    /// Position in its QP's posting order (1-based).
+    seq: u64,
     dst: u16,
     dst_qp: u32,
     wr: WorkRequest,
@@ -281,6 +290,7 @@ impl Default for InFlight {
         InFlight {
             src: 0,
             src_qp: 0,
+            seq: 0,
             dst: 0,
             dst_qp: 0,
             wr: WorkRequest { wr_id: 0, op: Op::Send { src: Payload::Local(none), dest: None }, signaled: false },
@@ -601,7 +611,8 @@ impl Sim {
 
     fn ensure_wake(&mut self, node: u16, worker: u16, t: Nanos) {
         let w = &mut self.nodes[node as usize].workers[worker as usize];
-        let t = t.max(w.busy_until).max(self.q.now());
+        // Not before the CPU is free. Callers never ask for a past time (`schedule` asserts).
+        let t = t.max(w.busy_until);
         if w.wake_at.is_some_and(|x| x <= t) {
             return;
         }
@@ -612,6 +623,14 @@ impl Sim {
     }
 
     fn dispatch(&mut self, ev: Ev) {
+        if let Ev::Depart { op, .. }
+        | Ev::ReqArrive { op }
+        | Ev::RespArrive { op }
+        | Ev::AtomicCommit { op }
+        | Ev::Deliver { op } = ev
+        {
+            debug_assert!(self.ops[op as usize].refs > 0, "event for a released in-flight slot");
+        }
         match ev {
             Ev::Wake { node, worker, gen } => self.on_wake(node, worker, gen),
             Ev::Doorbell { db } => self.on_doorbell(db),
@@ -636,6 +655,10 @@ impl Sim {
             return;
         }
         self.q.record(1, ((node as u64) << 16) | worker as u64, 0);
+        // Wake-ups are scheduled no earlier than the CPU is free, and the worker's clock
+        // (which only its steps advance) is then never ahead of the simulation's.
+        assert!(now >= w.busy_until, "worker woken at {now} ns, busy until {} ns", w.busy_until);
+        debug_assert!(w.core.now() <= now);
         w.wake_at = None;
         // Emptied work-request lists go back as many as were just posted: the pools stay small.
         let StepOutcome { used, has_work, timeout } = w.core.step(now, &mut self.drained, &mut self.spare_wrs);
@@ -665,6 +688,7 @@ impl Sim {
 
     fn release(&mut self, op: u32) {
         let o = &mut self.ops[op as usize];
+        assert!(o.refs > 0, "in-flight slot released more often than referenced");
         o.refs -= 1;
         if o.refs == 0 {
             o.data.clear(); // keep the capacity for the slot's next request
@@ -722,6 +746,8 @@ impl Sim {
             (d.node, d.worker, d.db.wrs.len() as u32)
         };
         self.q.record(2, ((node as u64) << 16) | worker as u64, n as u64);
+        // The worker refuses empty posts and posts beyond the send queue.
+        assert!(n >= 1 && n <= self.m.send_queue_depth, "doorbell of {n} WQEs");
         if n == 1 || !self.nodes[node as usize].alive {
             // One WQE arrives inside the MMIO itself (BlueFlame).
             return self.on_fetched(slot);
@@ -755,7 +781,10 @@ impl Sim {
     /// Takes a free in-flight slot (or a new one); its `data` is empty.
     fn take_slot(&mut self) -> u32 {
         match self.free_ops.pop() {
-            Some(i) => i,
+            Some(i) => {
+                debug_assert!(self.ops[i as usize].refs == 0 && self.ops[i as usize].data.is_empty());
+                i
+            }
             None => {
                 self.ops.push(InFlight::default());
                 (self.ops.len() - 1) as u32
@@ -766,8 +795,9 @@ impl Sim {
     /// Requester-side processing of one WQE, ready at `ready` (the current event time).
     fn start_request(&mut self, node: u16, worker: u16, nic: usize, qp_idx: u32, mut wr: WorkRequest, ready: u64) {
         self.stats.verbs[wr.op.opcode() as usize] += 1;
-        let qp = &self.nodes[node as usize].qps[qp_idx as usize];
-        let (kind, qp_error) = (qp.kind, qp.error);
+        let qp = &mut self.nodes[node as usize].qps[qp_idx as usize];
+        qp.posted += 1;
+        let (kind, qp_error, seq) = (qp.kind, qp.error, qp.posted);
         let local_status = local_status(&wr.op, kind, &self.nodes[node as usize].mem, &self.m);
         let (dst, dst_qp, dst_worker) = self.destination(node, qp_idx, worker, &wr.op);
         let failed = qp_error || local_status != WcStatus::Success;
@@ -793,6 +823,7 @@ impl Sim {
         let o = &mut self.ops[id as usize];
         o.src = node;
         o.src_qp = qp_idx;
+        o.seq = seq;
         o.dst = dst;
         o.dst_qp = dst_qp;
         o.wr = wr;
@@ -862,7 +893,7 @@ impl Sim {
         };
         let node = &mut self.nodes[o.src as usize];
         o.data.resize(l.len as usize, 0);
-        let _ = node.mem.nic_read(l.addr, &mut o.data);
+        node.mem.nic_read(l.addr, &mut o.data).expect("checked by local_status");
         let dma = self.m.pcie_ps(l.len);
         let nc = &mut node.nics[nic];
         let start = t.max(nc.pcie_rd_free);
@@ -910,6 +941,12 @@ impl Sim {
         }
         if !self.takes_its_turn(id, now_ps) {
             return;
+        }
+        if !is_ud {
+            // Per-QP FIFO: an RC responder executes its peer's requests in posting order.
+            let (seq, q) = (self.ops[id as usize].seq, &mut self.nodes[dst as usize].qps[dst_qp as usize]);
+            debug_assert!(seq > q.executed, "RC request {seq} executed after {}", q.executed);
+            q.executed = seq;
         }
         let dnic = self.nic_of(dst, dst_qp);
         let done = self.responder_work(id, dnic, now_ps);
@@ -1050,7 +1087,7 @@ impl Sim {
     /// DMA write and a CQE.
     fn execute_write(&mut self, id: u32, remote: RemoteBuf, done: u64) {
         let o = &mut self.ops[id as usize];
-        let _ = self.nodes[o.dst as usize].mem.nic_write(remote.addr, &o.data);
+        self.nodes[o.dst as usize].mem.nic_write(remote.addr, &o.data).expect("checked by remote_access_ok");
         if let Op::WriteImm { imm, .. } = o.wr.op {
             o.atomic_new = Some(imm as u64);
             o.refs += 1;
@@ -1092,11 +1129,13 @@ impl Sim {
         match self.m.atomicity {
             Atomicity::Glob => {
                 if let Some(v) = new {
-                    let _ = node.mem.nic_write(addr, &v.to_le_bytes());
+                    node.mem.nic_write(addr, &v.to_le_bytes()).expect("checked by remote_access_ok");
                 }
             }
             Atomicity::Hca => {
                 let until = now_ps + self.m.atomic_rmw_ps;
+                // One atomic at a time per word: later ones were deferred (`takes_its_turn`).
+                debug_assert!(node.nics[dnic].atomic_busy.iter().all(|&(a, _)| a != addr));
                 node.nics[dnic].atomic_busy.push((addr, until));
                 node.qps[o.dst_qp as usize].ordered_after = until;
                 o.atomic_new = new;
@@ -1188,15 +1227,18 @@ impl Sim {
     fn on_atomic_commit(&mut self, id: u32) {
         let o = &self.ops[id as usize];
         self.q.record(4, o.wr.wr_id, o.dst as u64);
-        if let Op::Cas { remote, .. } | Op::Faa { remote, .. } = &o.wr.op {
-            let nic = self.nodes[o.dst as usize].qps[o.dst_qp as usize].nic as usize;
-            let busy = &mut self.nodes[o.dst as usize].nics[nic].atomic_busy;
-            if let Some(p) = busy.iter().position(|&(a, _)| a == remote.addr) {
-                busy.swap_remove(p);
-            }
-        }
-        if let (Some(v), Op::Cas { remote, .. } | Op::Faa { remote, .. }) = (o.atomic_new, &o.wr.op) {
-            let _ = self.nodes[o.dst as usize].mem.nic_write(remote.addr, &v.to_le_bytes());
+        let (Op::Cas { remote, .. } | Op::Faa { remote, .. }) = &o.wr.op else {
+            unreachable!("only NIC atomics commit");
+        };
+        let nic = self.nodes[o.dst as usize].qps[o.dst_qp as usize].nic as usize;
+        let busy = &mut self.nodes[o.dst as usize].nics[nic].atomic_busy;
+        let p = busy.iter().position(|&(a, _)| a == remote.addr).expect("a committing atomic holds its word");
+        busy.swap_remove(p);
+        if let Some(v) = o.atomic_new {
+            self.nodes[o.dst as usize]
+                .mem
+                .nic_write(remote.addr, &v.to_le_bytes())
+                .expect("checked by remote_access_ok");
         }
         self.release(id);
     }
@@ -1252,7 +1294,7 @@ impl Sim {
         if status == WcStatus::Success {
             let o = &self.ops[id as usize];
             if let Op::Read { local, .. } | Op::Cas { local, .. } | Op::Faa { local, .. } = &o.wr.op {
-                let _ = self.nodes[src as usize].mem.nic_write(local.addr, &o.data);
+                self.nodes[src as usize].mem.nic_write(local.addr, &o.data).expect("checked by local_status");
             }
         }
         let o = &self.ops[id as usize];
@@ -1308,6 +1350,8 @@ impl SimQp {
             waiting: Default::default(),
             resp_order: 0,
             last_completion: 0,
+            posted: 0,
+            executed: 0,
         }
     }
 }
@@ -1315,9 +1359,12 @@ impl SimQp {
 /// Remote key of region `i` on `node`: distinct across nodes so a key from one node is
 /// rejected by another.
 pub fn rkey_for(node: u16, i: u16) -> u32 {
+    // The index has 12 bits: past them a key would name another node's region.
+    assert!(i < 1 << 12, "more than 4096 regions on node {node}");
     0x5000_0000 | ((node as u32) << 12) | i as u32
 }
 
 pub fn lkey_for(node: u16, i: u16) -> u32 {
+    assert!(i < 1 << 12, "more than 4096 regions on node {node}");
     0x6000_0000 | ((node as u32) << 12) | i as u32
 }

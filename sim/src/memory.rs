@@ -63,6 +63,8 @@ impl NodeMemory {
     /// Registers a zeroed region of `len` bytes with the given keys.
     pub fn register(&self, len: u64, rkey: u32, lkey: u32) -> MemoryRegion {
         let mut r = self.regions.borrow_mut();
+        // Regions are REGION_BASE apart: a longer one would overlap the next.
+        assert!(len <= REGION_BASE, "region of {len} bytes");
         let addr = REGION_BASE * (r.len() as u64 + 1);
         let mr = MemoryRegion { addr, len, rkey, lkey };
         r.push(Region { mr, data: vec![0; len as usize] });
@@ -148,8 +150,10 @@ impl NodeMemory {
         if addr / CACHE_LINE == (addr + len.max(1) - 1) / CACHE_LINE {
             out.clear();
             out.resize(len as usize, 0);
-            return self.raw_read(addr, out).is_ok();
+            self.raw_read(addr, out).expect("the NIC checks a READ's range first");
+            return true;
         }
+        debug_assert!(self.pending.borrow().iter().all(|p| p.id != id), "READ {id} begun twice");
         let lines = ((addr + len - 1) / CACHE_LINE - addr / CACHE_LINE + 1) as usize;
         self.pending.borrow_mut().push(PendingRead {
             id,
@@ -166,13 +170,11 @@ impl NodeMemory {
     /// Finishes a tracked READ: saved lines as they were, the rest from memory now.
     pub fn finish_read(&self, id: u64, out: &mut Vec<u8>) {
         let mut pending = self.pending.borrow_mut();
-        let Some(pos) = pending.iter().position(|p| p.id == id) else {
-            return;
-        };
+        let pos = pending.iter().position(|p| p.id == id).expect("finish_read of a READ begin_read tracks");
         let p = pending.swap_remove(pos);
         drop(pending);
         let mut cur = vec![0; p.len as usize];
-        let _ = self.raw_read(p.addr, &mut cur);
+        self.raw_read(p.addr, &mut cur).expect("checked at begin_read");
         let first = p.first_line();
         out.clear();
         out.extend_from_slice(&cur);
@@ -198,7 +200,7 @@ impl NodeMemory {
 
     pub fn nic_load_u64(&self, addr: u64) -> u64 {
         let mut b = [0u8; 8];
-        let _ = self.raw_read(addr, &mut b);
+        self.raw_read(addr, &mut b).expect("the NIC checks an atomic's word first");
         u64::from_le_bytes(b)
     }
 }
