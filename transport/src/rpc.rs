@@ -370,6 +370,7 @@ impl RpcState {
         }
         // Ids only grow, so `id` is at or past the end.
         let i = (id - self.pending_base) as usize;
+        debug_assert!(i >= self.pending.len(), "call id {id} reused");
         self.pending.resize_with(self.pending.len().max(i + 1), || None);
         self.pending[i] = Some(p);
     }
@@ -580,6 +581,9 @@ impl RpcState {
             q.has_request = false;
             q.oldest_reply = None;
         }
+        // The UD QP refuses a datagram over the MTU: every frame fits one, and coalescing
+        // stops at it.
+        debug_assert!(out.iter().all(|(_, d)| d.len() <= mtu), "datagram over the MTU");
     }
 
     pub(crate) fn requeue(&mut self, later: impl IntoIterator<Item = (Endpoint, Vec<u8>)>) {

@@ -113,6 +113,12 @@ struct CoroState {
 }
 
 impl CoroState {
+    /// One signaled verb or RPC call of this coroutine is done.
+    fn settle_one(&mut self) {
+        assert!(self.pending > 0, "a completion or reply for a coroutine with nothing pending");
+        self.pending -= 1;
+    }
+
     fn insert_reply(&mut self, call: CallId, r: Result<Vec<u8>, RpcError>) {
         match self.replies.iter_mut().find(|(id, _)| *id == call) {
             Some(slot) => slot.1 = r,
@@ -240,6 +246,9 @@ impl Shared {
         let mut wrs = self.spare_wrs.pop().unwrap_or_default();
         wrs.reserve(ops.size_hint().0.max(1));
         let mut signaled = 0u32;
+        // Every post is refused beyond the send queue, and completions confirm only what
+        // was posted.
+        debug_assert!(q.confirmed <= q.posted && q.posted - q.confirmed <= q.info.max_outstanding as u64);
         let outstanding = (q.posted - q.confirmed) as u32;
         for (op, sig) in ops {
             if outstanding + wrs.len() as u32 + 1 > q.info.max_outstanding {
@@ -286,7 +295,9 @@ impl Shared {
         self.stats.completions_polled += 1;
         let coro = (c.wr_id >> CORO_SHIFT) as u32;
         if let Some(q) = self.qps.get_mut(c.qp.0 as usize) {
+            assert!(seq >= 1 && seq <= q.posted, "completion of request {seq}, but {} were posted", q.posted);
             // RC completes in order: this completion confirms every earlier request (passive ACK).
+            // The max: a request failing at post may complete before earlier ones in flight.
             q.confirmed = q.confirmed.max(seq);
             if !c.status.is_ok() && q.info.kind == QpType::Rc {
                 q.error = true;
@@ -304,7 +315,7 @@ impl Shared {
         }
         // Only signaled requests were counted as pending.
         if c.signaled {
-            cs.pending -= 1;
+            cs.settle_one();
             self.wake(coro);
         }
     }
@@ -364,7 +375,7 @@ impl Shared {
                     };
                     let cs = &mut self.coros[coro as usize];
                     cs.insert_reply(frame.call_id, result);
-                    cs.pending -= 1;
+                    cs.settle_one();
                     self.wake(coro);
                 }
             }
@@ -633,6 +644,8 @@ impl WorkerCore {
         let to_run;
         {
             let mut s = self.shared.borrow_mut();
+            // A real backend's clock may lag the worker's (CPU charged since its last call):
+            // the worker's clock never goes back. The simulator never passes an earlier time.
             s.now = s.now.max(now);
             start = s.now;
             while let Some(ev) = s.inbox.pop_front() {
@@ -660,7 +673,7 @@ impl WorkerCore {
                 }
                 let cs = &mut s.coros[coro as usize];
                 cs.insert_reply(call_id, Err(err));
-                cs.pending -= 1;
+                cs.settle_one();
                 s.wake(coro);
             }
             to_run = s.ready.len();
