@@ -137,6 +137,12 @@ impl Graph {
     /// Counting sort by source into compressed rows: linear, and stable, so each node's
     /// edges keep the order they were found in (deterministic explanations).
     fn build(n: usize, list: Vec<(u32, Edge)>) -> Graph {
+        // Nodes and edge offsets are u32 to keep edges small.
+        assert!(
+            n < u32::MAX as usize && list.len() < u32::MAX as usize,
+            "graph too large: {n} nodes, {} edges",
+            list.len()
+        );
         let mut start = vec![0u32; n + 1];
         for (f, _) in &list {
             start[*f as usize + 1] += 1;
@@ -222,6 +228,7 @@ fn tarjan(g: &Graph, allowed: impl Fn(&Edge) -> bool, within: impl Fn(u32) -> bo
                 ncomp += 1;
             }
         }
+        debug_assert!(stack.is_empty(), "every node visited from a root is in a component");
     }
     (comp, ncomp)
 }
@@ -533,7 +540,7 @@ fn report_cycles(g: &Graph, committed: &[&Txn], found: &mut Found) {
         seen[c as usize] = true;
         let members: Vec<u32> = (0..n as u32).filter(|&u| comp[u as usize] == c).collect();
         let (kind, cycle) = classify(g, &comp, &members);
-        let Some(cycle) = cycle else { continue };
+        let cycle = cycle.expect("every node of a strongly connected component is on a cycle");
         let ids: Vec<u64> =
             cycle.iter().filter(|(u, _)| (*u as usize) < n).map(|(u, _)| committed[*u as usize].id).collect();
         found.note(kind, ids, || explain(kind, &cycle, committed, n));
