@@ -70,6 +70,35 @@ impl SimConfig {
     }
 }
 
+/// Why a [`SimConfig`] cannot build a cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ConfigError {
+    /// `nodes`, `workers` or `qps_per_node` is zero.
+    Empty,
+    /// `link_delay_ps` is neither empty nor one entry per ordered pair of nodes.
+    LinkDelays { entries: usize, pairs: usize },
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConfigError::Empty => f.write_str("nodes, workers and qps_per_node must each be at least 1"),
+            ConfigError::LinkDelays { entries, pairs } => {
+                write!(f, "link_delay_ps has {entries} entries, not nodes x nodes = {pairs}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Callers that report errors as text can use `?`.
+impl From<ConfigError> for String {
+    fn from(e: ConfigError) -> String {
+        e.to_string()
+    }
+}
+
 /// Counters of the whole simulation.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SimStats {
@@ -391,13 +420,13 @@ struct Response {
 }
 
 impl Sim {
-    pub fn new(cfg: SimConfig) -> Result<Sim, String> {
+    pub fn new(cfg: SimConfig) -> Result<Sim, ConfigError> {
         if cfg.nodes == 0 || cfg.workers == 0 || cfg.qps_per_node == 0 {
-            return Err("nodes, workers and qps_per_node must each be at least 1".into());
+            return Err(ConfigError::Empty);
         }
         let pairs = cfg.nodes as usize * cfg.nodes as usize;
         if !cfg.link_delay_ps.is_empty() && cfg.link_delay_ps.len() != pairs {
-            return Err(format!("link_delay_ps has {} entries, not nodes x nodes = {pairs}", cfg.link_delay_ps.len()));
+            return Err(ConfigError::LinkDelays { entries: cfg.link_delay_ps.len(), pairs });
         }
         let m = NicModel::new(&cfg.profile);
         let clock_ps = Rc::new(Cell::new(0));

@@ -13,5 +13,5 @@ pub mod fabric;
 pub mod memory;
 pub mod profile;
 
-pub use fabric::{Sim, SimConfig, SimStats};
+pub use fabric::{ConfigError, Sim, SimConfig, SimStats};
 pub use profile::NicProfile;
