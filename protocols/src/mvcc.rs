@@ -490,7 +490,7 @@ async fn read_onesided(
         let a = Op::Read { local: LocalBuf { lkey: s.lkey, addr: at, len: len as u32 }, remote };
         let b = Op::Read { local: LocalBuf { lkey: s.lkey, addr: at + len, len: len as u32 }, remote };
         // The first READ is confirmed by the second's completion (FIFO on the QP).
-        ops::issue(ctx, n, ops::qp(ctx, r.home)?, vec![(a, false), (b, true)]).await?;
+        ops::issue(ctx, n, ops::rec_qp(ctx, r)?, vec![(a, false), (b, true)]).await?;
         if !n.rdma.speculative {
             ctx.wait().await?;
         }
@@ -554,7 +554,7 @@ async fn read_onesided(
             };
             list.push((check, true));
             bytes += 16;
-            ops::issue(ctx, n, ops::qp(ctx, r.home)?, list).await?;
+            ops::issue(ctx, n, ops::rec_qp(ctx, r)?, list).await?;
             slots.push(at);
             at += 24;
         }
@@ -829,7 +829,7 @@ async fn lock_onesided(
             local: LocalBuf { lkey: s.lkey, addr: at, len: 24 },
             remote: n.catalog.remote(r.home, r.offset + g.wts() as u64, 24),
         };
-        ops::issue(ctx, n, ops::qp(ctx, r.home)?, vec![(read, true)]).await?;
+        ops::issue(ctx, n, ops::rec_qp(ctx, r)?, vec![(read, true)]).await?;
         at += 24;
         bytes += 24;
     }
@@ -875,7 +875,7 @@ async fn lock_onesided(
             local: LocalBuf { lkey: s.lkey, addr: at + 8, len: len as u32 },
             remote: n.catalog.remote(r.home, r.offset, len as u32),
         };
-        ops::issue(ctx, n, ops::qp(ctx, r.home)?, vec![(cas, false), (read, true)]).await?;
+        ops::issue(ctx, n, ops::rec_qp(ctx, r)?, vec![(cas, false), (read, true)]).await?;
         posted.push((i, at, len));
         at += 8 + len;
         bytes += 8 + len;
@@ -1018,7 +1018,7 @@ async fn commit(
                 src: Payload::Inline(0u64.to_le_bytes().to_vec()),
                 remote: n.catalog.remote(r.home, r.offset + LOCK, 8),
             };
-            let q = ops::qp(ctx, r.home)?;
+            let q = ops::rec_qp(ctx, r)?;
             // Passive ACK (DrTM+H Sec. 3.2), as ops::write_back: signal anyway before the send
             // queue fills, or when the staging area will be reused.
             let depth = ctx.qp_info(q).map_or(2, |i| i.max_outstanding);

@@ -332,7 +332,7 @@ async fn read_set(ctx: &Ctx, n: &NodeState, recs: &mut [Rec], id: u64) -> Result
                     let first = Op::Read { local: LocalBuf { lkey: s.lkey, addr: at, len }, remote };
                     let second = Op::Read { local: LocalBuf { lkey: s.lkey, addr: at + len as u64, len }, remote };
                     // Two doorbelled READs; the second executes after the first (per-QP order).
-                    ops::issue(ctx, n, ops::qp(ctx, r.home)?, vec![(first, false), (second, true)]).await?;
+                    ops::issue(ctx, n, ops::rec_qp(ctx, r)?, vec![(first, false), (second, true)]).await?;
                     if !n.rdma.speculative {
                         ctx.wait().await?;
                     }
@@ -437,7 +437,7 @@ async fn renew(ctx: &Ctx, n: &NodeState, recs: &[Rec], ts: u64, id: u64) -> Resu
                     local: LocalBuf { lkey: s.lkey, addr: at + 24, len: 16 },
                     remote: n.catalog.remote(r.home, r.offset + e, 16),
                 };
-                ops::issue(ctx, n, ops::qp(ctx, r.home)?, vec![(cas, false), (head, false), (lease, true)]).await?;
+                ops::issue(ctx, n, ops::rec_qp(ctx, r)?, vec![(cas, false), (head, false), (lease, true)]).await?;
                 slots.push((i, seen, at));
                 bytes += 8 + 32;
             }

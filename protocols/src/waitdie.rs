@@ -432,7 +432,7 @@ async fn lock_onesided(
             };
             slots.push((i, at));
             at += 8 + len as u64;
-            ops::issue(ctx, n, ops::qp(ctx, r.home)?, vec![(cas, false), (read, true)]).await?;
+            ops::issue(ctx, n, ops::rec_qp(ctx, r)?, vec![(cas, false), (read, true)]).await?;
         }
         ctx.wait().await?;
         let mut die = false;
@@ -500,7 +500,7 @@ async fn recheck_locks(
             local: LocalBuf { lkey: scratch.lkey, addr: at, len },
             remote: n.catalog.remote(r.home, r.offset, len),
         };
-        ops::issue(ctx, n, ops::qp(ctx, r.home)?, vec![(read, true)]).await?;
+        ops::issue(ctx, n, ops::rec_qp(ctx, r)?, vec![(read, true)]).await?;
         slots.push((i, at));
         at += len as u64;
     }
@@ -526,7 +526,7 @@ fn release_posts(ctx: &Ctx, n: &NodeState, recs: &[Rec], which: impl Fn(&Rec) ->
             };
             // A full send queue must not leave the lock held: the lock word holds our
             // timestamp, so the RPC can release it instead (RCC Sec. 5.2).
-            if ops::qp(ctx, r.home).is_ok_and(|q| ctx.post(q, [(unlock, true)]).is_ok()) {
+            if ops::rec_qp(ctx, r).is_ok_and(|q| ctx.post(q, [(unlock, true)]).is_ok()) {
                 continue;
             }
         }

@@ -345,6 +345,12 @@ pub fn run_real_node(
     backend: RealBackend,
 ) -> Result<Option<TxnRunResult>, String> {
     check_spec(spec)?;
+    if spec.qps_per_node != 1 {
+        return Err(format!(
+            "cluster.qps_per_node is {}: emulating a larger cluster's connections is simulator-only for now; real backends open one RC QP per worker and remote node",
+            spec.qps_per_node
+        ));
+    }
     if me.size != spec.nodes as u32 {
         return Err(format!("the launcher started {} processes but the scenario has {} nodes", me.size, spec.nodes));
     }
@@ -450,6 +456,7 @@ pub fn run_real_node(
         events: 0,
         simulated_ns: start.elapsed().as_nanos() as u64,
         verbs,
+        qp_cache_miss_ratio: None,
         trace: Vec::new(),
     }))
 }
@@ -627,6 +634,7 @@ struct SpecForThread {
     nodes: u16,
     workers: u16,
     coroutines: u32,
+    qps_per_node: u16,
     profile: NicProfile,
     seed: u64,
     hybrid: Hybrid,
@@ -648,6 +656,7 @@ impl SpecForThread {
             nodes: s.nodes,
             workers: s.workers,
             coroutines: s.coroutines,
+            qps_per_node: s.qps_per_node,
             profile: s.profile.clone(),
             seed: s.seed,
             hybrid: s.hybrid,
@@ -668,6 +677,7 @@ impl SpecForThread {
             nodes: self.nodes,
             workers: self.workers,
             coroutines: self.coroutines,
+            qps_per_node: self.qps_per_node,
             profile: self.profile,
             seed: self.seed,
             hybrid: self.hybrid,

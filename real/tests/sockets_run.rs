@@ -26,6 +26,7 @@ fn spec(protocol: ProtocolRef, hybrid: Hybrid) -> TxnRunSpec {
         nodes: 3,
         workers: 2,
         coroutines: 4,
+        qps_per_node: 1,
         profile: p,
         seed: 1,
         hybrid,

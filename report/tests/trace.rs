@@ -29,6 +29,7 @@ fn spec(protocol: ProtocolRef, hybrid: Hybrid, options: Options, trace: bool) ->
         nodes: 3,
         workers: 2,
         coroutines: 4,
+        qps_per_node: 1,
         profile: p,
         seed: 5,
         hybrid,

@@ -32,6 +32,7 @@ pub fn txn_spec(s: &Scenario, profile: &NicProfile, seed: u64) -> Result<TxnRunS
         nodes: c.nodes,
         workers: c.workers,
         coroutines: c.coroutines,
+        qps_per_node: c.qps_per_node,
         profile,
         seed,
         hybrid,

@@ -34,6 +34,8 @@ pub struct TxnRunResult {
     pub simulated_ns: u64,
     /// Verbs posted, by `Opcode as usize`.
     pub verbs: [u64; 7],
+    /// QP-context cache misses per lookup on the simulated NICs (None on real backends).
+    pub qp_cache_miss_ratio: Option<f64>,
     /// Trace events of every worker, by node and worker (empty unless `TxnRunSpec::trace`).
     pub trace: Vec<TraceEvent>,
 }

@@ -85,6 +85,8 @@ pub struct TxnReport {
     /// Per stage: mean time per execution (us), round trips and bytes per execution.
     pub stages: BTreeMap<&'static str, StageReport>,
     pub verbs: BTreeMap<&'static str, u64>,
+    /// QP-context cache misses per lookup, simulated NICs only (DrTM+H Sec. 4).
+    pub qp_cache_miss_ratio: Option<f64>,
     pub sim: SimInfo,
     pub check: CheckReport,
     /// Coordinators that stopped on an error (a failed verb or RPC), with the reason.
@@ -180,6 +182,7 @@ pub fn txn_report(
             .collect(),
         stages,
         verbs,
+        qp_cache_miss_ratio: r.qp_cache_miss_ratio,
         sim: SimInfo { events: r.events, events_per_s: r.events as f64 / wall.max(1e-9), simulated_ns: r.simulated_ns },
         failures: r.failures.clone(),
         check: CheckReport {

@@ -27,6 +27,7 @@ pub fn run_txns_with(spec: &TxnRunSpec, progress: &mut dyn FnMut(u64, u64)) -> R
     check_spec(spec)?;
     let mut cfg = SimConfig::new(spec.nodes, spec.workers, spec.profile.clone(), spec.seed);
     cfg.max_coroutines = coroutines_per_worker(spec);
+    cfg.qps_per_node = spec.qps_per_node;
     cfg.scratch_per_coroutine = scratch_per_coroutine(spec, &layout(spec));
     cfg.loopback = true;
     cfg.link_delay_ps = spec.link_delay_ns.iter().map(|d| d * 1000).collect();
@@ -143,6 +144,7 @@ pub fn run_txns_with(spec: &TxnRunSpec, progress: &mut dyn FnMut(u64, u64)) -> R
         events: sim.events(),
         simulated_ns: sim.now(),
         verbs: sim.stats().verbs,
+        qp_cache_miss_ratio: Some(sim.stats().qp_cache_misses as f64 / sim.stats().qp_cache_lookups.max(1) as f64),
         trace,
     })
 }

@@ -36,6 +36,9 @@ pub struct TxnRunSpec {
     pub nodes: u16,
     pub workers: u16,
     pub coroutines: u32,
+    /// RC QPs from each worker to each other node (`cluster.qps_per_node`): k > 1 emulates a
+    /// k-times larger cluster's connections (DrTM+H Sec. 4; `txbed_txn::post::record_qp`).
+    pub qps_per_node: u16,
     pub profile: NicProfile,
     pub seed: u64,
     pub hybrid: Hybrid,
@@ -72,6 +75,7 @@ impl TxnRunSpec {
             nodes: 3,
             workers: 2,
             coroutines: 4,
+            qps_per_node: 1,
             profile,
             seed: 1,
             hybrid: Hybrid::RPC,

@@ -150,6 +150,7 @@ impl<L: Load> Shape<L> {
             nodes: self.nodes,
             workers: self.workers,
             coroutines: self.coroutines,
+            qps_per_node: 1,
             profile: NicProfile { mtu: self.mtu, ..cx4_one_nic() },
             seed: self.seed,
             hybrid: self.hybrid,
@@ -174,7 +175,7 @@ impl<L: Load> Shape<L> {
             Err(e) => panic!("{e}\n{}", self.replay()),
         }
     }
-    /// The run, or None when the protocol is not implemented yet (its attempts fail saying so).
+    /// Ok when the run is clean; otherwise how to replay it and what the checker found.
     pub fn check(&self, r: &TxnRunResult) -> Result<(), String> {
         if r.clean() {
             return Ok(());

@@ -44,6 +44,11 @@ pub struct Rec {
     pub tuple: Vec<u8>,
 }
 
+/// The QP for requests about `r` at its home (`post::record_qp`).
+pub fn rec_qp(ctx: &Ctx, r: &Rec) -> Result<QpId, TxnError> {
+    crate::post::record_qp(ctx, r.home, r.table, r.key)
+}
+
 impl Rec {
     pub fn record(&self) -> &[u8] {
         &self.tuple[META_BYTES as usize..]
@@ -171,7 +176,7 @@ pub async fn lock_and_read(
             let cas =
                 Op::Cas { local: cas_out, remote: n.catalog.remote(r.home, r.offset + LOCK, 8), compare: 0, swap: id };
             let read = Op::Read { local: read_out, remote: n.catalog.remote(r.home, r.offset, len) };
-            issue(ctx, n, qp(ctx, r.home)?, vec![(cas, false), (read, true)]).await?;
+            issue(ctx, n, rec_qp(ctx, r)?, vec![(cas, false), (read, true)]).await?;
         }
         ctx.wait().await?;
         for (i, at) in slots {
@@ -225,7 +230,7 @@ pub async fn fetch(ctx: &Ctx, n: &NodeState, recs: &mut [Rec]) -> Result<(), Txn
                 remote: n.catalog.remote(r.home, r.offset, len),
             };
             // Without speculation, each fetch completes before the next is issued.
-            issue(ctx, n, qp(ctx, r.home)?, vec![(read, true)]).await?;
+            issue(ctx, n, rec_qp(ctx, r)?, vec![(read, true)]).await?;
             if !n.rdma.speculative {
                 ctx.wait().await?;
             }
@@ -284,7 +289,7 @@ pub async fn validate(
                 local: LocalBuf { lkey: scratch.lkey, addr: at, len: 16 },
                 remote: n.catalog.remote(r.home, r.offset, 16),
             };
-            issue(ctx, n, qp(ctx, r.home)?, vec![(read, true)]).await?;
+            issue(ctx, n, rec_qp(ctx, r)?, vec![(read, true)]).await?;
             slots.push((i, at));
             at += 16;
         }
@@ -394,7 +399,7 @@ pub async fn write_back_one(
             src: inline_or_staged(ctx, &body, staging)?,
             remote: n.catalog.remote(r.home, r.offset + VERSION, body.len() as u32),
         };
-        let q = qp(ctx, r.home)?;
+        let q = rec_qp(ctx, r)?;
         // Passive ACK: the commit is confirmed by a later signaled request on the QP
         // (DrTM+H Sec. 3.2); signal anyway before the send queue fills.
         let depth = ctx.qp_info(q).map_or(2, |i| i.max_outstanding);
@@ -430,7 +435,7 @@ pub fn release_posts(ctx: &Ctx, n: &NodeState, recs: &[Rec], which: impl Fn(&Rec
             };
             // A full send queue must not leave the lock held: the lock word names its owner,
             // so an RPC can release it instead (RCC Sec. 5.2).
-            if qp(ctx, r.home).is_ok_and(|q| ctx.post(q, [(unlock, true)]).is_ok()) {
+            if rec_qp(ctx, r).is_ok_and(|q| ctx.post(q, [(unlock, true)]).is_ok()) {
                 continue;
             }
         }

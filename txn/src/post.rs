@@ -44,8 +44,28 @@ pub fn endpoint(ctx: &Ctx, node: u16) -> Endpoint {
     Endpoint { node: NodeId(node), worker: ctx.me().worker }
 }
 
+/// The RC QP for a stream that needs FIFO order across this worker's coroutines (log rings,
+/// CALVIN's channels): this worker's first QP to `node`.
 pub fn qp(ctx: &Ctx, node: u16) -> Result<QpId, TxnError> {
-    ctx.rc_qp(NodeId(node), ctx.coroutine() as usize).ok_or(TxnError::NoQp { node })
+    ctx.rc_qp(NodeId(node), 0).ok_or(TxnError::NoQp { node })
+}
+
+/// The RC QP for requests about record (`table`, `key`) at `node`. With one QP per remote node
+/// (the default) it is that QP. With k > 1 (`cluster.qps_per_node`, DrTM+H Sec. 4's emulation
+/// of a k-times larger cluster: k RC QPs to each machine per worker), the node's records are
+/// spread over k emulated nodes, one QP each. DrTM+H picks a QP at random per request; picking
+/// by record spreads requests as evenly and keeps every request about one record on one QP,
+/// so per-QP FIFO still orders its lock, write-back and unlock.
+pub fn record_qp(ctx: &Ctx, node: u16, table: u16, key: u64) -> Result<QpId, TxnError> {
+    let k = ctx.rc_qp_count(NodeId(node));
+    let which = if k <= 1 {
+        0
+    } else {
+        // A multiplicative hash: consecutive rows land on different emulated nodes.
+        let h = ((table as u64) << 48 ^ key).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32;
+        (h % k as u64) as usize
+    };
+    ctx.rc_qp(NodeId(node), which).ok_or(TxnError::NoQp { node })
 }
 
 /// Waits until `q`'s send queue has room for `k` more requests. A worker's coroutines share
