@@ -230,6 +230,7 @@ impl WorkerSeed {
                 timeout_ns: 50_000_000,
                 retries: 10,
                 mtu: self.datagram_mtu.unwrap_or(RpcConfig::default().mtu),
+                max_patience_ns: spec.protocol.rpc_patience_ns(&spec.protocol_options),
                 ..RpcConfig::default()
             },
             seed: cfg_seed(&spec, node, wk),

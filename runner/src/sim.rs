@@ -35,6 +35,7 @@ pub fn run_txns_with(spec: &TxnRunSpec, progress: &mut dyn FnMut(u64, u64)) -> R
     // RPC layer's datagrams too.
     cfg.rpc.piggyback = spec.options.passive_ack;
     cfg.rpc.doorbell_batching = spec.options.doorbell;
+    cfg.rpc.max_patience_ns = spec.protocol.rpc_patience_ns(&spec.protocol_options);
     let mut sim = Sim::new(cfg)?;
     let layout = layout(spec);
     let mut regions = Vec::new();

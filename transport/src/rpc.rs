@@ -47,6 +47,10 @@ pub struct RpcConfig {
     /// Post all datagrams of one event-loop iteration with one doorbell (otherwise one
     /// doorbell each).
     pub doorbell_batching: bool,
+    /// The longest a caller may wait for a reply its server defers on purpose (`Ctx::rpc_patient`,
+    /// e.g. CALVIN's outcome at the end of an epoch): servers remember calls this much longer, so
+    /// a retransmission of a patient call is never mistaken for a new one.
+    pub max_patience_ns: Nanos,
 }
 
 impl Default for RpcConfig {
@@ -58,6 +62,7 @@ impl Default for RpcConfig {
             piggyback: false,
             piggyback_flush_ns: 5_000,
             doorbell_batching: true,
+            max_patience_ns: 0,
         }
     }
 }
@@ -263,6 +268,8 @@ struct PendingCall {
     payload: Option<Vec<u8>>,
     deadline: Nanos,
     attempts: u32,
+    /// Added to every attempt's timeout: how long the server may defer the reply on purpose.
+    patience: Nanos,
 }
 
 #[derive(Default)]
@@ -446,7 +453,9 @@ impl RpcState {
         handler: u16,
         payload: &[u8],
         want_reply: bool,
+        patience: Nanos,
     ) -> Result<CallId, (CallId, RpcError)> {
+        assert!(patience <= self.cfg.max_patience_ns, "a call's patience exceeds RpcConfig::max_patience_ns");
         let id = self.next_call;
         self.next_call += 1;
         if payload.len() > MAX_MESSAGE {
@@ -455,9 +464,9 @@ impl RpcState {
         let kind = if want_reply { FrameKind::Request } else { FrameKind::OneWay };
         self.enqueue(dst, kind, STATUS_OK, handler, id, payload, now);
         if want_reply {
-            let deadline = now + self.cfg.timeout_ns;
+            let deadline = now + self.cfg.timeout_ns + patience;
             let keep = (self.cfg.retries > 0).then(|| payload.to_vec());
-            self.insert_pending(id, PendingCall { coro, dst, handler, payload: keep, deadline, attempts: 1 });
+            self.insert_pending(id, PendingCall { coro, dst, handler, payload: keep, deadline, attempts: 1, patience });
             self.deadlines.insert((deadline, id));
         }
         Ok(id)
@@ -506,7 +515,7 @@ impl RpcState {
         if self.cfg.retries == 0 {
             return;
         }
-        let horizon = self.cfg.timeout_ns.saturating_mul(self.cfg.retries as u64 + 1);
+        let horizon = (self.cfg.timeout_ns + self.cfg.max_patience_ns).saturating_mul(self.cfg.retries as u64 + 1);
         let m = self.served.entry(token.to).or_default();
         m.insert(token.call_id, (now, reply.map(|r| r.to_vec())));
         // Call ids grow per caller, so the oldest calls are first.
@@ -528,7 +537,7 @@ impl RpcState {
             if p.attempts <= retries {
                 if let Some(payload) = p.payload.clone() {
                     p.attempts += 1;
-                    p.deadline = now + timeout;
+                    p.deadline = now + timeout + p.patience;
                     let (dst, handler, d) = (p.dst, p.handler, p.deadline);
                     self.deadlines.insert((d, id));
                     self.enqueue(dst, FrameKind::Request, STATUS_OK, handler, id, &payload, now);

@@ -849,12 +849,19 @@ impl Ctx {
     /// Issues an RPC to `dst`'s handler; it is sent with the worker's next batch. The reply
     /// is collected with [`Ctx::take_reply`] after [`Ctx::wait`].
     pub fn call(&self, dst: Endpoint, handler: u16, payload: &[u8]) -> CallId {
+        self.call_patient(dst, handler, payload, 0)
+    }
+
+    /// [`Ctx::call`] to a handler that defers its reply on purpose for up to `patience` ns
+    /// (at most `RpcConfig::max_patience_ns`): each attempt waits that much longer before it
+    /// is retransmitted or given up.
+    pub fn call_patient(&self, dst: Endpoint, handler: u16, payload: &[u8], patience: Nanos) -> CallId {
         let mut s = self.shared.borrow_mut();
         s.stats.rpc_calls += 1;
         let now = s.now;
         let cost = s.cfg.costs.copy_ns(payload.len());
         s.charge(cost);
-        let r = s.rpc.call(now, self.coro, dst, handler, payload, true);
+        let r = s.rpc.call(now, self.coro, dst, handler, payload, true, patience);
         if s.trace.is_some() {
             let name = s.handler_name(handler);
             if let Some(t) = s.trace.as_mut() {
@@ -885,7 +892,7 @@ impl Ctx {
         let mut s = self.shared.borrow_mut();
         s.stats.rpc_calls += 1;
         let now = s.now;
-        let r = s.rpc.call(now, self.coro, dst, handler, payload, false);
+        let r = s.rpc.call(now, self.coro, dst, handler, payload, false, 0);
         if s.trace.is_some() {
             let name = s.handler_name(handler);
             if let (Some(t), Ok(id)) = (s.trace.as_mut(), r) {
@@ -915,7 +922,18 @@ impl Ctx {
 
     /// Calls and waits for the reply.
     pub async fn rpc(&self, dst: Endpoint, handler: u16, payload: &[u8]) -> Result<Vec<u8>, RpcError> {
-        let id = self.call(dst, handler, payload);
+        self.rpc_patient(dst, handler, payload, 0).await
+    }
+
+    /// [`Ctx::rpc`] to a handler that defers its reply on purpose for up to `patience` ns.
+    pub async fn rpc_patient(
+        &self,
+        dst: Endpoint,
+        handler: u16,
+        payload: &[u8],
+        patience: Nanos,
+    ) -> Result<Vec<u8>, RpcError> {
+        let id = self.call_patient(dst, handler, payload, patience);
         let _ = self.wait().await;
         self.take_reply(id).unwrap_or(Err(RpcError::Lost))
     }

@@ -138,6 +138,13 @@ pub trait Protocol: Sync {
         0
     }
 
+    /// The longest one of its RPC handlers defers a reply on purpose (`Ctx::rpc_patient`),
+    /// ns, with these options: the run's RPC layer waits that much longer before giving a
+    /// call up, so no timeout is shorter than the protocol's own waiting. 0: none defers.
+    fn rpc_patience_ns(&self, _options: &OptionValues) -> u64 {
+        0
+    }
+
     /// Whether code `hybrid` makes it CAS tuple words with NIC atomics (unsafe across
     /// several NICs with HCA-level atomicity).
     fn nic_atomics(&self, hybrid: Hybrid) -> bool {

@@ -126,6 +126,12 @@ impl Protocol for Calvin {
         let o = parse_options::<Options>(options).expect("options were checked");
         Box::new(Participant { epoch_ns: o.epoch_us * 1000, e: RefCell::default() })
     }
+    /// A submit's outcome comes once its epoch closes, its batch is scheduled (at most `LAG`
+    /// epochs behind) and it runs: give it `LAG + 2` epochs.
+    fn rpc_patience_ns(&self, options: &OptionValues) -> u64 {
+        let o = parse_options::<Options>(options).expect("options were checked");
+        submit_patience_ns(o.epoch_us * 1000)
+    }
     fn handler_names(&self) -> &'static [&'static str] {
         &HANDLER_NAMES
     }
@@ -399,6 +405,11 @@ fn home(n: &NodeState, key: u64) -> u16 {
     n.workload.home(wire::unpack(key), n.nodes)
 }
 
+/// How long a coordinator waits for its submit's outcome (`Protocol::rpc_patience_ns`).
+fn submit_patience_ns(epoch_ns: u64) -> u64 {
+    (LAG + 2) * epoch_ns
+}
+
 fn worker0(node: u16) -> Endpoint {
     Endpoint { node: NodeId(node), worker: 0 }
 }
@@ -483,7 +494,7 @@ async fn run(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Result<Attemp
     wire::encode_input(&mut input, id, spec);
     let mut reply = Vec::new();
     for frag in wire::submit_fragments(id, &input, max_rpc(ctx)) {
-        reply = ctx.rpc(worker0(n.me), H_SUBMIT, &frag).await?;
+        reply = ctx.rpc_patient(worker0(n.me), H_SUBMIT, &frag, submit_patience_ns(part(n).epoch_ns)).await?;
         if !reply.is_empty() {
             break; // the outcome, or a refusal of the run's end
         }
