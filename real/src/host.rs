@@ -446,6 +446,7 @@ pub fn run_real_node(
             *m += v;
         }
     }
+    let location = txbed_runner::outcome::location_total(&results);
     let (history, report, stats, measured, failures) = assemble(spec, results);
     Ok(Some(TxnRunResult {
         measured,
@@ -457,6 +458,7 @@ pub fn run_real_node(
         events: 0,
         simulated_ns: start.elapsed().as_nanos() as u64,
         verbs,
+        location,
         qp_cache_miss_ratio: None,
         trace: Vec::new(),
     }))
@@ -605,6 +607,7 @@ fn merge_workers(results: Vec<NodeResult>) -> NodeResult {
             *a += b;
         }
         merged.external_delta += r.external_delta;
+        merged.location.add(&r.location);
         merged.latency.extend(r.latency);
         merged.failures.extend(r.failures);
         for k in 0..Stage::COUNT {

@@ -201,6 +201,9 @@ pub struct NodeResult {
     pub log_records: u64,
     #[serde(default)]
     pub log_bytes: u64,
+    /// This node's location cache and the READs its lookups issued.
+    #[serde(default)]
+    pub location: txbed_txn::locate::CacheStats,
 }
 
 /// Collects a node's history, final versions (its primaries and the replicas it keeps), and
@@ -219,6 +222,7 @@ pub fn node_result(
     let mut stats = TxnStats::default();
     let mut replica: std::collections::BTreeMap<u64, u64> = Default::default();
     for st in states {
+        r.location.add(&st.cache.borrow().stats);
         r.txns.extend(st.history.borrow().iter().cloned());
         stats.add(&st.stats.borrow());
         for (&k, &v) in st.replica.borrow().iter() {

@@ -34,6 +34,9 @@ pub struct TxnRunResult {
     pub simulated_ns: u64,
     /// Verbs posted, by `Opcode as usize`.
     pub verbs: [u64; 7],
+    /// Every node's location cache and the one-sided READs its lookups issued (apart from
+    /// the stages' own round trips).
+    pub location: txbed_txn::locate::CacheStats,
     /// QP-context cache misses per lookup on the simulated NICs (None on real backends).
     pub qp_cache_miss_ratio: Option<f64>,
     /// Trace events of every worker, by node and worker (empty unless `TxnRunSpec::trace`).
@@ -126,4 +129,13 @@ pub fn assemble(spec: &TxnRunSpec, results: Vec<NodeResult>) -> (History, Report
     // The replicas are named in the history, so the checker always judges lost writes.
     assert!(report.nothing_lost.is_some(), "a run's history must let the checker look for lost writes");
     (h, report, stats, measured, failures)
+}
+
+/// The location caches of every node, summed.
+pub fn location_total(results: &[NodeResult]) -> txbed_txn::locate::CacheStats {
+    let mut t = txbed_txn::locate::CacheStats::default();
+    for r in results {
+        t.add(&r.location);
+    }
+    t
 }

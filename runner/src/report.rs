@@ -85,6 +85,9 @@ pub struct TxnReport {
     /// Per stage: mean time per execution (us), round trips and bytes per execution.
     pub stages: BTreeMap<&'static str, StageReport>,
     pub verbs: BTreeMap<&'static str, u64>,
+    /// Location lookups: cache hits, misses, stale entries, and the bucket READs (round trips)
+    /// and bytes misses cost, counted apart from the stages' own round trips.
+    pub location_cache: txbed_txn::locate::CacheStats,
     /// QP-context cache misses per lookup, simulated NICs only (DrTM+H Sec. 4).
     pub qp_cache_miss_ratio: Option<f64>,
     pub sim: SimInfo,
@@ -182,6 +185,7 @@ pub fn txn_report(
             .collect(),
         stages,
         verbs,
+        location_cache: r.location,
         qp_cache_miss_ratio: r.qp_cache_miss_ratio,
         sim: SimInfo { events: r.events, events_per_s: r.events as f64 / wall.max(1e-9), simulated_ns: r.simulated_ns },
         failures: r.failures.clone(),

@@ -128,6 +128,7 @@ pub fn run_txns_with(spec: &TxnRunSpec, progress: &mut dyn FnMut(u64, u64)) -> R
         }
         results.push(r);
     }
+    let location = crate::outcome::location_total(&results);
     let (history, report, stats, measured, failures) = assemble(spec, results);
     let mut trace = Vec::new();
     for n in 0..spec.nodes {
@@ -145,6 +146,7 @@ pub fn run_txns_with(spec: &TxnRunSpec, progress: &mut dyn FnMut(u64, u64)) -> R
         events: sim.events(),
         simulated_ns: sim.now(),
         verbs: sim.stats().verbs,
+        location,
         qp_cache_miss_ratio: Some(sim.stats().qp_cache_misses as f64 / sim.stats().qp_cache_lookups.max(1) as f64),
         trace,
     })

@@ -9,7 +9,7 @@
 
 use std::cell::RefCell;
 
-use txbed_transport::{Ctx, LocalBuf, MemoryRegion, NodeId, Op, RemoteBuf};
+use txbed_transport::{Ctx, LocalBuf, MemoryRegion, Op, RemoteBuf};
 
 use crate::error::TxnError;
 use crate::store::{bucket_of, incarnation_matches, probe, split_version_word, Layout, Probe, BUCKET_BYTES, VERSION};
@@ -38,12 +38,26 @@ struct Cached {
     bytes: [u8; BUCKET_BYTES as usize],
 }
 
-/// Counters of a location cache.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// Counters of a location cache, and the one-sided READs lookups issued on its misses (round
+/// trips no stage reports: a stage counts its own verbs, not the lookups before them).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CacheStats {
     pub hits: u64,
     pub misses: u64,
     pub stale: u64,
+    /// Bucket READs to remote nodes (one round trip each).
+    pub reads: u64,
+    pub read_bytes: u64,
+}
+
+impl CacheStats {
+    pub fn add(&mut self, o: &CacheStats) {
+        self.hits += o.hits;
+        self.misses += o.misses;
+        self.stale += o.stale;
+        self.reads += o.reads;
+        self.read_bytes += o.read_bytes;
+    }
 }
 
 pub struct LocationCache {
@@ -148,13 +162,16 @@ pub async fn locate(
                     ctx.read_local(cat.regions[node as usize].addr + offset, &mut b)?;
                 } else {
                     let local = LocalBuf { len: BUCKET_BYTES as u32, ..scratch };
-                    let qp = ctx.rc_qp(NodeId(node), ctx.coroutine() as usize).ok_or(TxnError::NoQp { node })?;
+                    let qp = crate::post::record_qp(ctx, node, table, key)?;
                     let read = Op::Read { local, remote: cat.remote(node, offset, BUCKET_BYTES as u32) };
                     crate::post::room(ctx, qp, 1).await?;
                     ctx.post(qp, [(read, true)])?;
                     ctx.wait().await?;
                     ctx.read_local(scratch.addr, &mut b)?;
                     reads += 1;
+                    let mut c = cache.borrow_mut();
+                    c.stats.reads += 1;
+                    c.stats.read_bytes += BUCKET_BYTES;
                 }
                 cache.borrow_mut().put(node, table, offset, &b);
                 b

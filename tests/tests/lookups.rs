@@ -1,0 +1,26 @@
+//! Issue 15: one-sided stages first find a record's location (bucket READs on a location-cache
+//! miss), and those round trips were in no report. They are now counted per run, apart from
+//! the stages' own round trips (`TxnRunResult::location`, report.json's `location_cache`).
+
+use txbed_runner::run_txns;
+use txbed_tests::harness::*;
+use txbed_txn::stage::Hybrid;
+use txbed_txn::store::BUCKET_BYTES;
+
+#[test]
+fn one_sided_lookups_are_counted_and_rpc_runs_have_none() {
+    let run = |hybrid: Hybrid| {
+        let s = Shape::new(OCC, W::YcsbLow, hybrid, 2);
+        let r = run_txns(&s.spec()).unwrap();
+        s.assert_clean(&r);
+        s.assert_commits(&r, 20);
+        r.location
+    };
+    let one_sided = run(Hybrid::full(OCC.stages()));
+    // A cold cache over 2,000 rows per node: most remote lookups miss and READ a bucket.
+    assert!(one_sided.reads > 0 && one_sided.misses >= one_sided.reads, "{one_sided:?}");
+    assert_eq!(one_sided.read_bytes, one_sided.reads * BUCKET_BYTES, "{one_sided:?}");
+    // RPC stages look records up at the owner: no bucket READs.
+    let rpc = run(Hybrid::RPC);
+    assert_eq!(rpc.reads, 0, "{rpc:?}");
+}
