@@ -346,6 +346,11 @@ pub fn run_real_node(
     backend: RealBackend,
 ) -> Result<Option<TxnRunResult>, String> {
     check_spec(spec)?;
+    if spec.warm_cache {
+        return Err(
+            "protocol.warm_cache is simulator-only for now: real backends start with empty location caches".into()
+        );
+    }
     if spec.qps_per_node != 1 {
         return Err(format!(
             "cluster.qps_per_node is {}: emulating a larger cluster's connections is simulator-only for now; real backends open one RC QP per worker and remote node",
@@ -639,6 +644,7 @@ struct SpecForThread {
     workers: u16,
     coroutines: u32,
     qps_per_node: u16,
+    warm_cache: bool,
     profile: NicProfile,
     seed: u64,
     hybrid: Hybrid,
@@ -661,6 +667,7 @@ impl SpecForThread {
             workers: s.workers,
             coroutines: s.coroutines,
             qps_per_node: s.qps_per_node,
+            warm_cache: s.warm_cache,
             profile: s.profile.clone(),
             seed: s.seed,
             hybrid: s.hybrid,
@@ -682,6 +689,7 @@ impl SpecForThread {
             workers: self.workers,
             coroutines: self.coroutines,
             qps_per_node: self.qps_per_node,
+            warm_cache: self.warm_cache,
             profile: self.profile,
             seed: self.seed,
             hybrid: self.hybrid,

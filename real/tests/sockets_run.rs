@@ -35,6 +35,7 @@ fn spec(protocol: ProtocolRef, hybrid: Hybrid) -> TxnRunSpec {
         warmup_ns: 20_000_000,
         duration_ns: 200_000_000,
         cache_bytes: 1 << 20,
+        warm_cache: false,
         options: Options::default(),
         bug: None,
         allow_unsafe_atomics: false,

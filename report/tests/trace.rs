@@ -38,6 +38,7 @@ fn spec(protocol: ProtocolRef, hybrid: Hybrid, options: Options, trace: bool) ->
         warmup_ns: 0,
         duration_ns: 60_000,
         cache_bytes: 1 << 20,
+        warm_cache: false,
         options,
         bug: None,
         allow_unsafe_atomics: false,

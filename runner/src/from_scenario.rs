@@ -41,6 +41,7 @@ pub fn txn_spec(s: &Scenario, profile: &NicProfile, seed: u64) -> Result<TxnRunS
         warmup_ns: s.run.warmup_us * 1000,
         duration_ns: s.run.measure_us * 1000,
         cache_bytes: p.cache_mb << 20,
+        warm_cache: p.warm_cache,
         options,
         bug: None,
         allow_unsafe_atomics: false,

@@ -50,6 +50,15 @@ pub fn run_txns_with(spec: &TxnRunSpec, progress: &mut dyn FnMut(u64, u64)) -> R
     for (n, st) in states.iter().enumerate() {
         txbed_txn::index::build(st, &*sim.memory(n as u16));
     }
+    if spec.warm_cache {
+        for (n, st) in states.iter().enumerate() {
+            let read = |m: u16, addr: u64, buf: &mut [u8]| {
+                use txbed_transport::HostMemory;
+                sim.memory(m).read(addr, buf).expect("a bucket inside the store region")
+            };
+            warm_location_cache(st, n as u16, &catalog, &read);
+        }
+    }
     let sh = Shared {
         protocol: spec.protocol,
         from: spec.warmup_ns,
@@ -150,4 +159,24 @@ pub fn run_txns_with(spec: &TxnRunSpec, progress: &mut dyn FnMut(u64, u64)) -> R
         qp_cache_miss_ratio: Some(sim.stats().qp_cache_misses as f64 / sim.stats().qp_cache_lookups.max(1) as f64),
         trace,
     })
+}
+
+/// Fills `st`'s location cache with every other node's index buckets, as a long warm-up
+/// would (up to its capacity: later buckets take the slots of earlier ones).
+fn warm_location_cache(st: &NodeState, me: u16, catalog: &Catalog, read: &dyn Fn(u16, u64, &mut [u8])) {
+    let mut cache = st.cache.borrow_mut();
+    for (m, region) in catalog.regions.iter().enumerate() {
+        let m = m as u16;
+        if m == me {
+            continue; // local lookups read local memory, not the cache
+        }
+        for place in &catalog.layout.tables {
+            let mut b = [0u8; txbed_txn::store::BUCKET_BYTES as usize];
+            for i in 0..place.buckets {
+                let offset = place.buckets_at + i * txbed_txn::store::BUCKET_BYTES;
+                read(m, region.addr + offset, &mut b);
+                cache.put(m, place.spec.id, offset, &b);
+            }
+        }
+    }
 }

@@ -49,6 +49,8 @@ pub struct TxnRunSpec {
     /// Measured simulated time; coroutines start transactions until warm-up plus this.
     pub duration_ns: u64,
     pub cache_bytes: u64,
+    /// Start with every node's location cache filled (`protocol.warm_cache`).
+    pub warm_cache: bool,
     pub options: Rdma,
     /// A planted bug: one of the protocol's `bugs()` or `txbed_txn::log::SKIP_LOG`.
     pub bug: Option<Bug>,
@@ -84,6 +86,7 @@ impl TxnRunSpec {
             warmup_ns: 0,
             duration_ns: 200_000,
             cache_bytes: 1 << 20,
+            warm_cache: false,
             options: Rdma::default(),
             bug: None,
             allow_unsafe_atomics: false,

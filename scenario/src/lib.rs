@@ -209,6 +209,10 @@ pub struct ProtocolSpec {
     /// Location cache per node, MiB (0 turns it off).
     #[serde(default = "default_cache_mb")]
     pub cache_mb: u64,
+    /// Start with every node's location cache filled from the other nodes' index buckets (as
+    /// after a long warm-up), up to `cache_mb`; off: the cache starts empty. Simulator only.
+    #[serde(default)]
+    pub warm_cache: bool,
     /// One-sided LOG: KiB of each ring a backup keeps per (sender node, sender worker).
     #[serde(default = "default_log_ring_kib")]
     pub log_ring_kib: u64,

@@ -159,6 +159,7 @@ impl<L: Load> Shape<L> {
             warmup_ns: 0,
             duration_ns: self.duration_ns,
             cache_bytes: 1 << 20,
+            warm_cache: false,
             options: self.options,
             bug: self.bug,
             allow_unsafe_atomics: false,
