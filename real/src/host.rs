@@ -19,7 +19,7 @@ use txbed_transport::{
 use txbed_txn::locate::Catalog;
 use txbed_txn::node::NodeState;
 use txbed_txn::protocol::{Bug, OptionValues, ProtocolRef, Rdma};
-use txbed_txn::stage::{Hybrid, Stage};
+use txbed_txn::stage::Hybrid;
 use txbed_txn::store::Layout;
 use txbed_workloads::Workload;
 
@@ -589,6 +589,9 @@ fn connect(
 fn merge_workers(results: Vec<NodeResult>) -> NodeResult {
     let mut merged = NodeResult::default();
     for (i, r) in results.into_iter().enumerate() {
+        let mut stats = merged.stats();
+        stats.add(&r.stats());
+        merged.set_stats(&stats);
         if i == 0 {
             merged.finals = r.finals.iter().filter(|f| f.replica == "primary").cloned().collect();
             merged.conserved = r.conserved;
@@ -600,27 +603,11 @@ fn merge_workers(results: Vec<NodeResult>) -> NodeResult {
         }
         merged.finals.extend(r.finals.into_iter().filter(|f| f.replica != "primary"));
         merged.txns.extend(r.txns);
-        for (a, b) in [
-            (&mut merged.committed, r.committed),
-            (&mut merged.aborted_conflict, r.aborted_conflict),
-            (&mut merged.aborted_user, r.aborted_user),
-            (&mut merged.measured_committed, r.measured_committed),
-            (&mut merged.measured_aborted, r.measured_aborted),
-            (&mut merged.log_records, r.log_records),
-            (&mut merged.log_bytes, r.log_bytes),
-        ] {
-            *a += b;
-        }
-        merged.external_delta += r.external_delta;
+        merged.measured_committed += r.measured_committed;
+        merged.measured_aborted += r.measured_aborted;
         merged.location.add(&r.location);
         merged.latency.extend(r.latency);
         merged.failures.extend(r.failures);
-        for k in 0..Stage::COUNT {
-            merged.stage_ns[k] += r.stage_ns[k];
-            merged.stage_round_trips[k] += r.stage_round_trips[k];
-            merged.stage_bytes[k] += r.stage_bytes[k];
-            merged.stage_calls[k] += r.stage_calls[k];
-        }
         for (m, v) in merged.verbs.iter_mut().zip(r.verbs) {
             *m += v;
         }

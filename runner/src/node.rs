@@ -264,17 +264,39 @@ pub fn node_result(
         Some(rec)
     };
     r.consistency = w.check_consistency(node, spec.nodes, &read);
-    r.committed = stats.committed;
-    r.aborted_conflict = stats.aborted_conflict;
-    r.aborted_user = stats.aborted_user;
-    r.external_delta = stats.external_delta;
-    r.stage_ns = stats.stage_ns;
-    r.stage_round_trips = stats.stage_round_trips;
-    r.stage_bytes = stats.stage_bytes;
-    r.stage_calls = stats.stage_calls;
-    r.log_records = stats.log_records;
-    r.log_bytes = stats.log_bytes;
+    r.set_stats(&stats);
     r
+}
+
+impl NodeResult {
+    /// The protocol counters this result carries (flat fields: it crosses processes as JSON).
+    pub fn stats(&self) -> TxnStats {
+        TxnStats {
+            committed: self.committed,
+            aborted_conflict: self.aborted_conflict,
+            aborted_user: self.aborted_user,
+            external_delta: self.external_delta,
+            log_records: self.log_records,
+            log_bytes: self.log_bytes,
+            stage_ns: self.stage_ns,
+            stage_round_trips: self.stage_round_trips,
+            stage_bytes: self.stage_bytes,
+            stage_calls: self.stage_calls,
+        }
+    }
+
+    pub fn set_stats(&mut self, s: &TxnStats) {
+        self.committed = s.committed;
+        self.aborted_conflict = s.aborted_conflict;
+        self.aborted_user = s.aborted_user;
+        self.external_delta = s.external_delta;
+        self.log_records = s.log_records;
+        self.log_bytes = s.log_bytes;
+        self.stage_ns = s.stage_ns;
+        self.stage_round_trips = s.stage_round_trips;
+        self.stage_bytes = s.stage_bytes;
+        self.stage_calls = s.stage_calls;
+    }
 }
 
 pub fn add_measured(r: &mut NodeResult, m: &Measured) {

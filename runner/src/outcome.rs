@@ -5,7 +5,6 @@ use hdrhistogram::Histogram;
 use txbed_checker::{check, History, Invariant, Options, Report};
 use txbed_transport::TraceEvent;
 use txbed_txn::node::TxnStats;
-use txbed_txn::stage::Stage;
 use txbed_workloads::Consistency;
 
 use crate::node::NodeResult;
@@ -75,22 +74,11 @@ pub fn assemble(spec: &TxnRunSpec, results: Vec<NodeResult>) -> (History, Report
     let mut failures = Vec::new();
     let mut consistency: Vec<Consistency> = Vec::new();
     for r in results {
+        stats.add(&r.stats());
         h.txns.extend(r.txns);
         h.finals.extend(r.finals);
         conserved += r.conserved;
         initial += r.initial;
-        stats.committed += r.committed;
-        stats.aborted_conflict += r.aborted_conflict;
-        stats.aborted_user += r.aborted_user;
-        stats.external_delta += r.external_delta;
-        stats.log_records += r.log_records;
-        stats.log_bytes += r.log_bytes;
-        for i in 0..Stage::COUNT {
-            stats.stage_ns[i] += r.stage_ns[i];
-            stats.stage_round_trips[i] += r.stage_round_trips[i];
-            stats.stage_bytes[i] += r.stage_bytes[i];
-            stats.stage_calls[i] += r.stage_calls[i];
-        }
         measured.committed += r.measured_committed;
         measured.aborted += r.measured_aborted;
         for (v, c) in r.latency {
