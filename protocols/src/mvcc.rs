@@ -365,7 +365,7 @@ fn abort(ctx: &Ctx, n: &NodeState, why: Abort) -> Attempt {
     part(n).aborts.borrow_mut()[why as usize] += 1;
     let now = ctx.now();
     ctx.trace_slice(ABORT_NAMES[why as usize], TRACE, now, now);
-    Attempt::Conflict
+    Attempt::Conflict(ABORT_NAMES[why as usize])
 }
 
 fn geometry(n: &NodeState, table: u16) -> Geometry {

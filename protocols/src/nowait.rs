@@ -8,7 +8,7 @@
 //! always holds the owner, so an RPC LOCK can be released one-sided (RCC Sec. 5.2).
 
 use txbed_transport::Ctx;
-use txbed_txn::attempt::{committed, execute, new_history, Attempt};
+use txbed_txn::attempt::{cause, committed, execute, new_history, Attempt};
 use txbed_txn::node::NodeState;
 use txbed_txn::ops;
 use txbed_txn::protocol::{Bug, LocalBoxFuture, Protocol};
@@ -56,7 +56,7 @@ async fn run(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Result<Attemp
     let mut recs = ops::records(n, spec);
     if !ops::lock_and_read(ctx, n, &mut recs, |_| true, id).await? {
         ops::release(ctx, n, &recs, |_| true, id).await?;
-        return Ok(Attempt::Conflict);
+        return Ok(Attempt::Conflict(cause::LOCK_BUSY));
     }
     let Some((new_values, delta)) = execute(ctx, n, spec, &recs) else {
         ops::release(ctx, n, &recs, |_| true, id).await?;

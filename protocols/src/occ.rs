@@ -16,7 +16,7 @@
 
 use serde::{Deserialize, Serialize};
 use txbed_transport::Ctx;
-use txbed_txn::attempt::{committed, execute, new_history, Attempt};
+use txbed_txn::attempt::{cause, committed, execute, new_history, Attempt};
 use txbed_txn::node::NodeState;
 use txbed_txn::ops;
 use txbed_txn::protocol::{parse_options, Bug, LocalBoxFuture, OptionValues, Preset, Protocol, Rdma};
@@ -127,7 +127,7 @@ async fn run(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Result<Attemp
     // FaSST: lock + read the write set now (records() puts reads first).
     if early && !ops::lock_and_read(ctx, n, &mut recs, |r| r.write, id).await? {
         ops::release(ctx, n, &recs, |r| r.write, id).await?;
-        return Ok(Attempt::Conflict);
+        return Ok(Attempt::Conflict(cause::LOCK_BUSY));
     }
     // E: fetch. A record caught locked (by another) is being written: abort early.
     let fetched = if early { spec.reads.len() } else { recs.len() };
@@ -136,7 +136,7 @@ async fn run(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Result<Attemp
         if early {
             ops::release(ctx, n, &recs, |r| r.write, id).await?;
         }
-        return Ok(Attempt::Conflict);
+        return Ok(Attempt::Conflict(cause::READ_LOCKED));
     }
     let Some((new_values, delta)) = execute(ctx, n, spec, &recs) else {
         if early {
@@ -151,12 +151,12 @@ async fn run(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Result<Attemp
         let unchanged = recs.iter().zip(&seen).filter(|(r, _)| r.write && r.locked).all(|(r, v)| r.version() == *v);
         if !locked || !unchanged {
             ops::release(ctx, n, &recs, |r| r.write, id).await?;
-            return Ok(Attempt::Conflict);
+            return Ok(Attempt::Conflict(if locked { cause::CHANGED } else { cause::LOCK_BUSY }));
         }
     }
     if n.bug != Some(SKIP_VALIDATION) && !ops::validate(ctx, n, &recs, |r| !r.write, id).await? {
         ops::release(ctx, n, &recs, |r| r.write, id).await?;
-        return Ok(Attempt::Conflict);
+        return Ok(Attempt::Conflict(cause::VALIDATION));
     }
     ops::log(ctx, n, &recs, &new_values, id).await?;
     let mut h = new_history(ctx, n, spec, id, start_ns);

@@ -42,7 +42,7 @@ use txbed_checker::Access;
 use txbed_transport::{Ctx, Handled, HandlerCtx, HandlerFn, HostMemory, LocalBuf, Op};
 use txbed_workloads::{Executed, TxnSpec};
 
-use txbed_txn::attempt::{committed, new_history, Attempt};
+use txbed_txn::attempt::{cause, committed, new_history, Attempt};
 use txbed_txn::history_key;
 use txbed_txn::msg::{FetchReply, KeyReq};
 use txbed_txn::node::{NodeState, BUSY, MALFORMED, OK};
@@ -490,6 +490,11 @@ fn execute(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, recs: &[Rec]) -> Option<(Ve
     }
 }
 
+/// Abort causes of SUNDIAL's own: a read-set record locked by a writer (or its two copies
+/// kept disagreeing), and a read lease that could not be extended to the commit timestamp.
+const READ_FAILED: &str = "read: locked or torn";
+const RENEW_FAILED: &str = "renew: lease not extended";
+
 /// Runs one attempt of `spec` as transaction `id` (nonzero; also the lock owner).
 async fn attempt(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Attempt {
     run(ctx, n, spec, id).await.unwrap_or_else(Attempt::Failed)
@@ -501,7 +506,7 @@ async fn run(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Result<Attemp
     let mut commit_ts = 0u64;
     // READ: the reader is ordered after the version's writer.
     if !read_set(ctx, n, &mut recs, id).await? {
-        return Ok(Attempt::Conflict);
+        return Ok(Attempt::Conflict(READ_FAILED));
     }
     for r in recs.iter().filter(|r| !r.write) {
         commit_ts = commit_ts.max(lease_of(n, r).0);
@@ -517,7 +522,7 @@ async fn run(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Result<Attemp
         });
         if !locked || !unchanged {
             ops::release(ctx, n, &recs, |r| r.write, id).await?;
-            return Ok(Attempt::Conflict);
+            return Ok(Attempt::Conflict(if locked { cause::CHANGED } else { cause::LOCK_BUSY }));
         }
         for w in recs.iter().filter(|r| r.write) {
             // rts + 1; wts too, in case a CAS racing a write-back left rts below wts.
@@ -532,7 +537,7 @@ async fn run(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Result<Attemp
     // Validation: every read lease must cover commit_ts.
     if !renew(ctx, n, &recs, commit_ts, id).await? {
         ops::release(ctx, n, &recs, |r| r.write, id).await?;
-        return Ok(Attempt::Conflict);
+        return Ok(Attempt::Conflict(RENEW_FAILED));
     }
     let mut h = new_history(ctx, n, spec, id, start_ns);
     if spec.read_only() {

@@ -576,6 +576,9 @@ async fn write_back(
     Ok(())
 }
 
+/// The abort cause: a younger transaction met an older lock holder and died.
+const DIED: &str = "lock: died (younger)";
+
 /// Runs one attempt of `spec` as transaction `id`. A transaction gets its timestamp when it
 /// first starts and keeps it when it dies and restarts (the classic WAIT-DIE rule: it grows
 /// older than its rivals, so it eventually waits instead of dying).
@@ -585,7 +588,7 @@ async fn attempt(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Attempt {
     let restart = part(n).died.borrow_mut().remove(&me).filter(|(s, _)| s == spec);
     let ts = restart.map_or_else(|| timestamp(start_ns, n.me, me.0, ctx.workers(), me.1), |(_, ts)| ts);
     let outcome = run(ctx, n, spec, id, ts, start_ns).await.unwrap_or_else(Attempt::Failed);
-    if outcome == Attempt::Conflict {
+    if matches!(outcome, Attempt::Conflict(_)) {
         part(n).died.borrow_mut().insert(me, (spec.clone(), ts));
     }
     outcome
@@ -595,7 +598,7 @@ async fn run(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64, ts: u64, start_n
     let mut recs = ops::records(n, spec);
     if !lock(ctx, n, &mut recs, ts).await? {
         release(ctx, n, &recs, ts).await?;
-        return Ok(Attempt::Conflict);
+        return Ok(Attempt::Conflict(DIED));
     }
     let Some((new_values, delta)) = execute(ctx, n, spec, &recs) else {
         release(ctx, n, &recs, ts).await?;

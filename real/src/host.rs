@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use hdrhistogram::Histogram;
 use txbed_checker::Final;
 use txbed_sim::NicProfile;
 use txbed_transport::{
@@ -19,6 +18,7 @@ use txbed_transport::{
 use txbed_txn::locate::Catalog;
 use txbed_txn::node::NodeState;
 use txbed_txn::protocol::{Bug, OptionValues, ProtocolRef, Rdma};
+use txbed_txn::retry::Retry;
 use txbed_txn::stage::Hybrid;
 use txbed_txn::store::Layout;
 use txbed_workloads::Workload;
@@ -267,13 +267,8 @@ impl WorkerSeed {
             protocol: spec.protocol,
             from: spec.warmup_ns,
             end: spec.warmup_ns + spec.duration_ns,
-            measured: Rc::new(std::cell::RefCell::new(Measured {
-                committed: 0,
-                aborted: 0,
-                latency_ns: Histogram::new(3).expect("histogram"),
-                window_ns: spec.duration_ns,
-                per_kind: Default::default(),
-            })),
+            retry: spec.retry,
+            measured: Rc::new(std::cell::RefCell::new(Measured::new(spec.duration_ns))),
             failures: Rc::default(),
         };
         Ok(WorkerActor {
@@ -601,6 +596,9 @@ fn merge_workers(results: Vec<NodeResult>) -> NodeResult {
         for (k, v) in &r.per_kind {
             *merged.per_kind.entry(k.clone()).or_default() += v;
         }
+        for (k, v) in &r.aborted_by {
+            *merged.aborted_by.entry(k.clone()).or_default() += v;
+        }
         merged.finals.extend(r.finals.into_iter().filter(|f| f.replica != "primary"));
         merged.txns.extend(r.txns);
         merged.measured_committed += r.measured_committed;
@@ -643,6 +641,7 @@ struct SpecForThread {
     options: Rdma,
     bug: Option<Bug>,
     link_delay_ns: Vec<u64>,
+    retry: Retry,
 }
 
 impl SpecForThread {
@@ -666,6 +665,7 @@ impl SpecForThread {
             options: s.options,
             bug: s.bug,
             link_delay_ns: s.link_delay_ns.clone(),
+            retry: s.retry,
         }
     }
     fn spec(self) -> TxnRunSpec {
@@ -689,6 +689,7 @@ impl SpecForThread {
             bug: self.bug,
             allow_unsafe_atomics: true,
             link_delay_ns: self.link_delay_ns,
+            retry: self.retry,
             trace: false,
         }
     }

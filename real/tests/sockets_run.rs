@@ -36,6 +36,7 @@ fn spec(protocol: ProtocolRef, hybrid: Hybrid) -> TxnRunSpec {
         duration_ns: 200_000_000,
         cache_bytes: 1 << 20,
         warm_cache: false,
+        retry: txbed_txn::retry::Retry::DEFAULT,
         options: Options::default(),
         bug: None,
         allow_unsafe_atomics: false,

@@ -47,6 +47,26 @@ pub fn failure_summary(failures: &[String]) -> String {
 }
 
 /// A transactional run's report as text.
+/// The `causes` line (conflicts by cause, most frequent first), and a warning when conflicts
+/// left nothing committed.
+fn abort_causes(s: &Scenario, r: &TxnReport) -> String {
+    if r.aborted == 0 {
+        return String::new();
+    }
+    let mut by: Vec<(&String, &u64)> = r.aborts_by_cause.iter().collect();
+    by.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    let parts: Vec<String> =
+        by.iter().map(|(c, &n)| format!("{c} {:.1}%", n as f64 * 100.0 / r.aborted as f64)).collect();
+    let mut out = format!("  causes     {}\n", parts.join(" | "));
+    if r.committed == 0 {
+        out.push_str(&format!(
+            "  LIVELOCK   no transaction committed in the window: every attempt conflicted (run.retry: {:?}; docs/transactions.md, \"After an abort\")\n",
+            s.run.retry
+        ));
+    }
+    out
+}
+
 pub fn txn_text(s: &Scenario, r: &TxnReport) -> String {
     let c = &s.cluster;
     let yes = |b: bool| if b { "yes" } else { "NO" };
@@ -58,7 +78,7 @@ pub fn txn_text(s: &Scenario, r: &TxnReport) -> String {
     let verbs: Vec<String> = r.verbs.iter().map(|(k, n)| format!("{k} {n}")).collect();
     let types: Vec<String> = r.per_type.iter().map(|(k, t)| format!("{k} {:.0}/s", t.tps)).collect();
     let mut out = format!(
-        "scenario {:?}, seed {}: {} ({}) on {}\n  cluster    {} nodes x {} workers x {} coroutines, NIC {}\n  throughput {:.0} transactions/s ({:.0} per node), {} committed in the window\n  latency    p50 {:.2} us  p90 {:.2} us  p99 {:.2} us  mean {:.2} us\n  aborts     {:.1}% ({} conflicts in the window), {} user aborts\n  types      {}\n  stages     {}\n  verbs      {}\n  locations  {}\n{}  serializable: {}{}; {} transactions checked, invariants {}\n",
+        "scenario {:?}, seed {}: {} ({}) on {}\n  cluster    {} nodes x {} workers x {} coroutines, NIC {}\n  throughput {:.0} transactions/s ({:.0} per node), {} committed in the window\n  latency    p50 {:.2} us  p90 {:.2} us  p99 {:.2} us  mean {:.2} us\n  aborts     {:.1}% ({} conflicts in the window), {} user aborts\n{}  types      {}\n  stages     {}\n  verbs      {}\n  locations  {}\n{}  serializable: {}{}; {} transactions checked, invariants {}\n",
         r.scenario,
         r.seed,
         r.protocol,
@@ -78,6 +98,7 @@ pub fn txn_text(s: &Scenario, r: &TxnReport) -> String {
         r.abort_rate * 100.0,
         r.aborted,
         r.user_aborts,
+        abort_causes(s, r),
         types.join(" | "),
         stages.join(" | "),
         verbs.join(", "),

@@ -7,10 +7,12 @@ use std::rc::Rc;
 use rand::Rng;
 use txbed_checker::Final;
 use txbed_transport::{Ctx, HostMemory, MemoryRegion};
+use txbed_txn::attempt::cause;
 use txbed_txn::history_key;
 use txbed_txn::locate::{Catalog, LocationCache};
 use txbed_txn::node::{NodeState, TxnStats};
 use txbed_txn::protocol::ProtocolRef;
+use txbed_txn::retry::Retry;
 use txbed_txn::stage::Stage;
 use txbed_txn::store::{self, split_version_word, Layout, VERSION};
 use txbed_txn::Attempt;
@@ -73,12 +75,14 @@ pub struct Shared {
     pub protocol: ProtocolRef,
     pub from: u64,
     pub end: u64,
+    /// The wait before retrying a conflict (`run.retry`).
+    pub retry: Retry,
     pub measured: Rc<RefCell<Measured>>,
     pub failures: Rc<RefCell<Vec<String>>>,
 }
 
-/// A coordinator coroutine: draws transactions until `end`, retrying conflicts after a
-/// randomised back-off that grows with the retries.
+/// A coordinator coroutine: draws transactions until `end`, retrying each conflict (the same
+/// transaction) after the wait `Shared::retry` says.
 pub async fn coordinator(ctx: Ctx, st: Rc<NodeState>, sh: Shared, c: u32) {
     let (n, wk) = (st.me, ctx.me().worker);
     let mut seq = 0u64;
@@ -112,12 +116,12 @@ pub async fn coordinator(ctx: Ctx, st: Rc<NodeState>, sh: Shared, c: u32) {
             let mut outcome = sh.protocol.attempt(&ctx, &st, t, id).await;
             // Answers gone stale by the time the transaction read its rows: a conflict.
             if outcome == Attempt::UserAbort && st.workload.retry_on_user_abort(t) {
-                outcome = Attempt::Conflict;
+                outcome = Attempt::Conflict(cause::STALE_LOOKUP);
             }
             if ctx.tracing() {
                 let how = match outcome {
                     Attempt::Committed => "commit",
-                    Attempt::Conflict => "abort",
+                    Attempt::Conflict(_) => "abort",
                     Attempt::UserAbort => "user abort",
                     Attempt::Failed(_) => "failed",
                 };
@@ -146,17 +150,29 @@ pub async fn coordinator(ctx: Ctx, st: Rc<NodeState>, sh: Shared, c: u32) {
                     st.stats.borrow_mut().aborted_user += 1;
                     break;
                 }
-                Attempt::Conflict => {
+                Attempt::Conflict(why) => {
                     st.stats.borrow_mut().aborted_conflict += 1;
                     if in_window(ctx.now()) {
-                        sh.measured.borrow_mut().aborted += 1;
+                        let mut m = sh.measured.borrow_mut();
+                        m.aborted += 1;
+                        match m.aborted_by.get_mut(why) {
+                            Some(k) => *k += 1,
+                            None => {
+                                m.aborted_by.insert(why.to_string(), 1);
+                            }
+                        }
                     }
                     tries += 1;
                     if ctx.now() >= sh.end {
                         break;
                     }
-                    let pause = ctx.with_rng(|r| r.gen_range(0..1_000u64 << tries.min(6)));
-                    ctx.sleep(pause).await;
+                    match sh.retry.window_ns(tries) {
+                        0 => ctx.yield_now().await,
+                        window => {
+                            let pause = ctx.with_rng(|r| r.gen_range(0..window));
+                            ctx.sleep(pause).await;
+                        }
+                    }
                 }
                 Attempt::Failed(e) => {
                     sh.failures.borrow_mut().push(format!("node {n} worker {wk}: {e}"));
@@ -193,6 +209,9 @@ pub struct NodeResult {
     /// Committed in the window per transaction type.
     #[serde(default)]
     pub per_kind: std::collections::BTreeMap<String, u64>,
+    /// Conflicts in the window per cause.
+    #[serde(default)]
+    pub aborted_by: std::collections::BTreeMap<String, u64>,
     /// The workload's consistency conditions over this node's records.
     #[serde(default)]
     pub consistency: Vec<Consistency>,
@@ -304,6 +323,9 @@ pub fn add_measured(r: &mut NodeResult, m: &Measured) {
     r.measured_aborted += m.aborted;
     for (k, v) in &m.per_kind {
         *r.per_kind.entry(k.clone()).or_default() += v;
+    }
+    for (k, v) in &m.aborted_by {
+        *r.aborted_by.entry(k.clone()).or_default() += v;
     }
     r.latency.extend(m.latency_ns.iter_recorded().map(|v| (v.value_iterated_to(), v.count_at_value())));
 }

@@ -20,6 +20,22 @@ pub struct Measured {
     pub window_ns: u64,
     /// Committed in the window, per transaction type (`TxnSpec::kind`).
     pub per_kind: std::collections::BTreeMap<String, u64>,
+    /// Aborted by a conflict in the window, per cause (`Attempt::Conflict`).
+    pub aborted_by: std::collections::BTreeMap<String, u64>,
+}
+
+impl Measured {
+    /// Nothing measured yet, over a window of `window_ns`.
+    pub fn new(window_ns: u64) -> Measured {
+        Measured {
+            committed: 0,
+            aborted: 0,
+            latency_ns: Histogram::new(3).expect("3 significant digits is a valid precision"),
+            window_ns,
+            per_kind: Default::default(),
+            aborted_by: Default::default(),
+        }
+    }
 }
 
 pub struct TxnRunResult {
@@ -63,13 +79,7 @@ pub fn assemble(spec: &TxnRunSpec, results: Vec<NodeResult>) -> (History, Report
         .collect();
     h.meta.insert("replicas".into(), serde_json::Value::Array(names));
     let mut stats = TxnStats::default();
-    let mut measured = Measured {
-        committed: 0,
-        aborted: 0,
-        latency_ns: Histogram::new(3).expect("histogram"),
-        window_ns: spec.duration_ns,
-        per_kind: Default::default(),
-    };
+    let mut measured = Measured::new(spec.duration_ns);
     let (mut conserved, mut initial) = (0i64, 0i64);
     let mut failures = Vec::new();
     let mut consistency: Vec<Consistency> = Vec::new();
@@ -86,6 +96,9 @@ pub fn assemble(spec: &TxnRunSpec, results: Vec<NodeResult>) -> (History, Report
         }
         for (k, v) in r.per_kind {
             *measured.per_kind.entry(k).or_default() += v;
+        }
+        for (k, v) in r.aborted_by {
+            *measured.aborted_by.entry(k).or_default() += v;
         }
         for c in r.consistency {
             match consistency.iter_mut().find(|x| x.name == c.name) {

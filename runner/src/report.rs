@@ -77,6 +77,8 @@ pub struct TxnReport {
     pub committed: u64,
     pub aborted: u64,
     pub abort_rate: f64,
+    /// Conflicts in the window per cause (`txbed_txn::attempt::cause`, or a protocol's own).
+    pub aborts_by_cause: BTreeMap<String, u64>,
     pub user_aborts: u64,
     /// Commit latency, first attempt to commit, microseconds.
     pub latency_us: Latency,
@@ -175,6 +177,7 @@ pub fn txn_report(
         committed,
         aborted,
         abort_rate: aborted as f64 / (committed + aborted).max(1) as f64,
+        aborts_by_cause: r.measured.aborted_by.clone(),
         user_aborts: r.stats.aborted_user,
         latency_us: Latency::from_ns(h),
         per_type: r

@@ -4,7 +4,6 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use hdrhistogram::Histogram;
 use txbed_sim::{Sim, SimConfig};
 use txbed_txn::locate::Catalog;
 use txbed_txn::node::NodeState;
@@ -63,13 +62,8 @@ pub fn run_txns_with(spec: &TxnRunSpec, progress: &mut dyn FnMut(u64, u64)) -> R
         protocol: spec.protocol,
         from: spec.warmup_ns,
         end: spec.warmup_ns + spec.duration_ns,
-        measured: Rc::new(RefCell::new(Measured {
-            committed: 0,
-            aborted: 0,
-            latency_ns: Histogram::new(3).expect("histogram"),
-            window_ns: spec.duration_ns,
-            per_kind: Default::default(),
-        })),
+        retry: spec.retry,
+        measured: Rc::new(RefCell::new(Measured::new(spec.duration_ns))),
         failures: Rc::default(),
     };
     for n in 0..spec.nodes {

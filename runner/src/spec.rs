@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use txbed_sim::NicProfile;
 use txbed_txn::protocol::{Bug, OptionValues, ProtocolRef, Rdma};
+use txbed_txn::retry::Retry;
 use txbed_txn::stage::Hybrid;
 use txbed_txn::store::{self, Layout, TableSpec};
 use txbed_workloads::Workload;
@@ -59,6 +60,8 @@ pub struct TxnRunSpec {
     pub allow_unsafe_atomics: bool,
     /// Extra one-way delay from node i to node j at `[i * nodes + j]`, ns; empty for none.
     pub link_delay_ns: Vec<u64>,
+    /// The wait before retrying a conflict (`run.retry`).
+    pub retry: Retry,
     /// Record trace events on every simulated worker (`TxnRunResult::trace`); changes nothing
     /// else in the run.
     pub trace: bool,
@@ -87,6 +90,7 @@ impl TxnRunSpec {
             duration_ns: 200_000,
             cache_bytes: 1 << 20,
             warm_cache: false,
+            retry: Retry::DEFAULT,
             options: Rdma::default(),
             bug: None,
             allow_unsafe_atomics: false,

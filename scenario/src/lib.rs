@@ -17,6 +17,7 @@ use txbed_sim::bench_verbs::{rpc_max_payload, RawVerb};
 use txbed_sim::profile::Atomicity;
 use txbed_sim::NicProfile;
 use txbed_txn::protocol::{fold_name, OptionValues, Preset, ProtocolRef, Rdma};
+use txbed_txn::retry::Retry;
 use txbed_txn::stage::{Hybrid, Stage};
 use txbed_workloads::WorkloadConfig;
 
@@ -465,11 +466,13 @@ pub struct RunSpec {
     pub warmup_us: u64,
     pub measure_us: u64,
     pub seed: u64,
+    /// The wait before retrying a transaction a conflict aborted.
+    pub retry: Retry,
 }
 
 impl Default for RunSpec {
     fn default() -> Self {
-        RunSpec { warmup_us: 20, measure_us: 200, seed: 1 }
+        RunSpec { warmup_us: 20, measure_us: 200, seed: 1, retry: Retry::DEFAULT }
     }
 }
 
@@ -651,6 +654,7 @@ impl Scenario {
         if self.run.measure_us == 0 {
             return Err(("run.measure_us".into(), "must be at least 1".into()));
         }
+        self.run.retry.check().map_err(|e| ("run.retry".to_string(), e))?;
         if self.run.warmup_us.saturating_add(self.run.measure_us) > 10_000_000 {
             return Err((
                 "run.measure_us".into(),

@@ -151,17 +151,17 @@ impl P<'_> {
                 let word = std::str::from_utf8(&self.s[start..self.i]).expect("ascii").to_string();
                 self.ws();
                 if self.peek() == Some(b'(') {
-                    self.i += 1;
-                    let mut args = self.list(b')')?;
-                    return match word.as_str() {
-                        "Some" if args.len() == 1 => Ok(args.remove(0)),
-                        _ => {
-                            let inner = if args.len() == 1 { args.remove(0) } else { Value::Array(args) };
-                            let mut m = Map::new();
-                            m.insert(canonical(&word), inner);
-                            Ok(Value::Object(m))
-                        }
+                    // `Variant(x)`, `Variant(x, y)` or `Variant(a: 1, b: 2)`.
+                    let inner = match self.tuple_or_struct()? {
+                        Value::Array(mut args) if args.len() == 1 => args.remove(0),
+                        other => other,
                     };
+                    if word == "Some" {
+                        return Ok(inner);
+                    }
+                    let mut m = Map::new();
+                    m.insert(canonical(&word), inner);
+                    return Ok(Value::Object(m));
                 }
                 Ok(match word.as_str() {
                     "true" => Value::Bool(true),
@@ -288,7 +288,12 @@ mod tests {
         assert_eq!(parse_value("Stages([lock, read])").unwrap(), serde_json::json!({"Stages": ["lock", "read"]}));
         assert_eq!(parse_value("[1, 2,]").unwrap(), serde_json::json!([1, 2]));
         assert_eq!(parse_value("(a: 1, b: x)").unwrap(), serde_json::json!({"a": 1, "b": "x"}));
-        for bad in ["", "[1, 2", "\"open", "1.2.3", "(a: )", "x y", "@"] {
+        assert_eq!(
+            parse_value("Backoff(first_us: 2, max_us: 64)").unwrap(),
+            serde_json::json!({"Backoff": {"first_us": 2, "max_us": 64}})
+        );
+        assert_eq!(parse_value("Pair(1, 2)").unwrap(), serde_json::json!({"Pair": [1, 2]}));
+        for bad in ["", "[1, 2", "\"open", "1.2.3", "(a: )", "x y", "@", "Backoff(first_us: )"] {
             assert!(parse_value(bad).is_err(), "{bad:?} parsed");
         }
     }

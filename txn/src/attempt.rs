@@ -13,12 +13,28 @@ use crate::ops::Rec;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Attempt {
     Committed,
-    /// Another transaction held a lock, or a validation failed: retry.
-    Conflict,
+    /// Another transaction held a lock, or a validation failed: retry. The cause is reported
+    /// (aborts by cause): one of [`cause`]'s, or a protocol's own words.
+    Conflict(&'static str),
     /// The transaction's logic aborted: do not retry.
     UserAbort,
     /// A verb or RPC failed (peer dead), or a message did not decode.
     Failed(TxnError),
+}
+
+/// Causes of conflicts several protocols share; a protocol may name its own.
+pub mod cause {
+    /// A lock was held by another transaction (NOWAIT; OCC and SUNDIAL locking the write set).
+    pub const LOCK_BUSY: &str = "lock busy";
+    /// A record read during execution was locked by a writer (OCC).
+    pub const READ_LOCKED: &str = "read: locked";
+    /// A record changed between its read and the lock or validation (OCC, SUNDIAL).
+    pub const CHANGED: &str = "lock: changed since read";
+    /// Validation found a record read changed or locked (OCC).
+    pub const VALIDATION: &str = "validate: changed or locked";
+    /// The index's answers went stale before the transaction read its rows (data-dependent
+    /// keys): the workload's logic asked for a retry.
+    pub const STALE_LOOKUP: &str = "stale lookup";
 }
 
 /// A history entry for transaction `id`, started at `start_ns`, not yet ended.

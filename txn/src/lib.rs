@@ -11,6 +11,7 @@
 //!   handlers.
 //! - [`index`]: lookups before a transaction (data-dependent keys), answered by the node that
 //!   owns the rows from its records and ordered index.
+//! - [`retry`]: what a coordinator does after a conflict ([`retry::Retry`]).
 //! - [`log`]: the LOG stage (ring buffers on backups, or RPC).
 //! - [`ops`]: the operations protocols are built from, each in RPC and one-sided form.
 //! - [`msg`]: the shared handlers' request and reply messages; [`wire`]: reading and writing
@@ -33,6 +34,7 @@ pub mod ops;
 pub mod participant;
 pub mod post;
 pub mod protocol;
+pub mod retry;
 pub mod stage;
 pub mod store;
 pub mod wire;

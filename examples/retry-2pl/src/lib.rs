@@ -20,7 +20,7 @@ use std::cell::Cell;
 
 use serde::{Deserialize, Serialize};
 use txbed_transport::Ctx;
-use txbed_txn::attempt::{committed, execute, new_history, Attempt};
+use txbed_txn::attempt::{cause, committed, execute, new_history, Attempt};
 use txbed_txn::node::NodeState;
 use txbed_txn::ops;
 use txbed_txn::protocol::{parse_options, Bug, LocalBoxFuture, OptionValues, Protocol};
@@ -118,7 +118,7 @@ async fn run(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Result<Attemp
     while !ops::lock_and_read(ctx, n, &mut recs, |r| r.write || lock_reads, id).await? {
         ops::release(ctx, n, &recs, |_| true, id).await?;
         if round == me.options.retries {
-            return Ok(Attempt::Conflict);
+            return Ok(Attempt::Conflict(cause::LOCK_BUSY));
         }
         round += 1;
         me.retried.set(me.retried.get() + 1);

@@ -503,7 +503,7 @@ async fn run(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Result<Attemp
     match status {
         COMMITTED => {}
         USER_ABORT => return Ok(Attempt::UserAbort),
-        _ => return Ok(Attempt::Conflict), // sequenced too late: the run is over
+        _ => return Ok(Attempt::Conflict("calvin: sequenced after the run")),
     }
     if versions.len() != spec.reads.len() + spec.writes.len() {
         return Err(WireError::Invalid("CALVIN result has the wrong number of versions").into());
