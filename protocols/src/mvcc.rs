@@ -42,6 +42,7 @@ use txbed_txn::history_key;
 use txbed_txn::msg::KeyReq;
 use txbed_txn::node::{NodeState, BUSY, MALFORMED, MISSING, OK};
 use txbed_txn::ops::{self, Rec};
+use txbed_txn::participant::{BY_KEY, BY_OFFSET};
 use txbed_txn::protocol::{handler_id, in_id_order, Bug, LocalBoxFuture, OptionValues, Protocol};
 use txbed_txn::stage::{Hybrid, Stage};
 use txbed_txn::store::{self, split_version_word, version_word, TablePlace, LOCK, META_BYTES, VERSION, WRITER};
@@ -1128,6 +1129,7 @@ pub fn handlers(n: &Rc<NodeState>) -> Vec<(u16, Rc<HandlerFn>)> {
         (
             H_READ,
             Rc::new(move |ctx: &mut HandlerCtx<'_>, req: &[u8]| {
+                ctx.memory_misses(BY_KEY);
                 read_handler(&a, ctx.mem, req, ctx.reply);
                 Handled::Reply
             }) as Rc<HandlerFn>,
@@ -1135,6 +1137,7 @@ pub fn handlers(n: &Rc<NodeState>) -> Vec<(u16, Rc<HandlerFn>)> {
         (
             H_LOCK,
             Rc::new(move |ctx: &mut HandlerCtx<'_>, req: &[u8]| {
+                ctx.memory_misses(BY_KEY);
                 lock_handler(&b, ctx.mem, req, ctx.reply);
                 Handled::Reply
             }),
@@ -1142,6 +1145,7 @@ pub fn handlers(n: &Rc<NodeState>) -> Vec<(u16, Rc<HandlerFn>)> {
         (
             H_COMMIT,
             Rc::new(move |ctx: &mut HandlerCtx<'_>, req: &[u8]| {
+                ctx.memory_misses(BY_OFFSET);
                 commit_handler(&c, ctx.mem, req);
                 Handled::Reply
             }),

@@ -47,6 +47,7 @@ use txbed_txn::history_key;
 use txbed_txn::msg::{FetchReply, KeyReq};
 use txbed_txn::node::{NodeState, BUSY, MALFORMED, OK};
 use txbed_txn::ops::{self, account, Rec};
+use txbed_txn::participant::{BY_KEY, BY_OFFSET};
 use txbed_txn::protocol::{handler_id, in_id_order, Bug, LocalBoxFuture, Protocol};
 use txbed_txn::stage::Stage;
 use txbed_txn::store::{self, LOCK, META_BYTES, VERSION};
@@ -252,14 +253,15 @@ fn renew_handler(n: &NodeState, mem: &dyn HostMemory, req: &[u8], reply: &mut Ve
 
 /// SUNDIAL's RPC handlers (ids 40..=49).
 pub fn handlers(n: &Rc<NodeState>) -> Vec<(u16, Rc<HandlerFn>)> {
-    let replying = |f: fn(&NodeState, &dyn HostMemory, &[u8], &mut Vec<u8>)| -> Rc<HandlerFn> {
+    let replying = |misses: u64, f: fn(&NodeState, &dyn HostMemory, &[u8], &mut Vec<u8>)| -> Rc<HandlerFn> {
         let n = n.clone();
         Rc::new(move |ctx: &mut HandlerCtx<'_>, req: &[u8]| {
+            ctx.memory_misses(misses);
             f(&n, ctx.mem, req, ctx.reply);
             Handled::Reply
         })
     };
-    vec![(H_SD_READ, replying(read_handler)), (H_SD_RENEW, replying(renew_handler))]
+    vec![(H_SD_READ, replying(BY_KEY, read_handler)), (H_SD_RENEW, replying(BY_OFFSET, renew_handler))]
 }
 
 fn ext_at(n: &NodeState, table: u16) -> u64 {

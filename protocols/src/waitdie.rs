@@ -37,6 +37,7 @@ use txbed_txn::history_key;
 use txbed_txn::msg::{CommitReq, LockReply, LockReq, ReleaseReq};
 use txbed_txn::node::{NodeState, MALFORMED};
 use txbed_txn::ops::{self, account, Rec};
+use txbed_txn::participant::{BY_KEY, BY_OFFSET};
 use txbed_txn::protocol::{handler_id, in_id_order, BackgroundFn, Bug, LocalBoxFuture, OptionValues, Protocol};
 use txbed_txn::stage::Stage;
 use txbed_txn::store::{self, LOCK, META_BYTES, VERSION, WRITER};
@@ -321,14 +322,17 @@ fn commit_handler(n: &NodeState, h: &mut HandlerCtx<'_>, req: &[u8]) -> Handled 
 
 /// WAITDIE's RPC handlers (ids 20..=29).
 pub fn handlers(n: &Rc<NodeState>) -> Vec<(u16, Rc<HandlerFn>)> {
-    let handler = |f: fn(&NodeState, &mut HandlerCtx<'_>, &[u8]) -> Handled| -> Rc<HandlerFn> {
+    let handler = |misses: u64, f: fn(&NodeState, &mut HandlerCtx<'_>, &[u8]) -> Handled| -> Rc<HandlerFn> {
         let n = n.clone();
-        Rc::new(move |h: &mut HandlerCtx<'_>, req: &[u8]| f(&n, h, req))
+        Rc::new(move |h: &mut HandlerCtx<'_>, req: &[u8]| {
+            h.memory_misses(misses);
+            f(&n, h, req)
+        })
     };
     vec![
-        (H_WD_LOCK, handler(lock_handler)),
-        (H_WD_RELEASE, handler(release_handler)),
-        (H_WD_COMMIT, handler(commit_handler)),
+        (H_WD_LOCK, handler(BY_KEY, lock_handler)),
+        (H_WD_RELEASE, handler(BY_OFFSET, release_handler)),
+        (H_WD_COMMIT, handler(BY_OFFSET, commit_handler)),
     ]
 }
 

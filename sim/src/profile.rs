@@ -91,6 +91,7 @@ pub struct Host {
     pub recv_ns: u64,
     pub rpc_dispatch_ns: u64,
     pub copy_ps_per_byte: u64,
+    pub memory_miss_ns: u64,
 }
 
 /// A NIC (and host) profile as written in a RON file.
@@ -224,6 +225,7 @@ impl NicProfile {
             recv_ns: self.host.recv_ns,
             rpc_dispatch_ns: self.host.rpc_dispatch_ns,
             copy_ps_per_byte: self.host.copy_ps_per_byte,
+            memory_miss_ns: self.host.memory_miss_ns,
         }
     }
 }

@@ -278,7 +278,8 @@ fn small_log_rings_lose_nothing() {
         for kib in [4, 8] {
             let hybrid = Hybrid::full(protocol.stages());
             let options = Options { log_ring_bytes: kib << 10, ..Options::default() };
-            let s = Shape { options, ..shape(protocol, mix, hybrid, 8) };
+            // Longer than the other TPC-C runs: writers waiting for room commit slowly.
+            let s = Shape { options, duration_ns: 450_000, ..shape(protocol, mix, hybrid, 8) };
             let r = s.run();
             assert_clean(&s, &r);
             // Each (sender worker, backup) ring is written around at least twice on average.

@@ -18,6 +18,7 @@ use std::fmt;
 
 use crate::memory::HostMemory;
 use crate::verbs::{Endpoint, Nanos};
+use crate::worker::CpuCosts;
 
 /// Identifies one call of one worker.
 pub type CallId = u64;
@@ -133,6 +134,7 @@ pub struct HandlerCtx<'a> {
     cpu: &'a mut Nanos,
     deferred: &'a mut Vec<(ReplyToken, Vec<u8>)>,
     token: ReplyToken,
+    costs: &'a CpuCosts,
 }
 
 impl<'a> HandlerCtx<'a> {
@@ -146,12 +148,22 @@ impl<'a> HandlerCtx<'a> {
         cpu: &'a mut Nanos,
         deferred: &'a mut Vec<(ReplyToken, Vec<u8>)>,
         token: ReplyToken,
+        costs: &'a CpuCosts,
     ) -> Self {
-        HandlerCtx { me, src, now, mem, reply, cpu, deferred, token }
+        HandlerCtx { me, src, now, mem, reply, cpu, deferred, token, costs }
     }
     /// Charges handler CPU work.
     pub fn compute(&mut self, ns: Nanos) {
         *self.cpu += ns;
+    }
+    /// Charges `misses` dependent cache-missing memory accesses (finding a record by key:
+    /// its bucket, then its tuple; by offset: the tuple).
+    pub fn memory_misses(&mut self, misses: u64) {
+        *self.cpu += misses * self.costs.memory_miss_ns;
+    }
+    /// Charges copying `bytes` (applying a log record, building a reply by hand).
+    pub fn copy(&mut self, bytes: usize) {
+        *self.cpu += self.costs.copy_ns(bytes);
     }
     /// The token for replying to this request later.
     pub fn token(&self) -> ReplyToken {

@@ -46,6 +46,9 @@ pub struct CpuCosts {
     pub rpc_dispatch_ns: Nanos,
     /// Copying one byte between buffers, in picoseconds.
     pub copy_ps_per_byte: u64,
+    /// One dependent memory access that misses the CPU caches: a handler probing the index
+    /// bucket, then touching the tuple, pays two.
+    pub memory_miss_ns: Nanos,
 }
 
 impl CpuCosts {
@@ -58,6 +61,7 @@ impl CpuCosts {
             recv_ns: 0,
             rpc_dispatch_ns: 0,
             copy_ps_per_byte: 0,
+            memory_miss_ns: 0,
         }
     }
     pub fn copy_ns(&self, bytes: usize) -> Nanos {
@@ -402,8 +406,17 @@ impl Shared {
         let mut cpu = 0;
         let mut deferred = Vec::new();
         let outcome = {
-            let mut hctx =
-                HandlerCtx::new(self.cfg.me, src, self.now, &*self.mem, &mut reply, &mut cpu, &mut deferred, token);
+            let mut hctx = HandlerCtx::new(
+                self.cfg.me,
+                src,
+                self.now,
+                &*self.mem,
+                &mut reply,
+                &mut cpu,
+                &mut deferred,
+                token,
+                &self.cfg.costs,
+            );
             h(&mut hctx, frame.payload)
         };
         self.charge(cpu + self.cfg.costs.copy_ns(reply.len()));

@@ -35,11 +35,12 @@ const WRAP: u32 = u32::MAX;
 /// Header (length, pad, sequence) plus trailer (length).
 const FRAME: u64 = 16 + 4;
 
-/// Applies a log record to `n`'s replica: each entry's version, if newer. A record that
-/// does not decode applies nothing.
-pub fn apply(n: &NodeState, record: &[u8]) -> Result<(), WireError> {
+/// Applies a log record to `n`'s replica: each entry's version, if newer; returns how many
+/// entries this node backs (and applied). A record that does not decode applies nothing.
+pub fn apply(n: &NodeState, record: &[u8]) -> Result<usize, WireError> {
     let record = LogRecord::decode(record)?;
     let mut replica = n.replica.borrow_mut();
+    let mut applied = 0;
     for LogEntry { table, key, version, .. } in record.entries {
         // A record carries the entries of every primary it wrote: keep the ones this node
         // backs (the k-th backup of a key is its primary + k, for k in 1..replication).
@@ -50,14 +51,15 @@ pub fn apply(n: &NodeState, record: &[u8]) -> Result<(), WireError> {
         }
         let v = replica.entry(history_key(table, key)).or_insert(0);
         *v = (*v).max(version);
+        applied += 1;
     }
-    Ok(())
+    Ok(applied)
 }
 
 /// Applies every complete, current entry of the ring `sender`'s `worker` writes on this node
-/// (the backup side of a reclaim); returns the bytes consumed so far, as the sender counts
-/// them.
-pub fn drain_ring(n: &NodeState, mem: &dyn HostMemory, sender: u16, worker: u16) -> u64 {
+/// (the backup side of a reclaim).
+pub fn drain_ring(n: &NodeState, mem: &dyn HostMemory, sender: u16, worker: u16) -> Drained {
+    let mut work = Drained::default();
     let layout = &n.catalog.layout;
     let base = n.base() + layout.ring(sender, worker);
     let ring = layout.ring_bytes;
@@ -98,12 +100,26 @@ pub fn drain_ring(n: &NodeState, mem: &dyn HostMemory, sender: u16, worker: u16)
         // The frame checks passed: these are the bytes the sender's encoder wrote.
         let applied = apply(n, &rec);
         debug_assert!(applied.is_ok(), "log record in ring {sender}/{worker} at {}: {applied:?}", h.pos);
+        work.entries += applied.unwrap_or(0) as u64;
+        work.bytes += framed;
         h.pos += framed;
         h.consumed += framed;
         h.seq += 1;
     }
     n.set_ring_reader(slot, h);
-    h.consumed
+    work.consumed = h.consumed;
+    work
+}
+
+/// What a drain of one ring did.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Drained {
+    /// Bytes consumed so far, as the sender counts them.
+    pub consumed: u64,
+    /// Entries this node backs, applied by this drain (each found by key).
+    pub entries: u64,
+    /// Framed bytes this drain read.
+    pub bytes: u64,
 }
 
 /// Waits until `len` bytes fit in this worker's ring on `backup`: asks the backup to apply

@@ -74,10 +74,17 @@ fn commit(n: &NodeState, mem: &dyn HostMemory, req: &[u8]) {
     let _ = mem.store_u64(base + LOCK, 0);
 }
 
-/// A handler that runs `f` on the node's state and replies with what it wrote.
-fn replying(n: &Rc<NodeState>, f: fn(&NodeState, &dyn HostMemory, &[u8], &mut Vec<u8>)) -> Rc<HandlerFn> {
+/// Cache-missing memory accesses a shared handler makes per request: by key, the index bucket
+/// then the tuple (LOCK, FETCH); by offset, the tuple (VALIDATE, RELEASE, COMMIT).
+pub const BY_KEY: u64 = 2;
+pub const BY_OFFSET: u64 = 1;
+
+/// A handler that charges `misses` memory accesses, runs `f` on the node's state and replies
+/// with what it wrote.
+fn replying(n: &Rc<NodeState>, misses: u64, f: fn(&NodeState, &dyn HostMemory, &[u8], &mut Vec<u8>)) -> Rc<HandlerFn> {
     let n = n.clone();
     Rc::new(move |ctx: &mut HandlerCtx<'_>, req: &[u8]| {
+        ctx.memory_misses(misses);
         f(&n, ctx.mem, req, ctx.reply);
         Handled::Reply
     })
@@ -115,19 +122,20 @@ fn common_handlers(n: &Rc<NodeState>) -> Vec<(u16, Rc<HandlerFn>)> {
     let log_node = n.clone();
     let reclaim_node = n.clone();
     vec![
-        (H_LOCK, replying(n, lock)),
-        (H_RELEASE, replying(n, |n, mem, req, _| release(n, mem, req))),
-        (H_COMMIT, replying(n, |n, mem, req, _| commit(n, mem, req))),
-        (H_FETCH, replying(n, fetch)),
-        (H_VALIDATE, replying(n, validate)),
+        (H_LOCK, replying(n, BY_KEY, lock)),
+        (H_RELEASE, replying(n, BY_OFFSET, |n, mem, req, _| release(n, mem, req))),
+        (H_COMMIT, replying(n, BY_OFFSET, |n, mem, req, _| commit(n, mem, req))),
+        (H_FETCH, replying(n, BY_KEY, fetch)),
+        (H_VALIDATE, replying(n, BY_OFFSET, validate)),
         (
             H_LOG,
             Rc::new(move |ctx: &mut HandlerCtx<'_>, req: &[u8]| {
-                // The RPC log handler copies the record and applies it (DrTM+H Sec. 5.4); an
-                // empty reply says it did.
-                ctx.compute((req.len() as u64).div_ceil(10));
-                if crate::log::apply(&log_node, req).is_err() {
-                    ctx.reply.push(MALFORMED);
+                // The RPC log handler copies the record and applies it (DrTM+H Sec. 5.4), finding
+                // each entry's record by key; an empty reply says it did.
+                ctx.copy(req.len());
+                match crate::log::apply(&log_node, req) {
+                    Ok(applied) => ctx.memory_misses(BY_KEY * applied as u64),
+                    Err(_) => ctx.reply.push(MALFORMED),
                 }
                 Handled::Reply
             }),
@@ -139,8 +147,10 @@ fn common_handlers(n: &Rc<NodeState>) -> Vec<(u16, Rc<HandlerFn>)> {
                 // reclaim) hears how many bytes are now consumed. A request that does not
                 // decode gets an empty reply, which does not decode either.
                 let Ok(ReclaimReq { sender, worker }) = ReclaimReq::decode(req) else { return Handled::Reply };
-                let consumed = crate::log::drain_ring(&reclaim_node, ctx.mem, sender, worker);
-                ReclaimReply { consumed }.encode_into(ctx.reply);
+                let d = crate::log::drain_ring(&reclaim_node, ctx.mem, sender, worker);
+                ctx.copy(d.bytes as usize);
+                ctx.memory_misses(BY_KEY * d.entries);
+                ReclaimReply { consumed: d.consumed }.encode_into(ctx.reply);
                 Handled::Reply
             }),
         ),

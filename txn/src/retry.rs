@@ -31,7 +31,7 @@ impl Default for Retry {
 }
 
 impl Retry {
-    /// The default: windows of 2, 4, ..., 64 us. The simulator has no timing noise, so
+    /// The default: windows of 2, 4, ..., 64 us. A deterministic run has no timing noise, so
     /// coroutines that abort each other and `Yield` retry in lock-step and collide again,
     /// which the jitter of real machines (cache misses, interrupts) prevents; a short random
     /// wait, at most a few transaction latencies, stands in for that jitter. `Yield` is the
