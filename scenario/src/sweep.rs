@@ -85,7 +85,9 @@ impl Sweep {
             if a.values.is_empty() {
                 return Err(ScenarioError(format!("{source}: axes[{i}] ({}): no values", a.path)));
             }
-            if !a.path.contains('.') && a.path != "name" && a.path != "backend" {
+            // A path is a field's: dotted, or one of the scenario's own fields.
+            let top = ["name", "backend", "workload", "cluster", "protocol", "run", "nic"];
+            if !a.path.contains('.') && !top.contains(&a.path.as_str()) {
                 return Err(ScenarioError(format!("{source}: axes[{i}]: {:?} is not a field path", a.path)));
             }
         }
