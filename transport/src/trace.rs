@@ -15,9 +15,10 @@
 //!   Signaled requests (and failed ones, which always complete) carry a flow from the post
 //!   slice to the QP slice.
 //! - an RPC call: a slice on the calling coroutine's track from the call to its reply (or
-//!   timeout), named after the handler; a one-way call is a zero-length slice. A flow goes from
-//!   the call to the handler that served it on the callee's worker track ("rpc" slices covering
-//!   dispatch, handler CPU and reply copy). Duplicates answered from memory are not recorded.
+//!   timeout), named after the handler, with the request's and the reply's payload bytes; a
+//!   one-way call is a zero-length slice. A flow goes from the call to the handler that served
+//!   it on the callee's worker track ("rpc" slices covering dispatch, handler CPU and reply
+//!   copy). Duplicates answered from memory are not recorded.
 //! - stages and transactions: whatever protocol code reports through `Ctx::trace_slice`.
 
 use std::borrow::Cow;
@@ -185,13 +186,14 @@ impl Recorder {
         self.events.push(e);
     }
 
-    /// The call ended at `now`: replied, or failed with `error`.
-    pub(crate) fn call_done(&mut self, now: Nanos, call_id: CallId, error: Option<&'static str>) {
+    /// The call ended at `now`: replied with `reply_bytes` of payload, or failed with `error`.
+    pub(crate) fn call_done(&mut self, now: Nanos, call_id: CallId, reply_bytes: usize, error: Option<&'static str>) {
         if let Some(i) = self.open_calls.remove(&call_id) {
             let e = &mut self.events[i];
             e.end_ns = now;
-            if let Some(what) = error {
-                e.name = Cow::Owned(format!("{} ({what})", e.name));
+            match error {
+                Some(what) => e.name = Cow::Owned(format!("{} ({what})", e.name)),
+                None => e.args.push(("reply_bytes", reply_bytes as u64)),
             }
         }
     }
@@ -299,9 +301,10 @@ mod tests {
         let mut b = Recorder::new(callee);
         a.call(10, 0, 7, callee, Cow::Borrowed("LOCK"), 24, false);
         b.served(50, 60, caller, Some(7), Cow::Borrowed("LOCK"));
-        a.call_done(100, 7, None);
+        a.call_done(100, 7, 9, None);
         let (ea, eb) = (a.take(), b.take());
         assert_eq!((ea[0].start_ns, ea[0].end_ns), (10, 100));
+        assert_eq!(ea[0].args, vec![("to_worker", 1), ("bytes", 24), ("reply_bytes", 9)]);
         assert_eq!(ea[0].flow_out, eb[0].flow_in);
         assert!(ea[0].flow_out.is_some());
         assert_ne!(ea[0].flow_out, Some(flow_id(true, caller, 7)), "verb and RPC flows are distinct");

@@ -371,7 +371,7 @@ impl Shared {
                             RpcError::ReplyTooLarge { .. } => "reply too large",
                             _ => "unknown handler",
                         });
-                        t.call_done(start, frame.call_id, why);
+                        t.call_done(start, frame.call_id, frame.payload.len(), why);
                     }
                     let result = match frame.error(dst) {
                         Some(e) => Err(e),
@@ -682,7 +682,7 @@ impl WorkerCore {
             for (coro, call_id, err) in expired {
                 s.stats.rpc_timeouts += 1;
                 if let Some(t) = s.trace.as_mut() {
-                    t.call_done(now, call_id, Some("timeout"));
+                    t.call_done(now, call_id, 0, Some("timeout"));
                 }
                 let cs = &mut s.coros[coro as usize];
                 cs.insert_reply(call_id, Err(err));
@@ -883,7 +883,7 @@ impl Ctx {
                 };
                 t.call(now, self.coro, id, dst, name, payload.len(), false);
                 if r.is_err() {
-                    t.call_done(now, id, Some("too large"));
+                    t.call_done(now, id, 0, Some("too large"));
                 }
             }
         }
