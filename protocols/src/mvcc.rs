@@ -14,11 +14,13 @@
 //! - LOCK (write set): Cond W1 (`ctts` larger than every `wts` and than `rts`, or equal to
 //!   `rts` for its own read) and W2 (not locked). One-sided, the double read: READ of `wts`
 //!   and `rts`, check W1, then CAS lock + READ of the tuple doorbelled, check W1 again
-//!   (abort and release on failure). RPC: the handler.
+//!   (abort and release on failure). RPC: the handler, which replies with the latest
+//!   version and the slot it will move into.
 //! - LOG: the new values to the backups (`ops::log`).
 //! - COMMIT: the latest version moves into the oldest slot, the new one becomes the latest
-//!   (`wts` = `ctts`), then unlock: one WRITE of the tuple body and one WRITE of the lock,
-//!   only the second signaled; or RPC. RELEASE unlocks the write set on an abort.
+//!   (`wts` = `ctts`), then unlock: WRITEs of the new `wts`, of the displaced version's slot
+//!   and of the new version, then of the lock, one doorbell, only the last signaled (never
+//!   the whole tuple); or RPC. RELEASE unlocks the write set on an abort.
 //!
 //! Deviations from the paper (docs/protocols.md has the full list): the latest version lives
 //! at the common tuple offsets and the four slots keep the stale ones (the paper's "four
@@ -46,7 +48,7 @@ use txbed_txn::participant::{BY_KEY, BY_OFFSET};
 use txbed_txn::protocol::{handler_id, in_id_order, Bug, LocalBoxFuture, OptionValues, Protocol};
 use txbed_txn::stage::{Hybrid, Stage};
 use txbed_txn::store::{self, split_version_word, version_word, TablePlace, LOCK, META_BYTES, VERSION, WRITER};
-use txbed_txn::wire::{put_u64_at, u64_at, Put, Reader, WireError};
+use txbed_txn::wire::{u64_at, Put, Reader, WireError};
 use txbed_txn::TxnError;
 
 pub struct Mvcc;
@@ -249,30 +251,76 @@ pub fn w1_words(wts: u64, rts: u64, ctts: u64) -> bool {
     ctts > wts && ctts >= rts
 }
 
-/// The bytes `[VERSION, rts)` a commit of `record` by transaction `writer` at `ctts` writes
-/// over the tuple `t` read under its lock: the latest version moves into the oldest slot (an
-/// empty one first), the new one becomes the latest.
-pub fn install(g: Geometry, t: &[u8], ctts: u64, writer: u64, record: &[u8]) -> Vec<u8> {
-    let base = VERSION as usize;
-    let mut b = t[g.body()].to_vec();
-    let word = u64_at(t, VERSION as usize);
-    let (inc, counter) = split_version_word(word);
-    let oldest = (0..SLOTS)
+/// The slot a commit moves the latest version of tuple `t` into: an empty one first, else
+/// the one holding the oldest version (RCC: "overwrites the oldest wts").
+pub fn oldest_slot(g: Geometry, t: &[u8]) -> usize {
+    (0..SLOTS)
         .find(|&i| u64_at(t, g.slot(i) + 8) == 0)
-        .unwrap_or_else(|| (0..SLOTS).min_by_key(|&i| u64_at(t, g.slot(i))).expect("slots"));
-    let s = g.slot(oldest) - base;
-    put_u64_at(&mut b, s, u64_at(t, g.wts()));
-    put_u64_at(&mut b, s + 8, word);
-    put_u64_at(&mut b, s + 16, u64_at(t, WRITER as usize));
+        .unwrap_or_else(|| (0..SLOTS).min_by_key(|&i| u64_at(t, g.slot(i))).expect("slots"))
+}
+
+/// The latest version of tuple `t` (at the common offsets).
+pub fn latest(g: Geometry, t: &[u8]) -> Version {
     let at = META_BYTES as usize;
-    b[s + 24..s + 24 + g.rec].copy_from_slice(&t[at..at + g.rec]);
-    let new_word = version_word(inc, counter + 1);
-    put_u64_at(&mut b, 0, new_word);
-    put_u64_at(&mut b, WRITER as usize - base, writer);
+    Version {
+        wts: u64_at(t, g.wts()),
+        word: u64_at(t, VERSION as usize),
+        writer: u64_at(t, WRITER as usize),
+        record: t[at..at + g.rec].to_vec(),
+        latest: true,
+    }
+}
+
+/// The WRITEs of a commit (RCC Sec. 4.4) of `record` by transaction `writer` at `ctts` over a
+/// tuple whose latest version `old` moves into `slot`: `(offset in the tuple, bytes)`, in the
+/// order they must land.
+///
+/// 1. `wts | seq` of the new version: the end of the committed body (16 B);
+/// 2. `old` into its slot: `wts | version | writer | record` (24 + R B);
+/// 3. the new version at the common offsets: `version | writer | record` (16 + R B), the
+///    start of the body.
+///
+/// RCC writes the new record and its `wts` into the oldest slot; here the latest version
+/// lives at the common offsets, so the version it displaces moves into the slot instead. No
+/// other byte of the tuple changes. A READ samples cache lines in address order and WRITEs on
+/// one QP land in order, so a READ that saw the new version word saw every line after it
+/// new, and one that saw the old `seq` saw every line before it old: [`consistent`] rejects
+/// every other mix. A record shorter than the slot keeps `old`'s bytes after it.
+pub fn commit_writes(
+    g: Geometry,
+    old: &Version,
+    slot: usize,
+    ctts: u64,
+    writer: u64,
+    record: &[u8],
+) -> [(usize, Vec<u8>); 3] {
+    let (inc, counter) = split_version_word(old.word);
+    let word = version_word(inc, counter + 1);
     let n = record.len().min(g.rec);
-    b[at - base..at - base + n].copy_from_slice(&record[..n]);
-    put_u64_at(&mut b, g.wts() - base, ctts);
-    put_u64_at(&mut b, g.seq() - base, new_word);
+    let mut tail = Vec::with_capacity(16);
+    tail.put_u64(ctts);
+    tail.put_u64(word);
+    let mut moved = Vec::with_capacity(24 + g.rec);
+    for w in [old.wts, old.word, old.writer] {
+        moved.put_u64(w);
+    }
+    moved.put_bytes(&old.record[..g.rec]);
+    let mut head = Vec::with_capacity(16 + g.rec);
+    head.put_u64(word);
+    head.put_u64(writer);
+    head.put_bytes(&record[..n]);
+    head.put_bytes(&old.record[n..g.rec]);
+    [(g.wts(), tail), (g.slot(slot), moved), (VERSION as usize, head)]
+}
+
+/// The bytes `[VERSION, rts)` of tuple `t` after a commit of `record` by `writer` at `ctts`
+/// ([`commit_writes`] applied: what the RPC COMMIT handler writes).
+pub fn install(g: Geometry, t: &[u8], ctts: u64, writer: u64, record: &[u8]) -> Vec<u8> {
+    let mut b = t[g.body()].to_vec();
+    for (at, bytes) in commit_writes(g, &latest(g, t), oldest_slot(g, t), ctts, writer, record) {
+        let at = at - VERSION as usize;
+        b[at..at + bytes.len()].copy_from_slice(&bytes);
+    }
     b
 }
 
@@ -387,15 +435,14 @@ async fn run(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Result<Attemp
         Err(why) => return Ok(abort(ctx, n, why)),
     };
     // Write set: W1/W2 and the lock.
-    if let Some(why) = lock_set(ctx, n, &mut recs, ctts).await? {
-        ops::release(ctx, n, &recs, |r| r.write, ctts).await?;
-        return Ok(abort(ctx, n, why));
-    }
-    let olds: Vec<&[u8]> = recs
-        .iter()
-        .filter(|r| r.write)
-        .map(|r| &r.tuple[META_BYTES as usize..META_BYTES as usize + geometry(n, r.table).rec])
-        .collect();
+    let held = match lock_set(ctx, n, &mut recs, ctts).await? {
+        Ok(held) => held,
+        Err(why) => {
+            ops::release(ctx, n, &recs, |r| r.write, ctts).await?;
+            return Ok(abort(ctx, n, why));
+        }
+    };
+    let olds: Vec<&[u8]> = held.iter().map(|h| h.old.record.as_slice()).collect();
     let reads: Vec<&[u8]> = seen.iter().map(|v| v.record.as_slice()).collect();
     ctx.compute(spec.compute_ns);
     let (new_values, delta) = match n.workload.execute(spec, &reads, &olds) {
@@ -410,7 +457,7 @@ async fn run(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Result<Attemp
     for (r, v) in recs.iter().filter(|r| !r.write).zip(&seen) {
         h.reads.push(Access { key: history_key(r.table, r.key), version: v.counter() });
     }
-    commit(ctx, n, &recs, &new_values, ctts, id, &mut h).await?;
+    commit(ctx, n, &recs, &held, &new_values, ctts, id, &mut h).await?;
     committed(ctx, n, h, delta);
     Ok(Attempt::Committed)
 }
@@ -640,9 +687,20 @@ pub enum Reply<T> {
 /// record` (the version R1 picked); BUSY is Cond R2, OVERFLOW Cond R1.
 pub type ReadReply = Reply<(u64, Version)>;
 
-/// LOCK's result on OK: `offset u64 | tuple` (read under the lock); BUSY is Cond W2,
-/// TOO_LATE Cond W1.
-pub type LockReply = Reply<(u64, Vec<u8>)>;
+/// LOCK's result on OK: `offset u64 | slot u8 | version word u64 | writer u64 | record`: the
+/// latest version (its `wts` is the reply's) and the slot a commit moves it into, read under
+/// the lock; BUSY is Cond W2, TOO_LATE Cond W1.
+pub type LockReply = Reply<Locked>;
+
+/// What an OK LOCK reply carries.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Locked {
+    pub offset: u64,
+    pub slot: usize,
+    pub word: u64,
+    pub writer: u64,
+    pub record: Vec<u8>,
+}
 
 impl<T> Reply<T> {
     fn encode_with(&self, out: &mut Vec<u8>, fail: fn(Abort) -> u8, body: impl FnOnce(&T, &mut Vec<u8>)) {
@@ -710,9 +768,12 @@ impl ReadReply {
 impl LockReply {
     pub fn encode_into(&self, out: &mut Vec<u8>) {
         let fail = |why| if why == Abort::WriteLocked { BUSY } else { TOO_LATE };
-        self.encode_with(out, fail, |(offset, tuple), out| {
-            out.put_u64(*offset);
-            out.put_bytes(tuple);
+        self.encode_with(out, fail, |l, out| {
+            out.put_u64(l.offset);
+            out.put_u8(l.slot as u8);
+            out.put_u64(l.word);
+            out.put_u64(l.writer);
+            out.put_bytes(&l.record);
         });
     }
 
@@ -722,7 +783,10 @@ impl LockReply {
             TOO_LATE => Some(Abort::WriteTooLate),
             _ => None,
         };
-        Self::decode_with(b, fail, |r| Ok((r.u64()?, r.rest().to_vec())))
+        Self::decode_with(b, fail, |r| {
+            let (offset, slot, word, writer) = (r.u64()?, r.u8()? as usize, r.u64()?, r.u64()?);
+            Ok(Locked { offset, slot, word, writer, record: r.rest().to_vec() })
+        })
     }
 }
 
@@ -793,20 +857,28 @@ async fn read_rpc(
     Ok((verdict.map(|_| seen), 1, bytes))
 }
 
-/// LOCK stage: locks every write-set record after Cond W1 and W2; `Some(why)` aborts (the
-/// caller releases what was locked).
-async fn lock_set(ctx: &Ctx, n: &NodeState, recs: &mut [Rec], ctts: u64) -> Result<Option<Abort>, TxnError> {
+/// A write-set record under this transaction's lock: its latest version (which the commit
+/// displaces) and the slot that version moves into.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Held {
+    pub old: Version,
+    pub slot: usize,
+}
+
+/// LOCK stage: locks every write-set record after Cond W1 and W2; the records held, in
+/// write-set order, or why the attempt aborts (the caller releases what was locked).
+async fn lock_set(ctx: &Ctx, n: &NodeState, recs: &mut [Rec], ctts: u64) -> Staged<Vec<Held>> {
     if !recs.iter().any(|r| r.write) {
-        return Ok(None);
+        return Ok(Ok(Vec::new()));
     }
     let t0 = ctx.now();
-    let (why, round_trips, bytes) = if n.hybrid.onesided(Stage::Lock) {
+    let (result, round_trips, bytes) = if n.hybrid.onesided(Stage::Lock) {
         lock_onesided(ctx, n, recs, ctts).await?
     } else {
         lock_rpc(ctx, n, recs, ctts).await?
     };
     ops::account(ctx, n, Stage::Lock, t0, round_trips, bytes);
-    Ok(why)
+    Ok(result)
 }
 
 /// One-sided LOCK, the double-read mechanism: READ wts and rts, check W1; CAS the lock and
@@ -816,7 +888,7 @@ async fn lock_onesided(
     n: &NodeState,
     recs: &mut [Rec],
     ctts: u64,
-) -> Result<(Option<Abort>, u64, u64), TxnError> {
+) -> Result<(Result<Vec<Held>, Abort>, u64, u64), TxnError> {
     ops::locate_all(ctx, n, recs, |r| r.write && r.tuple.is_empty()).await?;
     let s = ctx.scratch();
     let idx: Vec<usize> = (0..recs.len()).filter(|&i| recs[i].write).collect();
@@ -845,7 +917,7 @@ async fn lock_onesided(
         too_late |= !w1_words(wts, rts, ctts);
     }
     if too_late {
-        return Ok((Some(Abort::WriteTooLate), 1, bytes));
+        return Ok((Err(Abort::WriteTooLate), 1, bytes));
     }
     // Second read: CAS + READ of the whole tuple, in batches that fit the area.
     let mut round_trips = 2;
@@ -884,6 +956,7 @@ async fn lock_onesided(
     ctx.wait().await?;
     harvest_locks(ctx, recs, &mut posted)?;
     let mut why = None;
+    let mut held = Vec::with_capacity(idx.len());
     for &i in &idx {
         let r = &recs[i];
         let g = geometry(n, r.table);
@@ -899,8 +972,9 @@ async fn lock_onesided(
         } else if !w1(g, &r.tuple, ctts) {
             why = why.or(Some(Abort::WriteTooLate));
         }
+        held.push(Held { old: latest(g, &r.tuple), slot: oldest_slot(g, &r.tuple) });
     }
-    Ok((why, round_trips, bytes))
+    Ok((why.map_or(Ok(held), Err), round_trips, bytes))
 }
 
 fn harvest_locks(ctx: &Ctx, recs: &mut [Rec], posted: &mut Vec<(usize, u64, u64)>) -> Result<(), TxnError> {
@@ -913,19 +987,21 @@ fn harvest_locks(ctx: &Ctx, recs: &mut [Rec], posted: &mut Vec<(usize, u64, u64)
     Ok(())
 }
 
-/// RPC LOCK: the handler checks W1, locks (W2) and replies with the tuple.
+/// RPC LOCK: the handler checks W1, locks (W2) and replies with the latest version and the
+/// slot a commit moves it into (RCC: "a new record is created and sent back").
 async fn lock_rpc(
     ctx: &Ctx,
     n: &NodeState,
     recs: &mut [Rec],
     ctts: u64,
-) -> Result<(Option<Abort>, u64, u64), TxnError> {
+) -> Result<(Result<Vec<Held>, Abort>, u64, u64), TxnError> {
     let mut calls = Vec::new();
     for (i, r) in recs.iter().enumerate().filter(|(_, r)| r.write) {
         calls.push((i, ops::call(ctx, n, r.home, H_LOCK, &TsReq::of(r, ctts).encode()).await?));
     }
     ctx.wait().await?;
     let mut why = None;
+    let mut held = Vec::with_capacity(calls.len());
     let mut bytes = 0;
     for (i, call) in calls {
         let r = &mut recs[i];
@@ -937,24 +1013,38 @@ async fn lock_rpc(
         observe(ctx, n, rts);
         bytes += 24 + rep.len() as u64;
         match outcome {
-            Ok((offset, tuple)) => {
+            Ok(Locked { offset, slot, word, writer, record }) => {
+                if slot >= SLOTS || record.len() != geometry(n, r.table).rec {
+                    return Err(WireError::Invalid("MVCC lock reply: no such slot, or a record of another size").into());
+                }
                 r.locked = true;
                 r.offset = offset;
-                r.tuple = tuple;
+                // The tuple's head as the lock left it, for what reads it (the log's version).
+                let mut head = Vec::with_capacity(META_BYTES as usize + record.len());
+                for w in [ctts, word, writer] {
+                    head.put_u64(w);
+                }
+                head.put_bytes(&record);
+                r.tuple = head;
+                held.push(Held { old: Version { wts, word, writer, record, latest: true }, slot });
             }
             Err(w) => why = why.or(Some(w)),
         }
     }
     ctx.clear_replies();
-    Ok((why, 1, bytes))
+    Ok((why.map_or(Ok(held), Err), 1, bytes))
 }
 
-/// COMMIT: installs each new value (the latest version into the oldest slot, the new one as
-/// latest with wts = ctts) and unlocks; records the write set in `h`.
+/// COMMIT (RCC Sec. 4.4): installs each new value (wts = ctts; the displaced latest version
+/// into its slot) and unlocks; records the write set in `h`. One-sided: the WRITEs of
+/// [`commit_writes`], then the unlock WRITE, in one doorbell per record, only the last
+/// signaled. RPC: the handler does the same in the participant's memory.
+#[allow(clippy::too_many_arguments)]
 async fn commit(
     ctx: &Ctx,
     n: &NodeState,
     recs: &[Rec],
+    held: &[Held],
     new_values: &[Vec<u8>],
     ctts: u64,
     id: u64,
@@ -963,10 +1053,11 @@ async fn commit(
     let t0 = ctx.now();
     let mut bytes = 0u64;
     debug_assert_eq!(new_values.len(), recs.iter().filter(|r| r.write).count(), "a new value per write");
+    debug_assert_eq!(held.len(), new_values.len(), "a held version per write");
     let writes: Vec<(&Rec, &Vec<u8>)> = recs.iter().filter(|r| r.write).zip(new_values).collect();
-    for (r, _) in &writes {
+    for (r, held) in writes.iter().map(|(r, _)| r).zip(held) {
         let key = history_key(r.table, r.key);
-        let ver = r.version().1;
+        let ver = held.old.counter();
         h.reads.push(Access { key, version: ver });
         h.writes.push(Access { key, version: ver + 1 });
     }
@@ -975,46 +1066,49 @@ async fn commit(
     }
     if n.hybrid.onesided(Stage::Commit) {
         let s = ctx.scratch();
-        let bodies: Vec<Vec<u8>> =
-            writes.iter().map(|(r, v)| install(geometry(n, r.table), &r.tuple, ctts, id, v)).collect();
-        // Staging positions; a body that does not fit waits for everything before it, so
-        // every WRITE before such a wrap is signaled.
-        let mut plan = Vec::new();
+        let pieces: Vec<[(usize, Vec<u8>); 3]> = writes
+            .iter()
+            .zip(held)
+            .map(|((r, v), held)| commit_writes(geometry(n, r.table), &held.old, held.slot, ctts, id, v))
+            .collect();
+        // WRITEs of more than 64 B are staged in the last quarter of the scratch (ops.rs); when
+        // it is full, everything posted so far is waited for before it is reused, so then
+        // every record's last WRITE is signaled.
         let (_, from, to) = areas(ctx);
+        let staged = |p: &[(usize, Vec<u8>); 3]| -> u64 {
+            p.iter().filter(|(_, b)| b.len() > 64).map(|(_, b)| (b.len() as u64).div_ceil(8) * 8).sum()
+        };
+        let wraps = pieces.iter().map(staged).sum::<u64>() > to - from;
         let mut at = s.addr + from;
-        for b in &bodies {
-            let len = (b.len() as u64).div_ceil(8) * 8;
-            if from + len > to {
+        for ((r, _), p) in writes.iter().zip(&pieces) {
+            let need = staged(p);
+            if need > to - from {
                 return Err(TxnError::TooBig {
-                    what: "commit body",
-                    bytes: len,
+                    what: "commit writes",
+                    bytes: need,
                     limit: to - from,
                     within: "staging area",
                 });
             }
-            let wrap = b.len() > 64 && at + len > s.addr + to;
-            if wrap {
+            if at + need > s.addr + to {
+                ctx.wait().await?;
                 at = s.addr + from;
             }
-            plan.push((wrap, at));
-            if b.len() > 64 {
-                at += len;
+            let mut list = Vec::with_capacity(4);
+            for (off, b) in p {
+                bytes += b.len() as u64;
+                let src = if b.len() <= 64 {
+                    Payload::Inline(b.clone())
+                } else {
+                    ctx.write_local(at, b)?;
+                    let src = Payload::Local(LocalBuf { lkey: s.lkey, addr: at, len: b.len() as u32 });
+                    at += (b.len() as u64).div_ceil(8) * 8;
+                    src
+                };
+                let remote = n.catalog.remote(r.home, r.offset + *off as u64, b.len() as u32);
+                list.push((Op::Write { src, remote }, false));
             }
-        }
-        let wraps = plan.iter().any(|(w, _)| *w);
-        for (k, ((r, _), body)) in writes.iter().zip(&bodies).enumerate() {
-            let (wrap, at) = plan[k];
-            if wrap {
-                ctx.wait().await?;
-            }
-            bytes += body.len() as u64 + 8;
-            let src = if body.len() <= 64 {
-                Payload::Inline(body.clone())
-            } else {
-                ctx.write_local(at, body)?;
-                Payload::Local(LocalBuf { lkey: s.lkey, addr: at, len: body.len() as u32 })
-            };
-            let write = Op::Write { src, remote: n.catalog.remote(r.home, r.offset + VERSION, body.len() as u32) };
+            bytes += 8;
             let unlock = Op::Write {
                 src: Payload::Inline(0u64.to_le_bytes().to_vec()),
                 remote: n.catalog.remote(r.home, r.offset + LOCK, 8),
@@ -1024,7 +1118,8 @@ async fn commit(
             // queue fills, or when the staging area will be reused.
             let depth = ctx.qp_info(q).map_or(2, |i| i.max_outstanding);
             let signal = !n.rdma.passive_ack || ctx.outstanding(q) + 4 >= depth / 2 || wraps;
-            ops::issue(ctx, n, q, vec![(write, false), (unlock, signal)]).await?;
+            list.push((unlock, signal));
+            ops::issue(ctx, n, q, list).await?;
         }
     } else {
         for (r, v) in &writes {
@@ -1074,7 +1169,8 @@ fn read_handler(n: &NodeState, mem: &dyn HostMemory, req: &[u8], reply: &mut Vec
 }
 
 /// LOCK handler: W1, then W2 by CAS, then W1 again on the tuple read under the lock (the
-/// double read; a no-op when the handler runs atomically, not on every backend).
+/// double read; a no-op when the handler runs atomically, not on every backend); replies
+/// with the latest version and the slot a commit moves it into, not the whole tuple.
 fn lock_handler(n: &NodeState, mem: &dyn HostMemory, req: &[u8], reply: &mut Vec<u8>) {
     let Ok(TsReq { table, key, ctts }) = TsReq::decode(req) else { return reply.push(MALFORMED) };
     let Some((g, off)) = find(n, mem, table, key) else { return LockReply::Missing.encode_into(reply) };
@@ -1092,7 +1188,10 @@ fn lock_handler(n: &NodeState, mem: &dyn HostMemory, req: &[u8], reply: &mut Vec
         let _ = mem.cas_u64(base + LOCK, ctts, 0);
         return seen(&t, Err(Abort::WriteTooLate)).encode_into(reply);
     }
-    seen(&t, Ok((off, t.clone()))).encode_into(reply);
+    let old = latest(g, &t);
+    let locked =
+        Locked { offset: off, slot: oldest_slot(g, &t), word: old.word, writer: old.writer, record: old.record };
+    seen(&t, Ok(locked)).encode_into(reply);
 }
 
 /// COMMIT handler: installs the new version over the tuple (held under `ctts`'s lock) and
@@ -1178,7 +1277,11 @@ mod tests {
         assert_eq!(b.len(), 17 + 33 + 16);
         for r in [
             LockReply::Missing,
-            LockReply::Seen { wts: 1, rts: 2, outcome: Ok((64, vec![7; 40])) },
+            LockReply::Seen {
+                wts: 1,
+                rts: 2,
+                outcome: Ok(Locked { offset: 64, slot: 3, word: 5, writer: 6, record: vec![7; 40] }),
+            },
             LockReply::Seen { wts: 1, rts: 2, outcome: Err(Abort::WriteLocked) },
             LockReply::Seen { wts: 1, rts: 2, outcome: Err(Abort::WriteTooLate) },
         ] {
@@ -1186,6 +1289,11 @@ mod tests {
             r.encode_into(&mut b);
             assert_eq!(LockReply::decode(&b), Ok(r));
         }
+        // status, wts, rts | offset, slot, version word, writer | record: not the tuple.
+        let mut b = Vec::new();
+        let locked = Locked { offset: 64, slot: 1, word: 5, writer: 6, record: vec![7; 40] };
+        LockReply::Seen { wts: 1, rts: 2, outcome: Ok(locked) }.encode_into(&mut b);
+        assert_eq!(b.len(), 17 + 25 + 40);
         let c = CommitReq { table: 2, offset: 64, ctts: 7, writer: 8, record: &[1, 2, 3] };
         assert_eq!(c.encode().len(), 35);
         assert_eq!(CommitReq::decode(&c.encode()), Ok(c));

@@ -314,6 +314,65 @@ fn torn_reads_are_detected() {
     assert!(!mvcc::consistent(G, &torn));
 }
 
+/// The tuple after the first `k` of `writes` landed on `t`, for k = 0..=3.
+fn landed(t: &[u8], writes: &[(usize, Vec<u8>)]) -> Vec<Vec<u8>> {
+    let mut states = vec![t.to_vec()];
+    for (at, b) in writes {
+        let mut next = states.last().unwrap().clone();
+        next[*at..*at + b.len()].copy_from_slice(b);
+        states.push(next);
+    }
+    states
+}
+
+/// Views a READ can return while `states` land one after another: it samples the tuple in
+/// address order, so word `i` comes from the state after `j(i)` WRITEs, `j` non-decreasing
+/// (three cut points). Returns the views `consistent` accepts that are neither the first
+/// nor the last state's body.
+fn undetected_tears(states: &[Vec<u8>]) -> usize {
+    let words = G.tuple_bytes() / 8;
+    let (first, last) = (&states[0][G.body()], &states[3][G.body()]);
+    let mut bad = 0;
+    for c1 in 0..=words {
+        for c2 in c1..=words {
+            for c3 in c2..=words {
+                let view: Vec<u8> = (0..words)
+                    .flat_map(|i| {
+                        let j = (i >= c1) as usize + (i >= c2) as usize + (i >= c3) as usize;
+                        states[j][i * 8..i * 8 + 8].to_vec()
+                    })
+                    .collect();
+                if mvcc::consistent(G, &view) && view[G.body()] != *first && view[G.body()] != *last {
+                    bad += 1;
+                }
+            }
+        }
+    }
+    bad
+}
+
+/// A one-sided commit writes the new version and the version it displaces, never the whole
+/// tuple: `wts | seq` (16 B), the slot (24 + R B) and `version | writer | record` (16 + R B),
+/// landing in that order, which leaves every READ torn by them detectable. Landing in another
+/// order (the new version first) would let a torn READ pass: the test can fail.
+#[test]
+fn commit_writes_only_the_new_version_and_never_tear_unseen() {
+    let mut old = loaded(1);
+    for k in 1..=5u64 {
+        old = commit(&old, k * 10, k, k as u8);
+    }
+    let slot = mvcc::oldest_slot(G, &old);
+    let writes = mvcc::commit_writes(G, &mvcc::latest(G, &old), slot, 60, 6, &[6; REC]);
+    let sizes: Vec<(usize, usize)> = writes.iter().map(|(at, b)| (*at, b.len())).collect();
+    assert_eq!(sizes, vec![(G.wts(), 16), (G.slot(slot), 24 + REC), (VERSION as usize, 16 + REC)]);
+    let states = landed(&old, &writes);
+    assert_eq!(states[3][G.body()], commit(&old, 60, 6, 6)[G.body()], "the same commit as RPC's");
+    assert_eq!(undetected_tears(&states), 0);
+    let mut reversed = writes.to_vec();
+    reversed.reverse();
+    assert!(undetected_tears(&landed(&old, &reversed)) > 0, "another order tears unseen");
+}
+
 #[test]
 fn timestamps_are_unique_ordered_and_never_zero() {
     let a = mvcc::timestamp(1, 0, 0, 2, 0);
