@@ -44,8 +44,8 @@ use txbed_workloads::{Executed, TxnSpec};
 
 use txbed_txn::attempt::{cause, committed, new_history, Attempt};
 use txbed_txn::history_key;
-use txbed_txn::msg::{FetchReply, KeyReq};
-use txbed_txn::node::{NodeState, BUSY, MALFORMED, OK};
+use txbed_txn::msg::KeyReq;
+use txbed_txn::node::{NodeState, BUSY, MALFORMED, MISSING, OK};
 use txbed_txn::ops::{self, account, Rec};
 use txbed_txn::participant::{BY_KEY, BY_OFFSET};
 use txbed_txn::protocol::{handler_id, in_id_order, Bug, LocalBoxFuture, Protocol};
@@ -94,8 +94,7 @@ pub const RENEW_IGNORES_LOCK: Bug = Bug {
 /// The stages SUNDIAL has, hence the bits its hybrid code may set.
 pub const STAGES: [Stage; 6] = [Stage::Lock, Stage::Read, Stage::Log, Stage::Release, Stage::Commit, Stage::Renew];
 
-/// READ: request `msg::KeyReq`; reply `msg::FetchReply` (as `H_FETCH`, but read until two
-/// copies agree; BUSY when they keep disagreeing).
+/// READ: request `msg::KeyReq`; reply [`ReadReply`] (the tuple once two copies agree).
 pub const H_SD_READ: u16 = handler_id(0);
 /// RENEW: request [`RenewReq`]; reply [`RenewReply`].
 pub const H_SD_RENEW: u16 = handler_id(1);
@@ -172,6 +171,43 @@ impl RenewReply {
     }
 }
 
+/// READ's reply: `OK u8 | offset u64 | tuple` (the offset for later one-sided stages, RCC
+/// Sec. 5.2), `BUSY` when two copies of the tuple kept disagreeing, or `MISSING`. Unlike
+/// `H_FETCH` (DrTM+H's OCC) it carries no index bucket: RCC's read returns the tuple only.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReadReply {
+    Found { offset: u64, tuple: Vec<u8> },
+    Busy,
+    Missing,
+}
+
+impl ReadReply {
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
+        match self {
+            ReadReply::Found { offset, tuple } => {
+                out.put_u8(OK);
+                out.put_u64(*offset);
+                out.put_bytes(tuple);
+            }
+            ReadReply::Busy => out.put_u8(BUSY),
+            ReadReply::Missing => out.put_u8(MISSING),
+        }
+    }
+
+    pub fn decode(b: &[u8]) -> Result<Self, WireError> {
+        let mut r = Reader::new(b);
+        let reply = match r.u8()? {
+            OK => return Ok(ReadReply::Found { offset: r.u64()?, tuple: r.rest().to_vec() }),
+            BUSY => ReadReply::Busy,
+            MISSING => ReadReply::Missing,
+            MALFORMED => return Err(WireError::Rejected),
+            s => return Err(WireError::Status(s)),
+        };
+        r.finish()?;
+        Ok(reply)
+    }
+}
+
 /// Whether two reads of a tuple with its extension at `ext_at` agree on everything but `rts`
 /// (a renewal may move it between the reads; any value read is a valid lower bound).
 pub fn same_but_rts(a: &[u8], b: &[u8], ext_at: usize) -> bool {
@@ -219,14 +255,11 @@ fn find<'a>(n: &'a NodeState, mem: &dyn HostMemory, table: u16, key: u64) -> Opt
     Some((place, store::find_local(mem, n.base(), place, key)?))
 }
 
-/// READ handler: the tuple, read until two copies agree (atomic on real backends too), its
-/// offset and the key's bucket (fills the caller's location cache, DrTM+H Sec. 5.1).
+/// READ handler: the tuple, read until two copies agree (atomic on real backends too), and
+/// its offset.
 fn read_handler(n: &NodeState, mem: &dyn HostMemory, req: &[u8], reply: &mut Vec<u8>) {
     let Ok(KeyReq { table, key }) = KeyReq::decode(req) else { return reply.push(MALFORMED) };
-    let Some((place, off)) = find(n, mem, table, key) else { return FetchReply::Missing.encode_into(reply) };
-    let bucket_at = place.buckets_at + store::bucket_of(key, place.buckets) * store::BUCKET_BYTES;
-    let mut bucket = [0u8; store::BUCKET_BYTES as usize];
-    let _ = mem.read(n.base() + bucket_at, &mut bucket);
+    let Some((place, off)) = find(n, mem, table, key) else { return ReadReply::Missing.encode_into(reply) };
     let len = place.tuple_bytes as usize;
     let (mut first, mut second) = (vec![0u8; len], vec![0u8; len]);
     let _ = mem.read(n.base() + off, &mut first);
@@ -237,9 +270,9 @@ fn read_handler(n: &NodeState, mem: &dyn HostMemory, req: &[u8], reply: &mut Vec
         same
     });
     if !stable {
-        return FetchReply::Busy.encode_into(reply);
+        return ReadReply::Busy.encode_into(reply);
     }
-    FetchReply::Found { offset: off, bucket_at, bucket, tuple: first }.encode_into(reply);
+    ReadReply::Found { offset: off, tuple: first }.encode_into(reply);
 }
 
 fn renew_handler(n: &NodeState, mem: &dyn HostMemory, req: &[u8], reply: &mut Vec<u8>) {
@@ -368,19 +401,20 @@ async fn read_set(ctx: &Ctx, n: &NodeState, recs: &mut [Rec], id: u64) -> Result
             if !n.rdma.speculative {
                 ctx.wait().await?;
             }
-            bytes += 16 + ops::tuple_bytes(n, r.table) as u64;
+            bytes += req.len() as u64;
         }
         ctx.wait().await?;
         for (i, call) in calls {
             let r = &mut recs[i];
-            match FetchReply::decode(&ops::reply(ctx, call, "SD_READ")?)? {
-                FetchReply::Found { offset, bucket_at, bucket, tuple } => {
+            let rep = ops::reply(ctx, call, "SD_READ")?;
+            bytes += rep.len() as u64;
+            match ReadReply::decode(&rep)? {
+                ReadReply::Found { offset, tuple } => {
                     r.tuple = ops::tuple_for(n, r, tuple)?;
                     r.offset = offset;
-                    n.cache.borrow_mut().put(r.home, r.table, bucket_at, &bucket);
                 }
-                FetchReply::Busy => stable = false,
-                FetchReply::Missing => return Err(TxnError::NotFound { node: r.home, table: r.table, key: r.key }),
+                ReadReply::Busy => stable = false,
+                ReadReply::Missing => return Err(TxnError::NotFound { node: r.home, table: r.table, key: r.key }),
             }
         }
     }
@@ -474,7 +508,9 @@ async fn renew(ctx: &Ctx, n: &NodeState, recs: &[Rec], ts: u64, id: u64) -> Resu
         }
         ctx.wait().await?;
         for call in calls {
-            renewed &= RenewReply::decode(&ops::reply(ctx, call, "SD_RENEW")?)?.renewed;
+            let rep = ops::reply(ctx, call, "SD_RENEW")?;
+            bytes += rep.len() as u64;
+            renewed &= RenewReply::decode(&rep)?.renewed;
         }
     }
     account(ctx, n, Stage::Renew, t0, rounds, bytes);
@@ -649,6 +685,22 @@ mod tests {
         }
         assert_eq!(RenewReply::decode(&[MALFORMED]), Err(WireError::Rejected));
         assert_eq!(RenewReply::decode(&[]), Err(WireError::Short { need: 1, have: 0 }));
+    }
+
+    #[test]
+    fn read_replies_carry_the_tuple_and_its_offset_only() {
+        let found = ReadReply::Found { offset: 64, tuple: vec![3; 48] };
+        let mut b = Vec::new();
+        found.encode_into(&mut b);
+        assert_eq!(b.len(), 1 + 8 + 48, "status, offset, tuple: no index bucket");
+        assert_eq!(ReadReply::decode(&b), Ok(found));
+        for r in [ReadReply::Busy, ReadReply::Missing] {
+            let mut b = Vec::new();
+            r.encode_into(&mut b);
+            assert_eq!(ReadReply::decode(&b), Ok(r));
+        }
+        assert_eq!(ReadReply::decode(&[MALFORMED]), Err(WireError::Rejected));
+        assert_eq!(ReadReply::decode(&[BUSY, 0]), Err(WireError::Trailing { extra: 1 }));
     }
 
     #[test]

@@ -147,7 +147,7 @@ pub enum FetchReply {
         bucket: [u8; BUCKET_BYTES as usize],
         tuple: Vec<u8>,
     },
-    /// No stable copy could be read (SUNDIAL's READ only).
+    /// No stable copy could be read (no shared handler replies this; a fetch fails on it).
     Busy,
     Missing,
 }
