@@ -587,6 +587,8 @@ async fn read_onesided(
             let g = geometry(n, r.table);
             let mut list = Vec::new();
             if rts < ctts {
+                // A sentinel no rts takes, so a result that never arrived cannot pass for one.
+                ctx.store_local(at, NO_RESULT)?;
                 let cas = Op::Cas {
                     local: LocalBuf { lkey: s.lkey, addr: at, len: 8 },
                     remote: n.catalog.remote(r.home, r.offset + g.rts() as u64, 8),
@@ -610,7 +612,7 @@ async fn read_onesided(
         let mut again = Vec::new();
         for (&(i, rts, word), at) in raise.iter().zip(slots) {
             if rts < ctts {
-                let old = ctx.load_local(at)?;
+                let old = cas_result(ctx, at, "MVCC CAS on rts")?;
                 observe(ctx, n, old);
                 if old != rts && old < ctts {
                     // Another reader moved rts, not past ctts: not a conflict, retry.
@@ -937,7 +939,7 @@ async fn lock_onesided(
         }
         let r = &recs[i];
         // A sentinel, so a result that never arrived cannot read as "was free".
-        ctx.store_local(at, u64::MAX)?;
+        ctx.store_local(at, NO_RESULT)?;
         let cas = Op::Cas {
             local: LocalBuf { lkey: s.lkey, addr: at, len: 8 },
             remote: n.catalog.remote(r.home, r.offset + LOCK, 8),
@@ -977,10 +979,25 @@ async fn lock_onesided(
     Ok((why.map_or(Ok(held), Err), round_trips, bytes))
 }
 
+/// What a CAS's result buffer holds before the result lands: no lock word or `rts` (both
+/// timestamps) takes this value.
+const NO_RESULT: u64 = u64::MAX;
+
+/// The result of a CAS posted (unsignaled) with `NO_RESULT` at `at`, once a later request on
+/// its QP completed. Per-QP order puts it in place by then (RC semantics, checked by
+/// `verbs_semantics::deferred_atomic_keeps_its_qp_in_order`); if it is missing anyway, the
+/// attempt fails loudly rather than take a lock it may hold for free, or leak it.
+fn cas_result(ctx: &Ctx, at: u64, what: &'static str) -> Result<u64, TxnError> {
+    match ctx.load_local(at)? {
+        NO_RESULT => Err(TxnError::NoReply(what)),
+        old => Ok(old),
+    }
+}
+
 fn harvest_locks(ctx: &Ctx, recs: &mut [Rec], posted: &mut Vec<(usize, u64, u64)>) -> Result<(), TxnError> {
     for (i, at, len) in posted.drain(..) {
         let r = &mut recs[i];
-        r.locked = ctx.load_local(at)? == 0;
+        r.locked = cas_result(ctx, at, "MVCC CAS on the lock")? == 0;
         r.tuple = vec![0; len as usize];
         ctx.read_local(at + 8, &mut r.tuple)?;
     }
