@@ -101,6 +101,23 @@ pub struct Tpcc {
     pub order_headroom: u32,
     /// HISTORY rows per coordinator, a ring (HISTORY is only ever inserted into).
     pub history_per_terminal: u32,
+    /// Which of the node's warehouses a coordinator's transactions have as home warehouse.
+    pub home_warehouse: HomeWarehouse,
+}
+
+/// How a transaction's home warehouse is bound to the worker that runs it (placement).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum HomeWarehouse {
+    /// Worker k of a node draws from its own share of the node's W warehouses (warehouse
+    /// k mod W when workers >= W), as DrTM+H deploys one warehouse per worker thread: workers
+    /// share a warehouse only when there are more workers than warehouses.
+    #[default]
+    #[serde(alias = "worker")]
+    Worker,
+    /// Uniform over the node's W warehouses, whichever worker runs the transaction (RCC's
+    /// clients hand requests to any processing thread): a node's workers share every district.
+    #[serde(alias = "node")]
+    Node,
 }
 
 impl Default for Tpcc {
@@ -116,6 +133,7 @@ impl Default for Tpcc {
             customers_per_district: 3_000,
             order_headroom: 1_000,
             history_per_terminal: 256,
+            home_warehouse: HomeWarehouse::Worker,
         }
     }
 }
@@ -758,12 +776,22 @@ impl Workload for PreparedTpcc {
     }
 
     fn generate_at(&self, rng: &mut ChaCha8Rng, node: u16, _nodes: u16, t: Terminal) -> TxnSpec {
-        // As in DrTM+H's TPC-C, each worker serves a share of its node's warehouses (one when
-        // workers >= W) and a transaction's home warehouse is drawn from that share.
-        let (n, k) = (self.w_per_node, t.worker as u64 % self.workers);
-        let (lo, hi) =
-            if self.workers >= n { (k % n, k % n + 1) } else { (k * n / self.workers, (k + 1) * n / self.workers) };
-        let w = node as u64 * n + rng.gen_range(lo..hi);
+        let n = self.w_per_node;
+        let w = node as u64 * n
+            + match self.cfg.home_warehouse {
+                // As in DrTM+H's TPC-C, each worker serves a share of its node's warehouses (one
+                // when workers >= W) and a transaction's home warehouse is drawn from that share.
+                HomeWarehouse::Worker => {
+                    let k = t.worker as u64 % self.workers;
+                    let (lo, hi) = if self.workers >= n {
+                        (k % n, k % n + 1)
+                    } else {
+                        (k * n / self.workers, (k + 1) * n / self.workers)
+                    };
+                    rng.gen_range(lo..hi)
+                }
+                HomeWarehouse::Node => rng.gen_range(0..n),
+            };
         let roll = rng.gen_range(0..100u32);
         let mut acc = 0;
         let kind = self.cfg.effective_mix().iter().position(|&m| {

@@ -446,3 +446,16 @@ fn each_worker_serves_its_share_of_the_warehouses() {
         }
     }
 }
+
+#[test]
+fn unbound_workers_draw_every_warehouse_of_their_node() {
+    let mut r = ChaCha8Rng::seed_from_u64(15);
+    let w = Tpcc { warehouses_per_node: 4, home_warehouse: HomeWarehouse::Node, ..small() }.prepare(NODES, 4, 3);
+    for k in 0..4 {
+        let t = Terminal { worker: k, coroutine: 1, seq: 0 };
+        let mut seen: Vec<i64> = (0..200).map(|_| w.generate_at(&mut r, 1, NODES, t).params[0]).collect();
+        seen.sort();
+        seen.dedup();
+        assert_eq!(seen, [4, 5, 6, 7], "worker {k}");
+    }
+}
