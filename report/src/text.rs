@@ -1,5 +1,7 @@
 //! Reports as text, for a terminal.
 
+use std::collections::BTreeMap;
+
 use txbed_runner::report::{Report, TxnReport};
 use txbed_scenario::{Scenario, Workload};
 
@@ -11,13 +13,14 @@ pub fn verbs_text(s: &Scenario, r: &Report) -> String {
     let c = &s.cluster;
     let verbs: Vec<String> = r.verbs.iter().map(|(k, n)| format!("{k} {n}")).collect();
     format!(
-        "scenario {:?}, seed {}\n  cluster   {} nodes x {} workers x {} coroutines, NIC {}\n  workload  {:?} {} B, {} outstanding per coroutine, random remote nodes\n  throughput {:.2} M requests/s per machine\n  latency   p50 {:.2} us  p90 {:.2} us  p99 {:.2} us  mean {:.2} us\n  verbs     {}\n  simulator {} events, {:.2} M events/s, {} us simulated\n  digest    {}\n",
+        "scenario {:?}, seed {}\n  cluster   {} nodes x {} workers x {} coroutines, NIC {}\n{}  workload  {:?} {} B, {} outstanding per coroutine, random remote nodes\n  throughput {:.2} M requests/s per machine\n  latency   p50 {:.2} us  p90 {:.2} us  p99 {:.2} us  mean {:.2} us\n  verbs     {}\n  simulator {} events, {:.2} M events/s, {} us simulated\n  digest    {}\n",
         r.scenario,
         r.seed,
         c.nodes,
         c.workers,
         c.coroutines,
         c.nic,
+        overrides_line("  overrides ", &r.nic_overrides),
         v.verb,
         v.payload,
         v.outstanding,
@@ -32,6 +35,21 @@ pub fn verbs_text(s: &Scenario, r: &Report) -> String {
         r.sim.simulated_ns / 1000,
         r.digest
     )
+}
+
+/// The NIC profile fields a run overrode, as `--set` would write them; empty when none.
+fn overrides_line(label: &str, fields: &BTreeMap<String, serde_json::Value>) -> String {
+    if fields.is_empty() {
+        return String::new();
+    }
+    let sets: Vec<String> = fields
+        .iter()
+        .map(|(k, v)| match v {
+            serde_json::Value::String(s) => format!("nic.{k}={s}"),
+            other => format!("nic.{k}={other}"),
+        })
+        .collect();
+    format!("{label}{}\n", sets.join(", "))
 }
 
 /// Coordinator failures, one line per distinct reason (at most five).
@@ -78,7 +96,7 @@ pub fn txn_text(s: &Scenario, r: &TxnReport) -> String {
     let verbs: Vec<String> = r.verbs.iter().map(|(k, n)| format!("{k} {n}")).collect();
     let types: Vec<String> = r.per_type.iter().map(|(k, t)| format!("{k} {:.0}/s", t.tps)).collect();
     let mut out = format!(
-        "scenario {:?}, seed {}: {} ({}) on {}\n  cluster    {} nodes x {} workers x {} coroutines, NIC {}\n  throughput {:.0} transactions/s ({:.0} per node), {} committed in the window\n  latency    p50 {:.2} us  p90 {:.2} us  p99 {:.2} us  mean {:.2} us\n  aborts     {:.1}% ({} conflicts in the window), {} user aborts\n{}  types      {}\n  stages     {}\n  verbs      {}\n  locations  {}\n{}  serializable: {}{}; {} transactions checked, invariants {}\n",
+        "scenario {:?}, seed {}: {} ({}) on {}\n  cluster    {} nodes x {} workers x {} coroutines, NIC {}\n{}  throughput {:.0} transactions/s ({:.0} per node), {} committed in the window\n  latency    p50 {:.2} us  p90 {:.2} us  p99 {:.2} us  mean {:.2} us\n  aborts     {:.1}% ({} conflicts in the window), {} user aborts\n{}  types      {}\n  stages     {}\n  verbs      {}\n  locations  {}\n{}  serializable: {}{}; {} transactions checked, invariants {}\n",
         r.scenario,
         r.seed,
         r.protocol,
@@ -88,6 +106,7 @@ pub fn txn_text(s: &Scenario, r: &TxnReport) -> String {
         c.workers,
         c.coroutines,
         c.nic,
+        overrides_line("  overrides  ", &r.nic_overrides),
         r.throughput_tps,
         r.throughput_tps / c.nodes as f64,
         r.committed,

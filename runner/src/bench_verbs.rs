@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 use txbed_sim::bench_verbs::{self as bv, Primitive, RawVerb, Setting, Step, Window};
+use txbed_sim::profile::NicOverrides;
 use txbed_sim::NicProfile;
 
 pub const PAYLOADS: [u32; 10] = [8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096];
@@ -14,6 +15,8 @@ pub const PAYLOADS: [u32; 10] = [8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
 #[derive(Clone, Debug)]
 pub struct Options {
     pub nic: String,
+    /// Fields of the profile to override (`--set host.rpc_dispatch_ns=500`).
+    pub nic_overrides: NicOverrides,
     pub nodes: Option<u16>,
     pub qps_per_node: Option<u16>,
     pub seed: u64,
@@ -54,6 +57,8 @@ pub struct SimSpeed {
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
     pub nic: String,
+    /// The profile fields `--set` overrode, by dotted path.
+    pub nic_overrides: std::collections::BTreeMap<String, serde_json::Value>,
     pub rows: Vec<Row>,
     pub notes: Vec<String>,
     pub sim: SimSpeed,
@@ -76,6 +81,7 @@ pub fn settings(o: &Options) -> Vec<Setting> {
 
 pub fn run(o: &Options, progress: impl Fn(usize, usize) + Sync) -> Result<Report, String> {
     let profile = NicProfile::load(&o.nic).map_err(|e| e.to_string())?;
+    let profile = profile.with_overrides(&o.nic_overrides).map_err(|(f, m)| format!("--set {f}: {m}"))?;
     if o.nodes.is_some_and(|n| n < 2) {
         return Err("--nodes must be at least 2: the benchmarks talk to remote nodes".into());
     }
@@ -143,6 +149,7 @@ pub fn run(o: &Options, progress: impl Fn(usize, usize) + Sync) -> Result<Report
     let busy: f64 = results.iter().map(|r| r.3).sum();
     Ok(Report {
         nic: profile.name.clone(),
+        nic_overrides: o.nic_overrides.fields().into_iter().collect(),
         rows: results.into_iter().map(|r| r.1).collect(),
         notes,
         sim: SimSpeed {
@@ -195,6 +202,10 @@ pub fn table(r: &Report) -> String {
     use std::fmt::Write;
     let mut out = String::new();
     let _ = writeln!(out, "Primitive microbenchmarks on the simulated '{}' NIC (per machine, M ops/s)", r.nic);
+    if !r.nic_overrides.is_empty() {
+        let sets: Vec<String> = r.nic_overrides.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let _ = writeln!(out, "profile fields overridden: {}", sets.join(", "));
+    }
     let mut settings: Vec<&str> = Vec::new();
     for row in r.rows.iter().filter(|x| x.bench == "raw") {
         if !settings.contains(&row.setting.as_str()) {

@@ -110,6 +110,7 @@ pub fn run_verbs(s: &Scenario, profile: &NicProfile, seed: u64) -> Result<Report
         scenario: s.name.clone(),
         resolved_scenario: s.to_ron(),
         seed,
+        nic_overrides: s.nic_overrides().into_iter().collect(),
         digest: format!("{:016x}", out.outcome.digest),
         throughput_mops_per_machine: out.outcome.per_machine_per_s / 1e6,
         latency_us: Latency::from_ns(h),

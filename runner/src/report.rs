@@ -48,6 +48,8 @@ pub struct Report {
     /// The scenario as run, every default filled in (RON): what `txbed replay` re-runs.
     pub resolved_scenario: String,
     pub seed: u64,
+    /// NIC profile fields the scenario's `nic` overrides, by dotted path (`host.mmio_ns`).
+    pub nic_overrides: BTreeMap<String, serde_json::Value>,
     /// 64-bit digest of every simulated event, as 16 hex digits.
     pub digest: String,
     /// Completed requests per machine per second, in millions.
@@ -71,6 +73,8 @@ pub struct TxnReport {
     pub protocol: String,
     pub hybrid: String,
     pub seed: u64,
+    /// NIC profile fields the scenario's `nic` overrides, by dotted path (`host.mmio_ns`).
+    pub nic_overrides: BTreeMap<String, serde_json::Value>,
     pub digest: String,
     /// Committed transactions per second in the measured window, whole cluster.
     pub throughput_tps: f64,
@@ -172,6 +176,7 @@ pub fn txn_report(
         protocol: spec.protocol.name().into(),
         hybrid: spec.hybrid.to_string(),
         seed,
+        nic_overrides: s.nic_overrides().into_iter().collect(),
         digest: format!("{:016x}", r.digest),
         throughput_tps: r.throughput_tps(),
         committed,

@@ -14,7 +14,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 use txbed_sim::bench_verbs::{rpc_max_payload, RawVerb};
-use txbed_sim::profile::Atomicity;
+use txbed_sim::profile::{Atomicity, NicOverrides};
 use txbed_sim::NicProfile;
 use txbed_txn::protocol::{fold_name, OptionValues, Preset, ProtocolRef, Rdma};
 use txbed_txn::retry::Retry;
@@ -28,6 +28,10 @@ pub struct Scenario {
     pub name: String,
     #[serde(default)]
     pub cluster: Cluster,
+    /// Overrides of the NIC profile's fields (`cluster.nic`), nested as in the profile:
+    /// `nic: Some((host: (rpc_dispatch_ns: 500), link: (gbps: 56.0)))`.
+    #[serde(default)]
+    pub nic: Option<NicOverrides>,
     /// The concurrency-control protocol (transactional workloads only).
     #[serde(default)]
     pub protocol: Option<ProtocolSpec>,
@@ -528,6 +532,11 @@ impl Scenario {
         ron::ser::to_string_pretty(self, cfg).expect("a scenario serialises")
     }
 
+    /// The NIC profile fields `nic` overrides, as (dotted path, value).
+    pub fn nic_overrides(&self) -> Vec<(String, serde_json::Value)> {
+        self.nic.as_ref().map(NicOverrides::fields).unwrap_or_default()
+    }
+
     /// Applies `path=value` edits (e.g. `protocol.name=occ`, `cluster.nodes=8`,
     /// `workload.name=ycsb`, `protocol.mode=Code(38)`); see `crate::set`.
     pub fn apply_sets(&self, sets: &[String]) -> Result<Scenario, ScenarioError> {
@@ -568,6 +577,13 @@ impl Scenario {
             }
         }
         let mut profile = NicProfile::load(&c.nic).map_err(|e| ("cluster.nic".into(), e.to_string()))?;
+        if let Some(o) = &self.nic {
+            if c.nics_per_node.is_some() && o.fields().iter().any(|(f, _)| f == "nics_per_node") {
+                return Err(("nic.nics_per_node".into(), "cluster.nics_per_node is set too: keep one of them".into()));
+            }
+            let field = |f: String| if f.is_empty() { "nic".to_string() } else { format!("nic.{f}") };
+            profile = profile.with_overrides(o).map_err(|(f, m)| (field(f), m))?;
+        }
         if let Some(k) = c.nics_per_node {
             if k == 0 || k > 16 {
                 return Err(("cluster.nics_per_node".into(), format!("must be 1..=16, got {k}")));

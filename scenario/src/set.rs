@@ -39,6 +39,26 @@ pub fn apply(s: &Scenario, sets: &[String]) -> Result<Scenario, String> {
     serde_json::from_value(v).map_err(|e| e.to_string())
 }
 
+/// `PATH=VALUE` edits of a NIC profile alone (`txbed bench-verbs --set`): paths inside the
+/// profile (`host.rpc_dispatch_ns=500`), with or without a scenario's `nic.` prefix.
+pub fn nic_overrides(sets: &[String]) -> Result<txbed_sim::profile::NicOverrides, String> {
+    let mut v = Value::Object(Map::new());
+    for set in sets {
+        let (path, value) = set.split_once('=').ok_or_else(|| format!("--set {set}: expected path=value"))?;
+        let path = path.trim();
+        let path = path.strip_prefix("nic.").unwrap_or(path);
+        let parsed = parse_value(value.trim()).map_err(|e| format!("--set {set}: {e}"))?;
+        let segs: Vec<&str> = path.split('.').collect();
+        if segs.iter().any(|p| p.is_empty()) {
+            return Err(format!("--set {set}: {path:?} is not a field path (e.g. host.rpc_dispatch_ns)"));
+        }
+        set_path(&mut v, &segs, parsed).map_err(|e| format!("--set {set}: {e}"))?;
+        serde_json::from_value::<txbed_sim::profile::NicOverrides>(v.clone())
+            .map_err(|e| format!("--set {set}: {e}"))?;
+    }
+    serde_json::from_value(v).map_err(|e| e.to_string())
+}
+
 /// An externally tagged enum variant: `{"Variant": inner}`.
 fn variant(v: &Value) -> Option<&str> {
     match v {

@@ -7,6 +7,7 @@
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
 use txbed_transport::CpuCosts;
 
 /// Per-verb NIC work, in nanoseconds of one processing unit.
@@ -24,8 +25,10 @@ pub struct VerbWork {
 pub enum Atomicity {
     /// `IBV_ATOMIC_HCA`: atomic only among operations through this NIC; a CPU CAS landing
     /// between the NIC's read and write of the word is lost.
+    #[serde(alias = "hca", alias = "HCA")]
     Hca,
     /// `IBV_ATOMIC_GLOB`: atomic with respect to the CPU as well.
+    #[serde(alias = "glob", alias = "GLOB")]
     Glob,
 }
 
@@ -150,7 +153,7 @@ impl NicProfile {
         let p: NicProfile = ron::Options::default()
             .from_str(text)
             .map_err(|e| ProfileError(format!("{source}:{}:{}: {}", e.position.line, e.position.col, e.code)))?;
-        p.validate().map_err(|m| ProfileError(format!("{source}: {m}")))?;
+        p.validate().map_err(|(field, m)| ProfileError(format!("{source}: {field} {m}")))?;
         Ok(p)
     }
 
@@ -170,19 +173,21 @@ impl NicProfile {
         Self::parse(&text, name_or_path)
     }
 
-    fn validate(&self) -> Result<(), String> {
+    /// Checks every value; on error returns the field's path and the problem.
+    fn validate(&self) -> Result<(), (String, String)> {
+        let err = |field: &str, msg: String| Err((field.to_string(), msg));
         let pos = |name: &str, v: f64| {
             if v.is_finite() && v > 0.0 {
                 Ok(())
             } else {
-                Err(format!("{name} must be a positive number, got {v}"))
+                err(name, format!("must be a positive number, got {v}"))
             }
         };
         if self.nics_per_node == 0 {
-            return Err("nics_per_node must be at least 1".into());
+            return err("nics_per_node", "must be at least 1".into());
         }
         if self.processing_units == 0 {
-            return Err("processing_units must be at least 1".into());
+            return err("processing_units", "must be at least 1".into());
         }
         for (side, w) in [("requester_ns", &self.requester_ns), ("responder_ns", &self.responder_ns)] {
             for (verb, v) in [("read", w.read), ("write", w.write), ("atomic", w.atomic), ("send", w.send)] {
@@ -190,28 +195,28 @@ impl NicProfile {
             }
         }
         if !(self.cqe_ns >= 0.0 && self.cqe_ns.is_finite()) {
-            return Err("cqe_ns must be >= 0".into());
+            return err("cqe_ns", "must be >= 0".into());
         }
         pos("pcie.gbps", self.pcie.gbps)?;
         pos("link.gbps", self.link.gbps)?;
         if self.qp_cache.entries == 0 {
-            return Err("qp_cache.entries must be at least 1".into());
+            return err("qp_cache.entries", "must be at least 1".into());
         }
         if !(self.qp_cache.miss_ns >= 0.0 && self.qp_cache.miss_ns.is_finite()) {
-            return Err("qp_cache.miss_ns must be >= 0".into());
+            return err("qp_cache.miss_ns", "must be >= 0".into());
         }
         if self.mtu < 256 || !self.mtu.is_power_of_two() || self.mtu > 4096 {
-            return Err(format!("mtu must be 256, 512, 1024, 2048 or 4096, got {}", self.mtu));
+            return err("mtu", format!("must be 256, 512, 1024, 2048 or 4096, got {}", self.mtu));
         }
         if self.send_queue_depth == 0 {
-            return Err("send_queue_depth must be at least 1".into());
+            return err("send_queue_depth", "must be at least 1".into());
         }
         if self.pcie.tlp_payload == 0 {
-            return Err("pcie.tlp_payload must be at least 1".into());
+            return err("pcie.tlp_payload", "must be at least 1".into());
         }
         let p = self.reliability.ud_drop_probability;
         if !(0.0..=1.0).contains(&p) {
-            return Err(format!("reliability.ud_drop_probability must be in [0, 1], got {p}"));
+            return err("reliability.ud_drop_probability", format!("must be in [0, 1], got {p}"));
         }
         Ok(())
     }
@@ -226,6 +231,168 @@ impl NicProfile {
             rpc_dispatch_ns: self.host.rpc_dispatch_ns,
             copy_ps_per_byte: self.host.copy_ps_per_byte,
             memory_miss_ns: self.host.memory_miss_ns,
+        }
+    }
+}
+
+/// Declares an override struct: the profile struct's fields, each optional and written bare
+/// (`host: (mmio_ns: 50)`, not `Some(..)`), unknown fields rejected, absent ones not written.
+macro_rules! overrides {
+    ($(#[$doc:meta])* $name:ident as $ron:literal { $($field:ident: $ty:ty),* $(,)? }) => {
+        $(#[$doc])*
+        #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+        #[serde(deny_unknown_fields, rename = $ron)]
+        pub struct $name {
+            $(
+                #[serde(default, with = "bare", skip_serializing_if = "Option::is_none")]
+                pub $field: Option<$ty>,
+            )*
+        }
+    };
+}
+
+/// An `Option` written as its value: `Some` when present, absent fields are skipped.
+mod bare {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<T: Serialize, S: Serializer>(v: &Option<T>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(x) => x.serialize(s),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, T: Deserialize<'de>, D: Deserializer<'de>>(d: D) -> Result<Option<T>, D::Error> {
+        T::deserialize(d).map(Some)
+    }
+}
+
+// One line per profile struct; `overrides_mirror_the_profile` fails if a field is missing.
+overrides!(VerbWorkOverrides as "VerbWork" { read: f64, write: f64, atomic: f64, send: f64 });
+overrides!(QpCacheOverrides as "QpCache" { entries: u32, miss_ns: f64, miss_latency_ns: u64 });
+overrides!(PcieOverrides as "Pcie" {
+    gbps: f64, tlp_payload: u32, tlp_overhead: u32, read_latency_ns: u64, write_latency_ns: u64, mmio_latency_ns: u64,
+});
+overrides!(LinkOverrides as "Link" { gbps: f64, packet_overhead_bytes: u32, propagation_ns: u64, switch_ns: u64 });
+overrides!(ReliabilityOverrides as "Reliability" { ud_drop_probability: f64, rc_timeout_ns: u64, rc_retry_count: u32 });
+overrides!(HostOverrides as "Host" {
+    coroutine_switch_ns: u64, mmio_ns: u64, wqe_ns: u64, poll_cqe_ns: u64, recv_ns: u64, rpc_dispatch_ns: u64,
+    copy_ps_per_byte: u64,
+});
+overrides!(
+    /// Overrides of some profile fields, nested as in the profile (a scenario's `nic`:
+    /// `(host: (rpc_dispatch_ns: 500), link: (gbps: 56.0))`). Every field but `name` and
+    /// `description`; [`NicProfile::with_overrides`] applies them.
+    NicOverrides as "NicOverrides" {
+        nics_per_node: u32,
+        processing_units: u32,
+        requester_ns: VerbWorkOverrides,
+        responder_ns: VerbWorkOverrides,
+        cqe_ns: f64,
+        pipeline_latency_ns: u64,
+        max_inline: u32,
+        mtu: u32,
+        wqe_bytes: u32,
+        send_queue_depth: u32,
+        qp_cache: QpCacheOverrides,
+        atomicity: Atomicity,
+        atomic_rmw_ns: u64,
+        pcie: PcieOverrides,
+        link: LinkOverrides,
+        reliability: ReliabilityOverrides,
+        host: HostOverrides,
+    }
+);
+
+impl NicOverrides {
+    pub fn is_empty(&self) -> bool {
+        self.fields().is_empty()
+    }
+
+    /// Every overridden field as (dotted path, value), by path in alphabetical order.
+    pub fn fields(&self) -> Vec<(String, Value)> {
+        fn walk(prefix: &str, m: &Map<String, Value>, out: &mut Vec<(String, Value)>) {
+            for (k, v) in m {
+                let path = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+                match v {
+                    Value::Object(inner) => walk(&path, inner, out),
+                    leaf => out.push((path, leaf.clone())),
+                }
+            }
+        }
+        let mut out = Vec::new();
+        if let Value::Object(m) = serde_json::to_value(self).expect("overrides serialise") {
+            walk("", &m, &mut out);
+        }
+        out
+    }
+}
+
+/// A numeric profile field: its dotted path, value, and whether it is an integer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NumericField {
+    pub path: String,
+    pub value: f64,
+    pub integer: bool,
+}
+
+impl NicProfile {
+    /// This profile with `o` applied and checked as a profile file is; on error returns the
+    /// field's dotted path and the problem.
+    pub fn with_overrides(&self, o: &NicOverrides) -> Result<NicProfile, (String, String)> {
+        fn merge(into: &mut Value, from: Value) {
+            match (into, from) {
+                (Value::Object(a), Value::Object(b)) => {
+                    for (k, v) in b {
+                        merge(a.entry(k).or_insert(Value::Null), v);
+                    }
+                }
+                (slot, v) => *slot = v,
+            }
+        }
+        let mut v = serde_json::to_value(self).expect("a profile serialises");
+        merge(&mut v, serde_json::to_value(o).expect("overrides serialise"));
+        // Cannot fail: the override types are the profile's.
+        let p: NicProfile = serde_json::from_value(v).map_err(|e| (String::new(), e.to_string()))?;
+        p.validate()?;
+        Ok(p)
+    }
+
+    /// Every numeric field, by path in alphabetical order.
+    pub fn numeric_fields(&self) -> Vec<NumericField> {
+        fn walk(prefix: &str, v: &Value, out: &mut Vec<NumericField>) {
+            match v {
+                Value::Object(m) => {
+                    for (k, x) in m {
+                        let path = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+                        walk(&path, x, out);
+                    }
+                }
+                Value::Number(n) => out.push(NumericField {
+                    path: prefix.to_string(),
+                    value: n.as_f64().unwrap_or(f64::NAN),
+                    integer: !n.is_f64(),
+                }),
+                _ => {}
+            }
+        }
+        let mut out = Vec::new();
+        walk("", &serde_json::to_value(self).expect("a profile serialises"), &mut out);
+        out
+    }
+
+    /// The valid value nearest to `v` for the numeric field at `path`, by the rules of
+    /// `validate` (for tools that scale a field, e.g. `txbed sensitivity`). Integer fields
+    /// should be rounded first. `v` is assumed positive where the field must be.
+    pub fn nearest_valid(path: &str, v: f64) -> f64 {
+        match path {
+            // Powers of two from 256 to 4096, nearest on a log scale.
+            "mtu" => 2f64.powi(v.max(1.0).log2().round().clamp(8.0, 12.0) as i32),
+            "reliability.ud_drop_probability" => v.clamp(0.0, 1.0),
+            "nics_per_node" | "processing_units" | "qp_cache.entries" | "send_queue_depth" | "pcie.tlp_payload" => {
+                v.max(1.0)
+            }
+            _ => v.max(0.0),
         }
     }
 }
@@ -351,4 +518,107 @@ pub mod headers {
     pub const ATOMIC_ACK_ETH: u32 = 8;
     pub const IMM: u32 = 4;
     pub const DETH: u32 = 8;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn overrides(v: Value) -> Result<NicOverrides, String> {
+        serde_json::from_value(v).map_err(|e| e.to_string())
+    }
+
+    /// Every profile field but the name and description can be overridden, and overriding
+    /// every one of them with another profile's values gives that profile.
+    #[test]
+    fn overrides_mirror_the_profile() {
+        let (cx3, cx4) = (NicProfile::load("cx3").unwrap(), NicProfile::load("cx4").unwrap());
+        let mut all = serde_json::to_value(&cx3).unwrap();
+        all.as_object_mut().unwrap().retain(|k, _| k != "name" && k != "description");
+        let o = overrides(all).unwrap();
+        let mut got = cx4.with_overrides(&o).unwrap();
+        got.name = cx3.name.clone();
+        got.description = cx3.description.clone();
+        assert_eq!(got, cx3);
+        assert_eq!(o.fields().len(), cx3.numeric_fields().len() + 1); // + atomicity
+    }
+
+    #[test]
+    fn overrides_change_only_their_fields() {
+        let base = NicProfile::load("cx4").unwrap();
+        let o =
+            overrides(json!({"host": {"rpc_dispatch_ns": 500}, "link": {"gbps": 50}, "atomicity": "glob"})).unwrap();
+        let p = base.with_overrides(&o).unwrap();
+        assert_eq!(p.host.rpc_dispatch_ns, 500);
+        assert_eq!(p.link.gbps, 50.0);
+        assert_eq!(p.atomicity, Atomicity::Glob);
+        let mut back = p.clone();
+        back.host.rpc_dispatch_ns = base.host.rpc_dispatch_ns;
+        back.link.gbps = base.link.gbps;
+        back.atomicity = base.atomicity;
+        assert_eq!(back, base);
+        let paths: Vec<String> = o.fields().into_iter().map(|(k, _)| k).collect();
+        assert_eq!(paths, ["atomicity", "host.rpc_dispatch_ns", "link.gbps"]);
+        // RON, as a scenario writes it, and back.
+        let ron_text = "(host: (rpc_dispatch_ns: 500), link: (gbps: 50.0), atomicity: Glob)";
+        let from_ron: NicOverrides = ron::from_str(ron_text).unwrap();
+        assert_eq!(from_ron, o);
+        let again: NicOverrides = ron::from_str(&ron::to_string(&from_ron).unwrap()).unwrap();
+        assert_eq!(again, o);
+    }
+
+    #[test]
+    fn bad_overrides_name_the_field() {
+        let base = NicProfile::load("cx4").unwrap();
+        let m = overrides(json!({"host": {"rpc_dispatch": 1}})).unwrap_err();
+        assert!(m.contains("unknown field `rpc_dispatch`") && m.contains("`rpc_dispatch_ns`"), "{m}");
+        let m = overrides(json!({"name": "x"})).unwrap_err();
+        assert!(m.contains("unknown field `name`"), "{m}");
+        let m = overrides(json!({"host": {"mmio_ns": 0.5}})).unwrap_err();
+        assert!(m.contains("invalid type"), "{m}");
+        let m = ron::from_str::<NicOverrides>("(host: (mmio: 1))").unwrap_err().to_string();
+        assert!(m.starts_with("1:") && m.contains("`mmio`") && m.contains("mmio_ns"), "{m}");
+        let err = |v: Value| base.with_overrides(&overrides(v).unwrap()).unwrap_err();
+        let (f, m) = err(json!({"link": {"gbps": -1}}));
+        assert_eq!((f.as_str(), m.as_str()), ("link.gbps", "must be a positive number, got -1"));
+        let (f, m) = err(json!({"mtu": 1000}));
+        assert_eq!(f, "mtu");
+        assert!(m.contains("must be 256"), "{m}");
+        let (f, _) = err(json!({"reliability": {"ud_drop_probability": 1.5}}));
+        assert_eq!(f, "reliability.ud_drop_probability");
+    }
+
+    /// What a tool scaling a field by (1 +- r) gets from `nearest_valid` always passes
+    /// `validate`, for every numeric field of every built-in profile.
+    #[test]
+    fn nearest_valid_values_validate() {
+        for (name, _) in BUILTIN {
+            let base = NicProfile::load(name).unwrap();
+            let fields = base.numeric_fields();
+            assert!(fields.len() >= 30, "{name}: {} numeric fields", fields.len());
+            for f in fields {
+                for scale in [0.01, 0.5, 0.7, 1.3, 1.99, 5.0] {
+                    let mut v = f.value * scale;
+                    if f.integer {
+                        v = v.round();
+                    }
+                    let v = NicProfile::nearest_valid(&f.path, v);
+                    let value = if f.integer { json!(v as u64) } else { json!(v) };
+                    let mut tree = json!({});
+                    let mut at = &mut tree;
+                    for seg in f.path.split('.') {
+                        at = &mut at[seg];
+                    }
+                    *at = value;
+                    if let Err(e) = base.with_overrides(&overrides(tree).unwrap()) {
+                        panic!("{name} {} = {v}: {e:?}", f.path);
+                    }
+                }
+            }
+        }
+        assert_eq!(NicProfile::nearest_valid("mtu", 2867.0), 2048.0);
+        assert_eq!(NicProfile::nearest_valid("mtu", 5325.0), 4096.0);
+        assert_eq!(NicProfile::nearest_valid("nics_per_node", 0.0), 1.0);
+    }
 }

@@ -8,6 +8,10 @@ pub struct Args {
     /// NIC profile: a built-in name (cx3, cx4, cx5, roce-cx4) or a RON file.
     #[arg(long, default_value = "cx4")]
     pub nic: String,
+    /// Override a field of the NIC profile by its path in the profile, e.g.
+    /// --set host.rpc_dispatch_ns=500 --set link.gbps=56 (as a scenario's nic.PATH).
+    #[arg(long = "set", value_name = "PATH=VALUE")]
+    pub sets: Vec<String>,
     /// Simulate this many nodes instead of the 16-node and emulated 80-node settings.
     #[arg(long)]
     pub nodes: Option<u16>,
@@ -35,7 +39,11 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> ExitCode {
-    let Args { nic, nodes, qps_per_node, json, jobs, seed, measure_us, payloads, no_multi_object } = a;
+    let Args { nic, sets, nodes, qps_per_node, json, jobs, seed, measure_us, payloads, no_multi_object } = a;
+    let nic_overrides = match txbed_scenario::set::nic_overrides(&sets) {
+        Ok(o) => o,
+        Err(e) => return super::fail(e),
+    };
     if measure_us == 0 {
         eprintln!("error: --measure-us must be at least 1");
         return ExitCode::from(2);
@@ -47,6 +55,7 @@ pub fn run(a: Args) -> ExitCode {
     }
     let o = txbed_runner::bench_verbs::Options {
         nic,
+        nic_overrides,
         nodes,
         qps_per_node,
         seed,
