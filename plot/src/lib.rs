@@ -2,6 +2,9 @@
 //!
 //! Four figures: throughput, latency percentiles, abort rate, and a stacked per-stage latency
 //! breakdown, each against one axis column with one series per combination of the other axes.
+//! `tornado` draws a sensitivity analysis: per parameter, a metric's change at a lower and a
+//! higher value (`txbed sensitivity`).
+//!
 //! Text uses an embedded DejaVu Sans (registered with plotters for layout, drawn into PNGs by
 //! `PngBackend`), so rendering needs no system fonts, fontconfig or freetype.
 
@@ -19,6 +22,9 @@ use plotters::style::FontTransform;
 use plotters_backend::{BackendColor, BackendCoord, BackendTextStyle, DrawingErrorKind};
 use statrs::distribution::{ContinuousCDF, StudentsT};
 use statrs::statistics::Statistics;
+
+mod tornado;
+pub use tornado::{tornado, Tornado, TornadoBar};
 
 const WIDTH: u32 = 1000;
 const HEIGHT: u32 = 650;

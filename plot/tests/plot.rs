@@ -231,3 +231,40 @@ fn bad_input_is_an_error_not_a_panic() {
     assert!(e.contains("not a number"), "{e}");
     clean_up(&dir);
 }
+
+/// A tornado plot: a row per parameter, the low side's bar in blue, the high side's in orange,
+/// each drawn towards the sign of its change.
+#[test]
+fn tornado_draws_each_side_towards_its_sign() {
+    use txbed_plot::{tornado, Tornado, TornadoBar};
+    let dir = temp_dir("tornado");
+    let bars = [
+        TornadoBar { label: "host.rpc_dispatch_ns".into(), low: 20.0, high: -25.0 },
+        TornadoBar { label: "link.gbps".into(), low: 8.0, high: -6.0 },
+        TornadoBar { label: "reliability.rc_retry_count".into(), low: 0.0, high: 0.0 },
+    ];
+    let t = Tornado {
+        title: "Sensitivity of throughput",
+        subtitle: "quickstart",
+        x_desc: "throughput change vs base (%)",
+        low_name: "-30%",
+        high_name: "+30%",
+        bars: &bars,
+    };
+    let written = tornado(&t, &dir, "tornado-throughput").unwrap();
+    assert_eq!(names(&written), ["tornado-throughput.svg", "tornado-throughput.png"]);
+    check_svg(&written[0], &["host.rpc_dispatch_ns", "reliability.rc_retry_count", "+20", "-25", "-30%"]);
+    let img = image::open(&written[1]).unwrap().to_rgb8();
+    assert_eq!(img.width(), 1000);
+    // Mean x of each side's bar pixels (the legend, at the right edge, left out).
+    let mean_x = |rgb: [u8; 3]| {
+        let xs: Vec<u32> =
+            img.enumerate_pixels().filter(|(x, _, p)| *x < 800 && p.0 == rgb).map(|(x, _, _)| x).collect();
+        assert!(xs.len() > 500, "{rgb:?}: {} pixels", xs.len());
+        xs.iter().sum::<u32>() as f64 / xs.len() as f64
+    };
+    let (low, high) = (mean_x([0x00, 0x72, 0xB2]), mean_x([0xD5, 0x5E, 0x00]));
+    assert!(low > high + 50.0, "low side at x {low}, high side at x {high}");
+    assert!(tornado(&Tornado { bars: &[], ..t }, &dir, "empty").is_err());
+    clean_up(&dir);
+}
