@@ -27,6 +27,10 @@ enum Command {
     /// Run every valid hybrid code of a scenario's protocol over several seeds and rank the
     /// codes by throughput and latency, with 95% confidence intervals (RCC Sec. 5.1).
     HybridSearch(commands::hybrid_search::Args),
+    /// Lower and raise each NIC/host profile parameter (default by 30%), re-run the scenario at
+    /// every point and report how throughput, latency and aborts move; with --compare, whether
+    /// a comparison's ranking holds. Writes sensitivity.csv and tornado plots.
+    Sensitivity(commands::sensitivity::Args),
     /// Re-run the scenario and seed of a report (`txbed run --out DIR`) and check the digest.
     Replay(commands::replay::Args),
     /// Plot a sweep's summary.csv or results.csv (SVG and PNG next to it, or in --out).
@@ -63,6 +67,7 @@ fn main() -> ExitCode {
         Command::Run(a) => commands::run::run(a),
         Command::Sweep(a) => commands::sweep::run(a),
         Command::HybridSearch(a) => commands::hybrid_search::run(a),
+        Command::Sensitivity(a) => commands::sensitivity::run(a),
         Command::Replay(a) => commands::replay::run(a),
         Command::Plot(a) => commands::plot::run(a),
         Command::Protocols(a) => commands::protocols::run(a),

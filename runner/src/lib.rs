@@ -1,7 +1,8 @@
 //! The runner: what a run is (`spec`), the node every backend builds (`node`), the simulated
 //! cluster that runs them (`sim`), what a run measured and what the checker found (`outcome`),
 //! the report as data (`report`), runs described by scenario files (`from_scenario`), many
-//! simulations at once (`parallel`), and the primitive microbenchmarks (`bench_verbs`).
+//! simulations at once (`parallel`), sensitivity analyses over the NIC profile
+//! (`sensitivity`), and the primitive microbenchmarks (`bench_verbs`).
 //!
 //! The real runtime (txbed-real) hosts the same `node` on sockets or verbs.
 
@@ -11,6 +12,7 @@ pub mod node;
 pub mod outcome;
 pub mod parallel;
 pub mod report;
+pub mod sensitivity;
 pub mod sim;
 pub mod spec;
 

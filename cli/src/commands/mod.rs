@@ -12,6 +12,7 @@ pub mod protocols;
 pub mod replay;
 pub mod run;
 pub mod selftest;
+pub mod sensitivity;
 pub mod sweep;
 pub mod validate;
 pub mod workloads;
