@@ -163,11 +163,18 @@ struct Run {
     profile: NicProfile,
 }
 
-/// A parameter's planned values per variant: (base, low, low note, high, high note).
+/// A parameter's planned values in one variant: base, and each side with its note.
+struct PlannedAt {
+    base: f64,
+    low: (f64, Option<String>),
+    high: (f64, Option<String>),
+}
+
 struct Planned {
     path: String,
     integer: bool,
-    at: Vec<(f64, f64, Option<String>, f64, Option<String>)>,
+    /// One entry per variant.
+    at: Vec<PlannedAt>,
 }
 
 /// Every run of an analysis, resolved and checked before any starts.
@@ -292,13 +299,13 @@ pub fn plan(base: &Scenario, source: &str, o: &Options) -> Result<Plan, String> 
             let f = fields[i].iter().find(|f| f.path == path).expect("every profile has every field");
             integer = f.integer;
             let cluster_nics = path == "nics_per_node" && s.cluster.nics_per_node.is_some();
-            let (low, ln) = scaled(&path, f.integer, f.value, 1.0 - r, r, cluster_nics);
-            let (high, hn) = scaled(&path, f.integer, f.value, 1.0 + r, r, cluster_nics);
-            at.push((f.value, low, ln, high, hn));
+            let low = scaled(&path, f.integer, f.value, 1.0 - r, r, cluster_nics);
+            let high = scaled(&path, f.integer, f.value, 1.0 + r, r, cluster_nics);
+            at.push(PlannedAt { base: f.value, low, high });
         }
-        if at.iter().all(|a| a.1 == a.0 && a.3 == a.0) {
-            let b = fmt_value(at[0].0, integer);
-            let why = if at[0].0 == 0.0 {
+        if at.iter().all(|a| a.low.0 == a.base && a.high.0 == a.base) {
+            let b = fmt_value(at[0].base, integer);
+            let why = if at[0].base == 0.0 {
                 "is 0: scaling leaves it 0".to_string()
             } else {
                 format!("{b} x (1 ± {}%) is {b} again after rounding to a valid value", r * 100.0)
@@ -322,7 +329,7 @@ pub fn plan(base: &Scenario, source: &str, o: &Options) -> Result<Plan, String> 
             runs.push(Run { variant: vi, setting: Setting::Base, seed, label, scenario: sc, profile });
         }
         for (pi, p) in params.iter().enumerate() {
-            let (base, low, _, high, _) = p.at[vi];
+            let (base, low, high) = (p.at[vi].base, p.at[vi].low.0, p.at[vi].high.0);
             for (setting, v, sign) in [(Setting::Low(pi), low, '-'), (Setting::High(pi), high, '+')] {
                 if v == base {
                     continue;
@@ -463,16 +470,16 @@ impl Plan {
                     .at
                     .iter()
                     .enumerate()
-                    .map(|(v, (b, low, ln, high, hn))| {
-                        let side = |value: f64, note: &Option<String>, s: Setting| Side {
-                            value,
+                    .map(|(v, a)| {
+                        let side = |(value, note): &(f64, Option<String>), s: Setting| Side {
+                            value: *value,
                             note: note.clone(),
-                            metrics: if value == *b { base[v] } else { mean_of(&results, v, s) },
+                            metrics: if *value == a.base { base[v] } else { mean_of(&results, v, s) },
                         };
                         ParamAt {
-                            base: *b,
-                            low: side(*low, ln, Setting::Low(pi)),
-                            high: side(*high, hn, Setting::High(pi)),
+                            base: a.base,
+                            low: side(&a.low, Setting::Low(pi)),
+                            high: side(&a.high, Setting::High(pi)),
                         }
                     })
                     .collect(),
