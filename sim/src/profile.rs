@@ -277,7 +277,7 @@ overrides!(LinkOverrides as "Link" { gbps: f64, packet_overhead_bytes: u32, prop
 overrides!(ReliabilityOverrides as "Reliability" { ud_drop_probability: f64, rc_timeout_ns: u64, rc_retry_count: u32 });
 overrides!(HostOverrides as "Host" {
     coroutine_switch_ns: u64, mmio_ns: u64, wqe_ns: u64, poll_cqe_ns: u64, recv_ns: u64, rpc_dispatch_ns: u64,
-    copy_ps_per_byte: u64,
+    copy_ps_per_byte: u64, memory_miss_ns: u64,
 });
 overrides!(
     /// Overrides of some profile fields, nested as in the profile (a scenario's `nic`:

@@ -90,7 +90,7 @@ fn binding_workers_to_warehouses_decides_district_contention() {
             let s = Shape { workers, coroutines: 1, duration_ns: 2_000_000, ..Shape::new(OCC, tpcc(home), hybrid, 1) };
             let r = s.run();
             s.assert_clean(&r);
-            s.assert_commits(&r, 200);
+            s.assert_commits(&r, 120);
             (rate(&r), r.stats.aborted_conflict, s.replay())
         };
         let (bound, conflicts, replay) = run(HomeWarehouse::Worker, 2);
