@@ -91,7 +91,11 @@ pub fn txn_text(s: &Scenario, r: &TxnReport) -> String {
     let stages: Vec<String> = r
         .stages
         .iter()
-        .map(|(k, v)| format!("{k} {:.2} us / {:.1} RTT / {:.0} B", v.mean_us, v.round_trips, v.bytes))
+        .map(|(k, v)| {
+            let lookups =
+                if v.lookup_reads >= 0.005 { format!(" + {:.2} lookup READs", v.lookup_reads) } else { String::new() };
+            format!("{k} {:.2} us / {:.1} RTT{lookups} / {:.0} B", v.mean_us, v.round_trips, v.bytes)
+        })
         .collect();
     let verbs: Vec<String> = r.verbs.iter().map(|(k, n)| format!("{k} {n}")).collect();
     let types: Vec<String> = r.per_type.iter().map(|(k, t)| format!("{k} {:.0}/s", t.tps)).collect();

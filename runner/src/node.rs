@@ -59,6 +59,7 @@ pub fn node_state(spec: &TxnRunSpec, me: u16, catalog: &Rc<Catalog>) -> Rc<NodeS
         rdma: spec.options,
         history: RefCell::new(Vec::new()),
         stats: RefCell::new(TxnStats::default()),
+        pending_lookups: RefCell::default(),
         replication: spec.replication,
         bug: spec.bug,
         rings: RefCell::new(Vec::new()),
@@ -203,6 +204,8 @@ pub struct NodeResult {
     pub stage_round_trips: [u64; Stage::COUNT],
     pub stage_bytes: [u64; Stage::COUNT],
     pub stage_calls: [u64; Stage::COUNT],
+    #[serde(default)]
+    pub stage_lookup_reads: [u64; Stage::COUNT],
     /// Work requests posted by this node's workers, by opcode (sockets backend only).
     #[serde(default)]
     pub verbs: [u64; 7],
@@ -301,6 +304,7 @@ impl NodeResult {
             stage_round_trips: self.stage_round_trips,
             stage_bytes: self.stage_bytes,
             stage_calls: self.stage_calls,
+            stage_lookup_reads: self.stage_lookup_reads,
         }
     }
 
@@ -315,6 +319,7 @@ impl NodeResult {
         self.stage_round_trips = s.stage_round_trips;
         self.stage_bytes = s.stage_bytes;
         self.stage_calls = s.stage_calls;
+        self.stage_lookup_reads = s.stage_lookup_reads;
     }
 }
 

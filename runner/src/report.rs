@@ -114,6 +114,8 @@ pub struct StageReport {
     pub round_trips: f64,
     pub bytes: f64,
     pub executions: u64,
+    /// Location-lookup bucket READs per execution (round trips apart from `round_trips`).
+    pub lookup_reads: f64,
 }
 
 #[derive(Debug, Serialize)]
@@ -157,6 +159,7 @@ pub fn txn_report(
                     round_trips: r.stats.stage_round_trips[i] as f64 / n as f64,
                     bytes: r.stats.stage_bytes[i] as f64 / n as f64,
                     executions: n,
+                    lookup_reads: r.stats.stage_lookup_reads[i] as f64 / n as f64,
                 },
             );
         }

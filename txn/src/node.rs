@@ -62,6 +62,9 @@ pub struct TxnStats {
     pub stage_round_trips: [u64; Stage::COUNT],
     pub stage_bytes: [u64; Stage::COUNT],
     pub stage_calls: [u64; Stage::COUNT],
+    /// Per stage: the location lookups' bucket READs its executions issued (round trips
+    /// apart from `stage_round_trips`; their bytes are `BUCKET_BYTES` each).
+    pub stage_lookup_reads: [u64; Stage::COUNT],
 }
 
 impl TxnStats {
@@ -78,6 +81,7 @@ impl TxnStats {
             self.stage_round_trips[i] += o.stage_round_trips[i];
             self.stage_bytes[i] += o.stage_bytes[i];
             self.stage_calls[i] += o.stage_calls[i];
+            self.stage_lookup_reads[i] += o.stage_lookup_reads[i];
         }
     }
 }
@@ -144,6 +148,9 @@ pub struct NodeState {
     /// Committed (and user-aborted) transactions, in completion order.
     pub history: RefCell<Vec<Txn>>,
     pub stats: RefCell<TxnStats>,
+    /// Location-lookup READs a coroutine (worker, coroutine) issued that no stage has counted
+    /// yet: the next stage it accounts takes them.
+    pub pending_lookups: RefCell<std::collections::BTreeMap<(u16, u32), u64>>,
     /// Replicas including the primary (log to `replication - 1` backups).
     pub replication: u16,
     /// A planted bug (the protocol's or `log::SKIP_LOG`), for the checker's own tests: never
@@ -209,9 +216,13 @@ impl NodeState {
     }
 
     /// Accounts one execution of a stage: elapsed time, round trips and bytes.
-    pub fn account(&self, s: Stage, ns: u64, round_trips: u64, bytes: u64) {
+    /// Counts one execution of stage `s` by coroutine `who` (worker, coroutine), with the
+    /// lookup READs that coroutine issued since its last stage.
+    pub fn account(&self, who: (u16, u32), s: Stage, ns: u64, round_trips: u64, bytes: u64) {
         let i = stage_index(s);
+        let lookups = self.pending_lookups.borrow_mut().remove(&who).unwrap_or(0);
         let mut st = self.stats.borrow_mut();
+        st.stage_lookup_reads[i] += lookups;
         st.stage_ns[i] += ns;
         st.stage_round_trips[i] += round_trips;
         st.stage_bytes[i] += bytes;

@@ -124,8 +124,14 @@ pub async fn locate_all(
     which: impl Fn(&Rec) -> bool,
 ) -> Result<(), TxnError> {
     let scratch = ctx.scratch();
+    let mut reads = 0u64;
     for r in recs.iter_mut().filter(|r| which(r)) {
-        r.offset = locate(ctx, &n.catalog, &n.cache, scratch, r.home, r.table, r.key).await?.offset;
+        let at = locate(ctx, &n.catalog, &n.cache, scratch, r.home, r.table, r.key).await?;
+        r.offset = at.offset;
+        reads += at.reads as u64;
+    }
+    if reads > 0 {
+        *n.pending_lookups.borrow_mut().entry((ctx.me().worker, ctx.coroutine())).or_default() += reads;
     }
     Ok(())
 }
@@ -134,7 +140,7 @@ pub async fn locate_all(
 /// as a slice on the coroutine's track.
 pub fn account(ctx: &Ctx, n: &NodeState, s: Stage, t0: u64, round_trips: u64, bytes: u64) {
     let now = ctx.now();
-    n.account(s, now - t0, round_trips, bytes);
+    n.account((ctx.me().worker, ctx.coroutine()), s, now - t0, round_trips, bytes);
     ctx.trace_slice_args(
         s.name(),
         txbed_transport::trace::STAGE,

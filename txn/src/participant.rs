@@ -229,6 +229,7 @@ mod tests {
             rdma: Rdma::default(),
             history: RefCell::default(),
             stats: RefCell::default(),
+            pending_lookups: RefCell::default(),
             replication: 1,
             bug: None,
             rings: RefCell::default(),
