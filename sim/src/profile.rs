@@ -218,6 +218,78 @@ impl NicProfile {
         if !(0.0..=1.0).contains(&p) {
             return err("reliability.ud_drop_probability", format!("must be in [0, 1], got {p}"));
         }
+        self.within_sanity_bounds()
+    }
+
+    /// Bounds far outside any NIC or host, so a typo or a runaway override (`link.gbps=1e-12`,
+    /// a latency of hours) is an error naming the field instead of a run that breaks.
+    fn within_sanity_bounds(&self) -> Result<(), (String, String)> {
+        const SECOND_NS: u64 = 1_000_000_000;
+        let rate = |name: &str, v: f64| -> Result<(), (String, String)> {
+            if (0.1..=100_000.0).contains(&v) {
+                Ok(())
+            } else {
+                Err((name.to_string(), format!("must be 0.1 to 100000 Gbit/s, got {v}")))
+            }
+        };
+        rate("pcie.gbps", self.pcie.gbps)?;
+        rate("link.gbps", self.link.gbps)?;
+        let (r, q, l, h) = (&self.reliability, &self.qp_cache, &self.link, &self.host);
+        let times = [
+            ("pipeline_latency_ns", self.pipeline_latency_ns),
+            ("atomic_rmw_ns", self.atomic_rmw_ns),
+            ("qp_cache.miss_latency_ns", q.miss_latency_ns),
+            ("pcie.read_latency_ns", self.pcie.read_latency_ns),
+            ("pcie.write_latency_ns", self.pcie.write_latency_ns),
+            ("pcie.mmio_latency_ns", self.pcie.mmio_latency_ns),
+            ("link.propagation_ns", l.propagation_ns),
+            ("link.switch_ns", l.switch_ns),
+            ("reliability.rc_timeout_ns", r.rc_timeout_ns),
+            ("host.coroutine_switch_ns", h.coroutine_switch_ns),
+            ("host.mmio_ns", h.mmio_ns),
+            ("host.wqe_ns", h.wqe_ns),
+            ("host.poll_cqe_ns", h.poll_cqe_ns),
+            ("host.recv_ns", h.recv_ns),
+            ("host.rpc_dispatch_ns", h.rpc_dispatch_ns),
+            ("host.copy_ps_per_byte", h.copy_ps_per_byte),
+            ("host.memory_miss_ns", h.memory_miss_ns),
+        ];
+        if let Some((name, v)) = times.iter().find(|(_, v)| *v > SECOND_NS) {
+            return Err((name.to_string(), format!("must be at most {SECOND_NS} (1 s), got {v}")));
+        }
+        let works = [
+            ("requester_ns.read", self.requester_ns.read),
+            ("requester_ns.write", self.requester_ns.write),
+            ("requester_ns.atomic", self.requester_ns.atomic),
+            ("requester_ns.send", self.requester_ns.send),
+            ("responder_ns.read", self.responder_ns.read),
+            ("responder_ns.write", self.responder_ns.write),
+            ("responder_ns.atomic", self.responder_ns.atomic),
+            ("responder_ns.send", self.responder_ns.send),
+            ("cqe_ns", self.cqe_ns),
+            ("qp_cache.miss_ns", q.miss_ns),
+        ];
+        if let Some((name, v)) = works.iter().find(|(_, v)| *v > 1e9) {
+            return Err((name.to_string(), format!("must be at most 1e9 ns (1 s), got {v}")));
+        }
+        let counts = [
+            ("nics_per_node", self.nics_per_node as u64, 16),
+            ("processing_units", self.processing_units as u64, 4096),
+            ("qp_cache.entries", q.entries as u64, 1 << 24),
+            ("send_queue_depth", self.send_queue_depth as u64, 1 << 16),
+            ("max_inline", self.max_inline as u64, 1 << 16),
+            ("wqe_bytes", self.wqe_bytes as u64, 4096),
+            ("pcie.tlp_payload", self.pcie.tlp_payload as u64, 4096),
+            ("pcie.tlp_overhead", self.pcie.tlp_overhead as u64, 4096),
+            ("link.packet_overhead_bytes", l.packet_overhead_bytes as u64, 4096),
+            ("reliability.rc_retry_count", r.rc_retry_count as u64, 1000),
+        ];
+        if let Some((name, v, max)) = counts.iter().find(|(_, v, max)| v > max) {
+            return Err((name.to_string(), format!("must be at most {max}, got {v}")));
+        }
+        if self.wqe_bytes == 0 {
+            return Err(("wqe_bytes".into(), "must be at least 1".into()));
+        }
         Ok(())
     }
 
@@ -389,7 +461,9 @@ impl NicProfile {
             // Powers of two from 256 to 4096, nearest on a log scale.
             "mtu" => 2f64.powi(v.max(1.0).log2().round().clamp(8.0, 12.0) as i32),
             "reliability.ud_drop_probability" => v.clamp(0.0, 1.0),
-            "nics_per_node" | "processing_units" | "qp_cache.entries" | "send_queue_depth" | "pcie.tlp_payload" => {
+            "pcie.gbps" | "link.gbps" => v.clamp(0.1, 100_000.0),
+            "nics_per_node" => v.clamp(1.0, 16.0),
+            "processing_units" | "qp_cache.entries" | "send_queue_depth" | "pcie.tlp_payload" | "wqe_bytes" => {
                 v.max(1.0)
             }
             _ => v.max(0.0),
@@ -590,6 +664,22 @@ mod tests {
     }
 
     /// What a tool scaling a field by (1 +- r) gets from `nearest_valid` always passes
+    /// Values no NIC or host has are refused with the field's path, not run.
+    #[test]
+    fn absurd_values_are_refused() {
+        let base = NicProfile::load("cx4").unwrap();
+        for (tree, field) in [
+            (json!({"link": {"gbps": 1e-12}}), "link.gbps"),
+            (json!({"pcie": {"read_latency_ns": 5_000_000_000u64}}), "pcie.read_latency_ns"),
+            (json!({"host": {"memory_miss_ns": 2_000_000_000u64}}), "host.memory_miss_ns"),
+            (json!({"nics_per_node": 64}), "nics_per_node"),
+            (json!({"wqe_bytes": 0}), "wqe_bytes"),
+        ] {
+            let e = base.with_overrides(&overrides(tree.clone()).unwrap()).unwrap_err();
+            assert!(format!("{e:?}").contains(field), "{tree}: {e:?}");
+        }
+    }
+
     /// `validate`, for every numeric field of every built-in profile.
     #[test]
     fn nearest_valid_values_validate() {
