@@ -582,6 +582,7 @@ impl Sim {
                 t.completions_polled += s.completions_polled;
                 t.rpc_calls += s.rpc_calls;
                 t.rpc_handled += s.rpc_handled;
+                t.local_calls += s.local_calls;
                 t.rpc_retransmits += s.rpc_retransmits;
                 t.rpc_timeouts += s.rpc_timeouts;
                 t.datagrams_sent += s.datagrams_sent;

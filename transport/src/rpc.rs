@@ -456,6 +456,13 @@ impl RpcState {
         }
     }
 
+    /// A fresh call id (for a call that never leaves the worker).
+    pub(crate) fn next_id(&mut self) -> CallId {
+        let id = self.next_call;
+        self.next_call += 1;
+        id
+    }
+
     /// Queues a call. `Err` carries the id and the error if it cannot be sent at all.
     pub(crate) fn call(
         &mut self,

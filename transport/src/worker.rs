@@ -114,6 +114,8 @@ struct CoroState {
     timer_fired: bool,
     rng: Option<ChaCha8Rng>,
     finished: bool,
+    /// Times the executor resumed it (it waited, slept or yielded before each but the first).
+    resumes: u64,
 }
 
 impl CoroState {
@@ -157,6 +159,8 @@ pub struct WorkerStats {
     pub completions_polled: u64,
     pub rpc_calls: u64,
     pub rpc_handled: u64,
+    /// Calls of this worker's own handlers run in place (`Ctx::call_local`): no datagram.
+    pub local_calls: u64,
     pub rpc_retransmits: u64,
     pub rpc_timeouts: u64,
     pub datagrams_sent: u64,
@@ -192,6 +196,8 @@ pub(crate) struct Shared {
     dgram_buf: Vec<(Endpoint, Vec<u8>)>,
     reply_buf: Vec<u8>,
     handlers: Vec<Option<Rc<HandlerFn>>>,
+    /// Local calls whose handler deferred its reply: (call, calling coroutine).
+    local_deferred: Vec<(CallId, u32)>,
     /// Handler names for traces only.
     handler_names: Vec<Option<&'static str>>,
     pub(crate) stats: WorkerStats,
@@ -429,7 +435,7 @@ impl Shared {
             }
         }
         for (t, bytes) in deferred {
-            self.rpc.queue_reply(self.now, t, &bytes);
+            self.send_reply(t, &bytes);
         }
         match outcome {
             Handled::Reply if wants_reply => {
@@ -440,6 +446,110 @@ impl Shared {
             Handled::Defer => self.rpc.remember(self.now, token, None),
         }
         self.reply_buf = reply;
+    }
+
+    /// A deferred reply for a local call goes straight to its coroutine; returns whether
+    /// `token` named one.
+    fn deliver_local(&mut self, token: ReplyToken, payload: &[u8]) -> bool {
+        if token.to != self.cfg.me {
+            return false;
+        }
+        let Some(i) = self.local_deferred.iter().position(|&(id, _)| id == token.call_id) else { return false };
+        let (id, coro) = self.local_deferred.swap_remove(i);
+        let now = self.now;
+        if let Some(t) = self.trace.as_mut() {
+            t.call_done(now, id, payload.len(), None);
+        }
+        let cs = &mut self.coros[coro as usize];
+        cs.insert_reply(id, Ok(payload.to_vec()));
+        cs.settle_one();
+        self.wake(coro);
+        true
+    }
+
+    /// A handler's reply to an earlier, deferred request: to its local caller, or queued.
+    fn send_reply(&mut self, token: ReplyToken, payload: &[u8]) {
+        if !self.deliver_local(token, payload) {
+            let now = self.now;
+            self.rpc.queue_reply(now, token, payload);
+        }
+    }
+
+    /// Runs this worker's `handler` on `payload` for coroutine `coro` at once, as a function
+    /// call: no datagram, no NIC, no dispatch; the handler's CPU and its reply's copy are
+    /// charged as when it serves a datagram. An immediate reply is ready for `take_reply`; a
+    /// deferred one is delivered to the coroutine when the handler side sends it.
+    fn call_here(&mut self, coro: u32, handler: u16, payload: &[u8], want_reply: bool) -> CallId {
+        let id = self.rpc.next_id();
+        let me = self.cfg.me;
+        let start = self.now;
+        self.stats.local_calls += 1;
+        if self.trace.is_some() {
+            let name = self.handler_name(handler);
+            if let Some(t) = self.trace.as_mut() {
+                t.call(start, coro, id, me, name, payload.len(), !want_reply);
+            }
+        }
+        let Some(Some(h)) = self.handlers.get(handler as usize).cloned() else {
+            if want_reply {
+                self.coros[coro as usize].insert_reply(id, Err(RpcError::UnknownHandler { dst: me, handler }));
+            }
+            if let Some(t) = self.trace.as_mut() {
+                t.call_done(start, id, 0, Some("unknown handler"));
+            }
+            return id;
+        };
+        let token = ReplyToken { to: me, call_id: id };
+        let mut reply = std::mem::take(&mut self.reply_buf);
+        reply.clear();
+        let mut cpu = 0;
+        let mut deferred = Vec::new();
+        let outcome = {
+            let mut hctx = HandlerCtx::new(
+                me,
+                me,
+                self.now,
+                &*self.mem,
+                &mut reply,
+                &mut cpu,
+                &mut deferred,
+                token,
+                &self.cfg.costs,
+            );
+            h(&mut hctx, payload)
+        };
+        self.charge(cpu + self.cfg.costs.copy_ns(reply.len()));
+        if self.trace.is_some() {
+            let name = self.handler_name(handler);
+            let end = self.now;
+            if let Some(t) = self.trace.as_mut() {
+                t.served(start, end, me, want_reply.then_some(id), name);
+            }
+        }
+        for (t, bytes) in deferred {
+            self.send_reply(t, &bytes);
+        }
+        match outcome {
+            Handled::Reply if want_reply => {
+                self.coros[coro as usize].insert_reply(id, Ok(reply.clone()));
+                let end = self.now;
+                if let Some(t) = self.trace.as_mut() {
+                    t.call_done(end, id, reply.len(), None);
+                }
+            }
+            Handled::Defer if want_reply => {
+                self.coros[coro as usize].pending += 1;
+                self.local_deferred.push((id, coro));
+            }
+            _ => {
+                let end = self.now;
+                if let Some(t) = self.trace.as_mut() {
+                    t.call_done(end, id, 0, None);
+                }
+            }
+        }
+        self.reply_buf = reply;
+        id
     }
 
     /// Packs queued RPC frames into datagrams and posts them as one doorbell on the UD QP.
@@ -519,6 +629,7 @@ impl WorkerCore {
             dgram_buf: Vec::new(),
             reply_buf: Vec::new(),
             handlers: Vec::new(),
+            local_deferred: Vec::new(),
             handler_names: Vec::new(),
             stats: WorkerStats::default(),
             trace: None,
@@ -703,6 +814,7 @@ impl WorkerCore {
                 let cost = s.cfg.costs.coroutine_switch_ns;
                 s.charge(cost);
                 s.stats.coroutine_switches += 1;
+                s.coros[id as usize].resumes += 1;
                 s.current = id;
                 id
             };
@@ -914,6 +1026,26 @@ impl Ctx {
         }
     }
 
+    /// Calls `handler` of this very worker in place: the local path of an RPC whose
+    /// participant is the caller's own worker (no datagram, no NIC). The handler runs now, on
+    /// this coroutine's CPU time; the reply is taken with [`Ctx::take_reply`] as for
+    /// [`Ctx::call`] (after [`Ctx::wait`] if the handler deferred it). The caller must hold no
+    /// borrow of state the handler uses.
+    pub fn call_local(&self, handler: u16, payload: &[u8]) -> CallId {
+        self.shared.borrow_mut().call_here(self.coro, handler, payload, true)
+    }
+
+    /// [`Ctx::call_local`] without a reply (the local form of [`Ctx::call_oneway`]).
+    pub fn call_local_oneway(&self, handler: u16, payload: &[u8]) {
+        self.shared.borrow_mut().call_here(self.coro, handler, payload, false);
+    }
+
+    /// How many times the executor has resumed this coroutine: unchanged across a stretch of
+    /// code means it ran without waiting, sleeping or yielding.
+    pub fn resumes(&self) -> u64 {
+        self.shared.borrow().coros[self.coro as usize].resumes
+    }
+
     /// Takes the reply to `call` (after `wait`). `None` if it has not arrived.
     pub fn take_reply(&self, call: CallId) -> Option<Result<Vec<u8>, RpcError>> {
         let mut s = self.shared.borrow_mut();
@@ -954,6 +1086,9 @@ impl Ctx {
     /// Sends a reply that a handler deferred.
     pub fn send_deferred_reply(&self, token: ReplyToken, payload: Vec<u8>) {
         let mut s = self.shared.borrow_mut();
+        if s.deliver_local(token, &payload) {
+            return;
+        }
         let now = s.now;
         s.rpc.remember(now, token, Some(&payload));
         s.rpc.queue_reply(now, token, &payload);
@@ -996,6 +1131,14 @@ impl Ctx {
         let c = self.costs().copy_ns(data.len());
         self.compute(c);
         r
+    }
+    /// Copies `len` bytes within this node's registered memory, charging nothing: for bytes
+    /// whose cost is charged elsewhere (the local path puts a record where a NIC READ would
+    /// have, and the caller's copy out of that buffer is the one memcpy a local read costs).
+    pub fn place_local(&self, dst: u64, src: u64, len: usize) -> Result<(), MemError> {
+        let mut buf = vec![0u8; len];
+        let s = self.shared.borrow();
+        s.mem.read(src, &mut buf).and_then(|_| s.mem.write(dst, &buf))
     }
     pub fn load_local(&self, addr: u64) -> Result<u64, MemError> {
         self.shared.borrow().mem.load_u64(addr)
