@@ -43,7 +43,7 @@ use txbed_txn::attempt::{committed, new_history, Attempt};
 use txbed_txn::history_key;
 use txbed_txn::msg::KeyReq;
 use txbed_txn::node::{NodeState, BUSY, MALFORMED, MISSING, OK};
-use txbed_txn::ops::{self, Rec};
+use txbed_txn::ops::{self, Rec, Tally};
 use txbed_txn::participant::{BY_KEY, BY_OFFSET};
 use txbed_txn::protocol::{handler_id, in_id_order, Bug, LocalBoxFuture, OptionValues, Protocol};
 use txbed_txn::stage::{Hybrid, Stage};
@@ -484,8 +484,8 @@ async fn read_set(ctx: &Ctx, n: &NodeState, recs: &mut [Rec], ctts: u64) -> Stag
     } else {
         read_rpc(ctx, n, recs, ctts).await?
     };
-    let (result, round_trips, bytes) = out;
-    ops::account(ctx, n, Stage::Read, t0, round_trips, bytes);
+    let (result, round_trips, t) = out;
+    ops::account(ctx, n, Stage::Read, t0, round_trips, t.bytes, t.local);
     if let Ok(seen) = &result {
         let old = seen.iter().filter(|v| !v.latest).count() as u64;
         part(n).old_reads.set(part(n).old_reads.get() + old);
@@ -497,20 +497,21 @@ async fn read_set(ctx: &Ctx, n: &NodeState, recs: &mut [Rec], ctts: u64) -> Stag
     Ok(result)
 }
 
+/// What a stage did: its verdict, its round trips (batches that went through the NIC) and
+/// what it sent.
+type Done<T> = (Result<T, Abort>, u64, Tally);
+
 /// One-sided READ: two doorbelled READs of each tuple, R2 and R1 locally, then for each
 /// record whose latest version was picked, CAS `rts` up to `ctts` with a READ of lock and
 /// version word behind it on the same QP (executed after the CAS).
-async fn read_onesided(
-    ctx: &Ctx,
-    n: &NodeState,
-    recs: &mut [Rec],
-    ctts: u64,
-) -> Result<(Result<Vec<Version>, Abort>, u64, u64), TxnError> {
+async fn read_onesided(ctx: &Ctx, n: &NodeState, recs: &mut [Rec], ctts: u64) -> Result<Done<Vec<Version>>, TxnError> {
     ops::locate_all(ctx, n, recs, |r| !r.write).await?;
     let s = ctx.scratch();
     let idx: Vec<usize> = (0..recs.len()).filter(|&i| !recs[i].write).collect();
-    let mut bytes = 0u64;
-    let mut round_trips = 1u64;
+    let mut t = Tally::default();
+    // A batch is a round trip if any of its requests went through the NIC.
+    let mut round_trips = 0u64;
+    let mut batch_from = 0u64;
     // (record, first read, second read), filled as each batch completes.
     let mut snaps: Vec<(usize, Vec<u8>, Vec<u8>)> = Vec::new();
     let mut posted: Vec<(usize, u64, u64)> = Vec::new();
@@ -531,23 +532,24 @@ async fn read_onesided(
             ctx.wait().await?;
             harvest(ctx, &mut posted, &mut snaps)?;
             at = s.addr;
-            round_trips += 1;
+            round_trips += (t.sent > batch_from) as u64;
+            batch_from = t.sent;
         }
         let r = &recs[i];
         let remote = n.catalog.remote(r.home, r.offset, len as u32);
         let a = Op::Read { local: LocalBuf { lkey: s.lkey, addr: at, len: len as u32 }, remote };
         let b = Op::Read { local: LocalBuf { lkey: s.lkey, addr: at + len, len: len as u32 }, remote };
         // The first READ is confirmed by the second's completion (FIFO on the QP).
-        ops::issue(ctx, n, ops::rec_qp(ctx, r)?, vec![(a, false), (b, true)]).await?;
+        t.add(ops::issue(ctx, n, r, vec![(a, false), (b, true)]).await?, 2 * len);
         if !n.rdma.speculative {
             ctx.wait().await?;
         }
         posted.push((i, at, len));
         at += 2 * len;
-        bytes += 2 * len;
     }
     ctx.wait().await?;
     harvest(ctx, &mut posted, &mut snaps)?;
+    round_trips += (t.sent > batch_from) as u64;
     snaps.sort_by_key(|(i, _, _)| *i);
 
     let mut seen = Vec::with_capacity(snaps.len());
@@ -559,14 +561,14 @@ async fn read_onesided(
         // RCC: only the wts must match between the two reads; the copy of the version word
         // catches a READ torn inside (cache-line atomicity only).
         if !same_wts(g, a, b) || !consistent(g, a) || !consistent(g, b) {
-            return Ok((Err(Abort::Torn), round_trips, bytes));
+            return Ok((Err(Abort::Torn), round_trips, t));
         }
         observe(ctx, n, u64_at(b, g.wts()));
         observe(ctx, n, u64_at(b, g.rts()));
         if !r2(u64_at(b, LOCK as usize), ctts) {
-            return Ok((Err(Abort::ReadLocked), round_trips, bytes));
+            return Ok((Err(Abort::ReadLocked), round_trips, t));
         }
-        let Some(v) = r1(g, b, ctts) else { return Ok((Err(Abort::SlotOverflow), round_trips, bytes)) };
+        let Some(v) = r1(g, b, ctts) else { return Ok((Err(Abort::SlotOverflow), round_trips, t)) };
         if v.latest {
             raise.push((*i, u64_at(b, g.rts()), v.word));
         }
@@ -579,7 +581,7 @@ async fn read_onesided(
     // Raise rts to ctts (CAS, retried while other readers move it), then check that no older
     // writer locked the tuple and no new version appeared before rts covered ctts.
     while !raise.is_empty() {
-        round_trips += 1;
+        let round_from = t.sent;
         let mut at = s.addr;
         let mut slots = Vec::new();
         for &(i, rts, _) in &raise {
@@ -596,18 +598,18 @@ async fn read_onesided(
                     swap: ctts,
                 };
                 list.push((cas, false));
-                bytes += 8;
             }
             let check = Op::Read {
                 local: LocalBuf { lkey: s.lkey, addr: at + 8, len: 16 },
                 remote: n.catalog.remote(r.home, r.offset + LOCK, 16),
             };
             list.push((check, true));
-            bytes += 16;
-            ops::issue(ctx, n, ops::rec_qp(ctx, r)?, list).await?;
+            let len = 8 * (list.len() as u64 - 1) + 16;
+            t.add(ops::issue(ctx, n, r, list).await?, len);
             slots.push(at);
             at += 24;
         }
+        round_trips += (t.sent > round_from) as u64;
         ctx.wait().await?;
         let mut again = Vec::new();
         for (&(i, rts, word), at) in raise.iter().zip(slots) {
@@ -623,12 +625,12 @@ async fn read_onesided(
             let lock = ctx.load_local(at + 8)?;
             let now_word = ctx.load_local(at + 16)?;
             if !r2(lock, ctts) || now_word != word {
-                return Ok((Err(Abort::ReadChanged), round_trips, bytes));
+                return Ok((Err(Abort::ReadChanged), round_trips, t));
             }
         }
         raise = again;
     }
-    Ok((Ok(seen), round_trips, bytes))
+    Ok((Ok(seen), round_trips, t))
 }
 
 /// Copies completed double reads out of the scratch.
@@ -821,14 +823,9 @@ impl<'a> CommitReq<'a> {
 }
 
 /// RPC READ: the handler reads the tuple, checks R2 and R1 and raises rts in one go.
-async fn read_rpc(
-    ctx: &Ctx,
-    n: &NodeState,
-    recs: &mut [Rec],
-    ctts: u64,
-) -> Result<(Result<Vec<Version>, Abort>, u64, u64), TxnError> {
+async fn read_rpc(ctx: &Ctx, n: &NodeState, recs: &mut [Rec], ctts: u64) -> Result<Done<Vec<Version>>, TxnError> {
     let mut calls = Vec::new();
-    let mut bytes = 0u64;
+    let mut t = Tally::default();
     for (i, r) in recs.iter().enumerate().filter(|(_, r)| !r.write) {
         calls.push((i, ops::call(ctx, n, r.home, H_READ, &TsReq::of(r, ctts).encode()).await?));
         if !n.rdma.speculative {
@@ -846,7 +843,7 @@ async fn read_rpc(
         };
         observe(ctx, n, wts);
         observe(ctx, n, rts);
-        bytes += 24 + rep.len() as u64;
+        t.add(ops::rpc_path(n, r.home), 24 + rep.len() as u64);
         match outcome {
             Ok((offset, v)) => {
                 r.offset = offset;
@@ -856,7 +853,7 @@ async fn read_rpc(
         }
     }
     ctx.clear_replies();
-    Ok((verdict.map(|_| seen), 1, bytes))
+    Ok((verdict.map(|_| seen), t.round_trips(), t))
 }
 
 /// A write-set record under this transaction's lock: its latest version (which the commit
@@ -874,27 +871,22 @@ async fn lock_set(ctx: &Ctx, n: &NodeState, recs: &mut [Rec], ctts: u64) -> Stag
         return Ok(Ok(Vec::new()));
     }
     let t0 = ctx.now();
-    let (result, round_trips, bytes) = if n.hybrid.onesided(Stage::Lock) {
+    let (result, round_trips, t) = if n.hybrid.onesided(Stage::Lock) {
         lock_onesided(ctx, n, recs, ctts).await?
     } else {
         lock_rpc(ctx, n, recs, ctts).await?
     };
-    ops::account(ctx, n, Stage::Lock, t0, round_trips, bytes);
+    ops::account(ctx, n, Stage::Lock, t0, round_trips, t.bytes, t.local);
     Ok(result)
 }
 
 /// One-sided LOCK, the double-read mechanism: READ wts and rts, check W1; CAS the lock and
 /// READ the tuple (doorbelled); check W1 again on what the READ returned.
-async fn lock_onesided(
-    ctx: &Ctx,
-    n: &NodeState,
-    recs: &mut [Rec],
-    ctts: u64,
-) -> Result<(Result<Vec<Held>, Abort>, u64, u64), TxnError> {
+async fn lock_onesided(ctx: &Ctx, n: &NodeState, recs: &mut [Rec], ctts: u64) -> Result<Done<Vec<Held>>, TxnError> {
     ops::locate_all(ctx, n, recs, |r| r.write && r.tuple.is_empty()).await?;
     let s = ctx.scratch();
     let idx: Vec<usize> = (0..recs.len()).filter(|&i| recs[i].write).collect();
-    let mut bytes = 0u64;
+    let mut t = Tally::default();
     // First read: wts | seq | rts.
     let mut at = s.addr;
     for &i in &idx {
@@ -904,10 +896,12 @@ async fn lock_onesided(
             local: LocalBuf { lkey: s.lkey, addr: at, len: 24 },
             remote: n.catalog.remote(r.home, r.offset + g.wts() as u64, 24),
         };
-        ops::issue(ctx, n, ops::rec_qp(ctx, r)?, vec![(read, true)]).await?;
+        t.add(ops::issue(ctx, n, r, vec![(read, true)]).await?, 24);
         at += 24;
-        bytes += 24;
     }
+    // Each batch that went through the NIC is a round trip.
+    let mut round_trips = t.round_trips();
+    let mut batch_from = t.sent;
     ctx.wait().await?;
     let mut too_late = false;
     for k in 0..idx.len() {
@@ -919,10 +913,9 @@ async fn lock_onesided(
         too_late |= !w1_words(wts, rts, ctts);
     }
     if too_late {
-        return Ok((Err(Abort::WriteTooLate), 1, bytes));
+        return Ok((Err(Abort::WriteTooLate), round_trips, t));
     }
     // Second read: CAS + READ of the whole tuple, in batches that fit the area.
-    let mut round_trips = 2;
     let mut posted: Vec<(usize, u64, u64)> = Vec::new();
     let mut at = s.addr;
     let (area, _, _) = areas(ctx);
@@ -935,7 +928,8 @@ async fn lock_onesided(
             ctx.wait().await?;
             harvest_locks(ctx, recs, &mut posted)?;
             at = s.addr;
-            round_trips += 1;
+            round_trips += (t.sent > batch_from) as u64;
+            batch_from = t.sent;
         }
         let r = &recs[i];
         // A sentinel, so a result that never arrived cannot read as "was free".
@@ -950,13 +944,13 @@ async fn lock_onesided(
             local: LocalBuf { lkey: s.lkey, addr: at + 8, len: len as u32 },
             remote: n.catalog.remote(r.home, r.offset, len as u32),
         };
-        ops::issue(ctx, n, ops::rec_qp(ctx, r)?, vec![(cas, false), (read, true)]).await?;
+        t.add(ops::issue(ctx, n, r, vec![(cas, false), (read, true)]).await?, 8 + len);
         posted.push((i, at, len));
         at += 8 + len;
-        bytes += 8 + len;
     }
     ctx.wait().await?;
     harvest_locks(ctx, recs, &mut posted)?;
+    round_trips += (t.sent > batch_from) as u64;
     let mut why = None;
     let mut held = Vec::with_capacity(idx.len());
     for &i in &idx {
@@ -976,7 +970,7 @@ async fn lock_onesided(
         }
         held.push(Held { old: latest(g, &r.tuple), slot: oldest_slot(g, &r.tuple) });
     }
-    Ok((why.map_or(Ok(held), Err), round_trips, bytes))
+    Ok((why.map_or(Ok(held), Err), round_trips, t))
 }
 
 /// What a CAS's result buffer holds before the result lands: no lock word or `rts` (both
@@ -1006,12 +1000,7 @@ fn harvest_locks(ctx: &Ctx, recs: &mut [Rec], posted: &mut Vec<(usize, u64, u64)
 
 /// RPC LOCK: the handler checks W1, locks (W2) and replies with the latest version and the
 /// slot a commit moves it into (RCC: "a new record is created and sent back").
-async fn lock_rpc(
-    ctx: &Ctx,
-    n: &NodeState,
-    recs: &mut [Rec],
-    ctts: u64,
-) -> Result<(Result<Vec<Held>, Abort>, u64, u64), TxnError> {
+async fn lock_rpc(ctx: &Ctx, n: &NodeState, recs: &mut [Rec], ctts: u64) -> Result<Done<Vec<Held>>, TxnError> {
     let mut calls = Vec::new();
     for (i, r) in recs.iter().enumerate().filter(|(_, r)| r.write) {
         calls.push((i, ops::call(ctx, n, r.home, H_LOCK, &TsReq::of(r, ctts).encode()).await?));
@@ -1019,7 +1008,7 @@ async fn lock_rpc(
     ctx.wait().await?;
     let mut why = None;
     let mut held = Vec::with_capacity(calls.len());
-    let mut bytes = 0;
+    let mut t = Tally::default();
     for (i, call) in calls {
         let r = &mut recs[i];
         let rep = ops::reply(ctx, call, "MVCC_LOCK")?;
@@ -1028,7 +1017,7 @@ async fn lock_rpc(
         };
         observe(ctx, n, wts);
         observe(ctx, n, rts);
-        bytes += 24 + rep.len() as u64;
+        t.add(ops::rpc_path(n, r.home), 24 + rep.len() as u64);
         match outcome {
             Ok(Locked { offset, slot, word, writer, record }) => {
                 if slot >= SLOTS || record.len() != geometry(n, r.table).rec {
@@ -1049,7 +1038,7 @@ async fn lock_rpc(
         }
     }
     ctx.clear_replies();
-    Ok((why.map_or(Ok(held), Err), 1, bytes))
+    Ok((why.map_or(Ok(held), Err), t.round_trips(), t))
 }
 
 /// COMMIT (RCC Sec. 4.4): installs each new value (wts = ctts; the displaced latest version
@@ -1068,7 +1057,7 @@ async fn commit(
     h: &mut txbed_checker::Txn,
 ) -> Result<(), TxnError> {
     let t0 = ctx.now();
-    let mut bytes = 0u64;
+    let mut t = Tally::default();
     debug_assert_eq!(new_values.len(), recs.iter().filter(|r| r.write).count(), "a new value per write");
     debug_assert_eq!(held.len(), new_values.len(), "a held version per write");
     let writes: Vec<(&Rec, &Vec<u8>)> = recs.iter().filter(|r| r.write).zip(new_values).collect();
@@ -1112,9 +1101,12 @@ async fn commit(
                 at = s.addr + from;
             }
             let mut list = Vec::with_capacity(4);
+            let mut bytes = 8;
             for (off, b) in p {
                 bytes += b.len() as u64;
-                let src = if b.len() <= 64 {
+                // The CPU stores a local record's pieces from where they are; the NIC needs
+                // them inline or staged.
+                let src = if b.len() <= 64 || n.local(r.home) {
                     Payload::Inline(b.clone())
                 } else {
                     ctx.write_local(at, b)?;
@@ -1125,7 +1117,6 @@ async fn commit(
                 let remote = n.catalog.remote(r.home, r.offset + *off as u64, b.len() as u32);
                 list.push((Op::Write { src, remote }, false));
             }
-            bytes += 8;
             let unlock = Op::Write {
                 src: Payload::Inline(0u64.to_le_bytes().to_vec()),
                 remote: n.catalog.remote(r.home, r.offset + LOCK, 8),
@@ -1136,23 +1127,23 @@ async fn commit(
             let depth = ctx.qp_info(q).map_or(2, |i| i.max_outstanding);
             let signal = !n.rdma.passive_ack || ctx.outstanding(q) + 4 >= depth / 2 || wraps;
             list.push((unlock, signal));
-            ops::issue(ctx, n, q, list).await?;
+            t.add(ops::issue(ctx, n, r, list).await?, bytes);
         }
     } else {
         for (r, v) in &writes {
             let req = CommitReq { table: r.table, offset: r.offset, ctts, writer: id, record: v }.encode();
-            bytes += req.len() as u64;
             if n.rdma.passive_ack {
-                ctx.call_oneway(ops::endpoint(ctx, r.home), H_COMMIT, &req);
+                ops::send_oneway(ctx, n, r.home, H_COMMIT, &req);
             } else {
                 ops::call(ctx, n, r.home, H_COMMIT, &req).await?;
             }
+            t.add(ops::rpc_path(n, r.home), req.len() as u64);
         }
     }
     let waited = ctx.wait().await;
     ctx.clear_replies();
     waited?;
-    ops::account(ctx, n, Stage::Commit, t0, 1, bytes);
+    ops::account_tally(ctx, n, Stage::Commit, t0, &t);
     Ok(())
 }
 

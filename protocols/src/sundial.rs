@@ -46,7 +46,7 @@ use txbed_txn::attempt::{cause, committed, new_history, Attempt};
 use txbed_txn::history_key;
 use txbed_txn::msg::KeyReq;
 use txbed_txn::node::{NodeState, BUSY, MALFORMED, MISSING, OK};
-use txbed_txn::ops::{self, account, Rec};
+use txbed_txn::ops::{self, Rec, Tally};
 use txbed_txn::participant::{BY_KEY, BY_OFFSET};
 use txbed_txn::protocol::{handler_id, in_id_order, Bug, LocalBoxFuture, Protocol};
 use txbed_txn::stage::Stage;
@@ -328,7 +328,8 @@ async fn read_set(ctx: &Ctx, n: &NodeState, recs: &mut [Rec], id: u64) -> Result
         return Ok(true);
     }
     let t0 = ctx.now();
-    let (mut rounds, mut waits, mut bytes) = (0u64, 0u64, 0u64);
+    // `waits`: batches that went through the NIC (round trips).
+    let (mut rounds, mut waits, mut t) = (0u64, 0u64, Tally::default());
     let mut stable = true;
     if n.hybrid.onesided(Stage::Read) {
         ops::locate_all(ctx, n, recs, |r| !r.write).await?;
@@ -348,6 +349,7 @@ async fn read_set(ctx: &Ctx, n: &NodeState, recs: &mut [Rec], id: u64) -> Result
             while k < todo.len() {
                 let mut at = s.addr;
                 let mut slots = Vec::new();
+                let batch_from = t.sent;
                 while let Some(&i) = todo.get(k) {
                     let r = &recs[i];
                     let len = ops::tuple_bytes(n, r.table);
@@ -367,17 +369,17 @@ async fn read_set(ctx: &Ctx, n: &NodeState, recs: &mut [Rec], id: u64) -> Result
                     let first = Op::Read { local: LocalBuf { lkey: s.lkey, addr: at, len }, remote };
                     let second = Op::Read { local: LocalBuf { lkey: s.lkey, addr: at + len as u64, len }, remote };
                     // Two doorbelled READs; the second executes after the first (per-QP order).
-                    ops::issue(ctx, n, ops::rec_qp(ctx, r)?, vec![(first, false), (second, true)]).await?;
+                    let path = ops::issue(ctx, n, r, vec![(first, false), (second, true)]).await?;
+                    t.add(path, 2 * len as u64);
                     if !n.rdma.speculative {
                         ctx.wait().await?;
                     }
                     slots.push((i, at, len as usize));
                     at += 2 * len as u64;
-                    bytes += 2 * len as u64;
                     k += 1;
                 }
                 ctx.wait().await?;
-                waits += 1;
+                waits += (t.sent > batch_from) as u64;
                 for (i, at, len) in slots {
                     let mut two = vec![0u8; 2 * len];
                     ctx.read_local(at, &mut two)?;
@@ -392,7 +394,6 @@ async fn read_set(ctx: &Ctx, n: &NodeState, recs: &mut [Rec], id: u64) -> Result
             todo = again;
         }
     } else {
-        waits = 1;
         let mut calls = Vec::new();
         for &i in &rs {
             let r = &recs[i];
@@ -401,13 +402,16 @@ async fn read_set(ctx: &Ctx, n: &NodeState, recs: &mut [Rec], id: u64) -> Result
             if !n.rdma.speculative {
                 ctx.wait().await?;
             }
-            bytes += req.len() as u64;
+            t.add(ops::rpc_path(n, r.home), req.len() as u64);
         }
+        waits = t.round_trips();
         ctx.wait().await?;
         for (i, call) in calls {
             let r = &mut recs[i];
             let rep = ops::reply(ctx, call, "SD_READ")?;
-            bytes += rep.len() as u64;
+            if ops::rpc_path(n, r.home) == ops::Path::Nic {
+                t.bytes += rep.len() as u64;
+            }
             match ReadReply::decode(&rep)? {
                 ReadReply::Found { offset, tuple } => {
                     r.tuple = ops::tuple_for(n, r, tuple)?;
@@ -418,7 +422,7 @@ async fn read_set(ctx: &Ctx, n: &NodeState, recs: &mut [Rec], id: u64) -> Result
             }
         }
     }
-    account(ctx, n, Stage::Read, t0, waits, bytes);
+    ops::account(ctx, n, Stage::Read, t0, waits, t.bytes, t.local);
     Ok(stable && rs.iter().all(|&i| free(recs[i].lock_word(), id)))
 }
 
@@ -436,7 +440,8 @@ async fn renew(ctx: &Ctx, n: &NodeState, recs: &[Rec], ts: u64, id: u64) -> Resu
     }
     let ignore_lock = n.bug == Some(RENEW_IGNORES_LOCK);
     let t0 = ctx.now();
-    let (mut rounds, mut bytes) = (0u64, 0u64);
+    // `round_trips`: rounds that went through the NIC.
+    let (mut rounds, mut round_trips, mut t) = (0u64, 0u64, Tally::default());
     let mut renewed = true;
     if n.hybrid.onesided(Stage::Renew) {
         let s = ctx.scratch();
@@ -450,6 +455,7 @@ async fn renew(ctx: &Ctx, n: &NodeState, recs: &[Rec], ts: u64, id: u64) -> Resu
                 break;
             }
             rounds += 1;
+            let round_from = t.sent;
             // Per record, 40 bytes: CAS result | lock | version | wts | rts.
             let mut slots = Vec::new();
             for (k, &(i, seen)) in todo.iter().enumerate() {
@@ -473,10 +479,11 @@ async fn renew(ctx: &Ctx, n: &NodeState, recs: &[Rec], ts: u64, id: u64) -> Resu
                     local: LocalBuf { lkey: s.lkey, addr: at + 24, len: 16 },
                     remote: n.catalog.remote(r.home, r.offset + e, 16),
                 };
-                ops::issue(ctx, n, ops::rec_qp(ctx, r)?, vec![(cas, false), (head, false), (lease, true)]).await?;
+                let path = ops::issue(ctx, n, r, vec![(cas, false), (head, false), (lease, true)]).await?;
+                t.add(path, 8 + 32);
                 slots.push((i, seen, at));
-                bytes += 8 + 32;
             }
+            round_trips += (t.sent > round_from) as u64;
             ctx.wait().await?;
             todo.clear();
             for (i, seen, at) in slots {
@@ -497,23 +504,25 @@ async fn renew(ctx: &Ctx, n: &NodeState, recs: &[Rec], ts: u64, id: u64) -> Resu
             }
         }
     } else {
-        rounds = 1;
         let mut calls = Vec::new();
         for &(i, _) in &todo {
             let r = &recs[i];
             let req =
                 RenewReq { offset: r.offset, ext_at: ext_at(n, r.table), wts: lease_of(n, r).0, commit_ts: ts, id };
-            calls.push(ops::call(ctx, n, r.home, H_SD_RENEW, &req.encode()).await?);
-            bytes += 40;
+            calls.push((i, ops::call(ctx, n, r.home, H_SD_RENEW, &req.encode()).await?));
+            t.add(ops::rpc_path(n, r.home), 40);
         }
+        round_trips = t.round_trips();
         ctx.wait().await?;
-        for call in calls {
+        for (i, call) in calls {
             let rep = ops::reply(ctx, call, "SD_RENEW")?;
-            bytes += rep.len() as u64;
+            if ops::rpc_path(n, recs[i].home) == ops::Path::Nic {
+                t.bytes += rep.len() as u64;
+            }
             renewed &= RenewReply::decode(&rep)?.renewed;
         }
     }
-    account(ctx, n, Stage::Renew, t0, rounds, bytes);
+    ops::account(ctx, n, Stage::Renew, t0, round_trips, t.bytes, t.local);
     Ok(renewed)
 }
 

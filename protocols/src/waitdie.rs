@@ -36,7 +36,7 @@ use txbed_txn::attempt::{committed, execute, new_history, Attempt};
 use txbed_txn::history_key;
 use txbed_txn::msg::{CommitReq, LockReply, LockReq, ReleaseReq};
 use txbed_txn::node::{NodeState, MALFORMED};
-use txbed_txn::ops::{self, account, Rec};
+use txbed_txn::ops::{self, Rec, Tally};
 use txbed_txn::participant::{BY_KEY, BY_OFFSET};
 use txbed_txn::protocol::{handler_id, in_id_order, BackgroundFn, Bug, LocalBoxFuture, OptionValues, Protocol};
 use txbed_txn::stage::Stage;
@@ -362,17 +362,17 @@ async fn background(ctx: Ctx, n: Rc<NodeState>, end: u64) {
 /// waited past the bound), holding the records marked `locked`.
 async fn lock(ctx: &Ctx, n: &NodeState, recs: &mut [Rec], ts: u64) -> Result<bool, TxnError> {
     let t0 = ctx.now();
-    let (mut round_trips, mut bytes) = (0u64, 0u64);
+    let (mut round_trips, mut t) = (0u64, Tally::default());
     let all = if n.hybrid.onesided(Stage::Lock) {
-        lock_onesided(ctx, n, recs, ts, &mut round_trips, &mut bytes).await?
+        lock_onesided(ctx, n, recs, ts, &mut round_trips, &mut t).await?
     } else {
-        round_trips = 1;
         let mut calls = Vec::new();
         for (i, r) in recs.iter().enumerate() {
-            bytes += 8 + ops::tuple_bytes(n, r.table) as u64;
             let req = LockReq { table: r.table, key: r.key, owner: ts }.encode();
             calls.push((i, ops::call(ctx, n, r.home, H_WD_LOCK, &req).await?));
+            t.add(ops::rpc_path(n, r.home), 8 + ops::tuple_bytes(n, r.table) as u64);
         }
+        round_trips = t.round_trips();
         // Waiters' replies come when their locks are granted (or they die).
         ctx.wait().await?;
         for (i, call) in calls {
@@ -389,19 +389,20 @@ async fn lock(ctx: &Ctx, n: &NodeState, recs: &mut [Rec], ts: u64) -> Result<boo
         }
         recs.iter().all(|r| r.locked)
     };
-    account(ctx, n, Stage::Lock, t0, round_trips, bytes);
+    ops::account(ctx, n, Stage::Lock, t0, round_trips, t.bytes, t.local);
     Ok(all)
 }
 
 /// One-sided LOCK: CAS + READ per missing record, doorbelled on one QP (the READ's data is
 /// ignored if the CAS failed); a failed CAS returns the holder's timestamp to compare with.
+/// A round counts as a round trip if any of its requests went through the NIC.
 async fn lock_onesided(
     ctx: &Ctx,
     n: &NodeState,
     recs: &mut [Rec],
     ts: u64,
     round_trips: &mut u64,
-    bytes: &mut u64,
+    t: &mut Tally,
 ) -> Result<bool, TxnError> {
     ops::locate_all(ctx, n, recs, |r| r.tuple.is_empty()).await?;
     const SENTINEL: u64 = u64::MAX;
@@ -416,12 +417,11 @@ async fn lock_onesided(
         return Err(TxnError::TooBig { what: "lock buffers", bytes: need, limit, within: "scratch half" });
     }
     loop {
-        *round_trips += 1;
+        let sent = t.sent;
         let mut at = scratch.addr;
         let mut slots = Vec::new();
         for (i, r) in recs.iter().enumerate().filter(|(_, r)| !r.locked) {
             let len = ops::tuple_bytes(n, r.table);
-            *bytes += 8 + len as u64;
             // A sentinel, so a result that never arrived cannot read as "was free".
             ctx.store_local(at, SENTINEL)?;
             let cas = Op::Cas {
@@ -436,8 +436,9 @@ async fn lock_onesided(
             };
             slots.push((i, at));
             at += 8 + len as u64;
-            ops::issue(ctx, n, ops::rec_qp(ctx, r)?, vec![(cas, false), (read, true)]).await?;
+            t.add(ops::issue(ctx, n, r, vec![(cas, false), (read, true)]).await?, 8 + len as u64);
         }
+        *round_trips += (t.sent > sent) as u64;
         ctx.wait().await?;
         let mut die = false;
         let mut recheck = Vec::new();
@@ -464,8 +465,9 @@ async fn lock_onesided(
             }
         }
         if !recheck.is_empty() {
-            *round_trips += 1;
-            die |= recheck_locks(ctx, n, recs, &recheck, ts, bytes).await?;
+            let sent = t.sent;
+            die |= recheck_locks(ctx, n, recs, &recheck, ts, t).await?;
+            *round_trips += (t.sent > sent) as u64;
         }
         if recs.iter().all(|r| r.locked) {
             return Ok(true);
@@ -491,7 +493,7 @@ async fn recheck_locks(
     recs: &mut [Rec],
     which: &[usize],
     ts: u64,
-    bytes: &mut u64,
+    t: &mut Tally,
 ) -> Result<bool, TxnError> {
     let scratch = ctx.scratch();
     let mut at = scratch.addr;
@@ -499,12 +501,11 @@ async fn recheck_locks(
     for &i in which {
         let r = &recs[i];
         let len = ops::tuple_bytes(n, r.table);
-        *bytes += len as u64;
         let read = Op::Read {
             local: LocalBuf { lkey: scratch.lkey, addr: at, len },
             remote: n.catalog.remote(r.home, r.offset, len),
         };
-        ops::issue(ctx, n, ops::rec_qp(ctx, r)?, vec![(read, true)]).await?;
+        t.add(ops::issue(ctx, n, r, vec![(read, true)]).await?, len as u64);
         slots.push((i, at));
         at += len as u64;
     }
@@ -520,8 +521,10 @@ async fn recheck_locks(
     Ok(die)
 }
 
-/// Posts the unlocks of the locked records `which` selects, by the RELEASE stage's primitive.
-fn release_posts(ctx: &Ctx, n: &NodeState, recs: &[Rec], which: impl Fn(&Rec) -> bool, ts: u64) {
+/// Posts the unlocks of the locked records `which` selects, by the RELEASE stage's primitive
+/// (a local record's by the CPU or a direct call); returns what it sent.
+fn release_posts(ctx: &Ctx, n: &NodeState, recs: &[Rec], which: impl Fn(&Rec) -> bool, ts: u64) -> Tally {
+    let mut t = Tally::default();
     for r in recs.iter().filter(|r| r.locked && which(r)) {
         if n.hybrid.onesided(Stage::Release) {
             let unlock = Op::Write {
@@ -530,24 +533,26 @@ fn release_posts(ctx: &Ctx, n: &NodeState, recs: &[Rec], which: impl Fn(&Rec) ->
             };
             // A full send queue must not leave the lock held: the lock word holds our
             // timestamp, so the RPC can release it instead (RCC Sec. 5.2).
-            if ops::rec_qp(ctx, r).is_ok_and(|q| ctx.post(q, [(unlock, true)]).is_ok()) {
+            if let Ok(path) = ops::issue_now(ctx, n, r, vec![(unlock, true)]) {
+                t.add(path, 8);
                 continue;
             }
         }
         let req = ReleaseReq { offset: r.offset, owner: ts }.encode();
-        ctx.call(ops::endpoint(ctx, r.home), H_WD_RELEASE, &req);
+        ops::send(ctx, n, r.home, H_WD_RELEASE, &req);
+        t.add(ops::rpc_path(n, r.home), 8);
     }
+    t
 }
 
 /// RELEASE every lock held, and wait.
 async fn release(ctx: &Ctx, n: &NodeState, recs: &[Rec], ts: u64) -> Result<(), TxnError> {
     let t0 = ctx.now();
-    let count = recs.iter().filter(|r| r.locked).count() as u64;
-    release_posts(ctx, n, recs, |_| true, ts);
+    let t = release_posts(ctx, n, recs, |_| true, ts);
     let waited = ctx.wait().await;
     ctx.clear_replies();
     waited?;
-    account(ctx, n, Stage::Release, t0, (count > 0) as u64, 8 * count);
+    ops::account_tally(ctx, n, Stage::Release, t0, &t);
     Ok(())
 }
 
@@ -563,20 +568,23 @@ async fn write_back(
     history: &mut Txn,
 ) -> Result<(), TxnError> {
     let t0 = ctx.now();
-    let mut bytes = 0u64;
+    let mut t = Tally::default();
     let mut staging = txbed_txn::ops::staging_at(ctx);
     debug_assert_eq!(new_values.len(), recs.iter().filter(|r| r.write).count(), "a new value per write");
     for (r, v) in recs.iter().filter(|r| r.write).zip(new_values) {
-        bytes += ops::write_back_one(ctx, n, r, v, id, history, &mut staging, true, H_WD_COMMIT).await?;
+        t += ops::write_back_one(ctx, n, r, v, id, history, &mut staging, true, H_WD_COMMIT).await?;
     }
     for r in recs.iter().filter(|r| !r.write) {
         history.reads.push(Access { key: history_key(r.table, r.key), version: r.version().1 });
     }
-    release_posts(ctx, n, recs, |r| !r.write, ts);
+    // The read set's unlocks ride in this stage: counted, their bytes not.
+    let unlocks = release_posts(ctx, n, recs, |r| !r.write, ts);
+    t.sent += unlocks.sent;
+    t.local += unlocks.local;
     let waited = ctx.wait().await;
     ctx.clear_replies();
     waited?;
-    account(ctx, n, Stage::Commit, t0, 1, bytes);
+    ops::account_tally(ctx, n, Stage::Commit, t0, &t);
     Ok(())
 }
 

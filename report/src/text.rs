@@ -94,7 +94,8 @@ pub fn txn_text(s: &Scenario, r: &TxnReport) -> String {
         .map(|(k, v)| {
             let lookups =
                 if v.lookup_reads >= 0.005 { format!(" + {:.2} lookup READs", v.lookup_reads) } else { String::new() };
-            format!("{k} {:.2} us / {:.1} RTT{lookups} / {:.0} B", v.mean_us, v.round_trips, v.bytes)
+            let local = if v.local > 0.0 { format!(" / {:.1} local", v.local) } else { String::new() };
+            format!("{k} {:.2} us / {:.1} RTT{lookups} / {:.0} B{local}", v.mean_us, v.round_trips, v.bytes)
         })
         .collect();
     let verbs: Vec<String> = r.verbs.iter().map(|(k, n)| format!("{k} {n}")).collect();

@@ -39,6 +39,7 @@ fn spec(protocol: ProtocolRef, hybrid: Hybrid, options: Options, trace: bool) ->
         duration_ns: 60_000,
         cache_bytes: 1 << 20,
         warm_cache: false,
+        local_path: true,
         retry: txbed_txn::retry::Retry::DEFAULT,
         options,
         bug: None,

@@ -42,6 +42,7 @@ pub fn txn_spec(s: &Scenario, profile: &NicProfile, seed: u64) -> Result<TxnRunS
         duration_ns: s.run.measure_us * 1000,
         cache_bytes: p.cache_mb << 20,
         warm_cache: p.warm_cache,
+        local_path: p.local_path,
         retry: s.run.retry,
         options,
         bug: None,

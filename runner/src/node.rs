@@ -57,6 +57,7 @@ pub fn node_state(spec: &TxnRunSpec, me: u16, catalog: &Rc<Catalog>) -> Rc<NodeS
         workload: spec.workload.clone(),
         hybrid: spec.hybrid,
         rdma: spec.options,
+        local_path: crate::spec::local_path(spec),
         history: RefCell::new(Vec::new()),
         stats: RefCell::new(TxnStats::default()),
         pending_lookups: RefCell::default(),
@@ -94,6 +95,8 @@ pub async fn coordinator(ctx: Ctx, st: Rc<NodeState>, sh: Shared, c: u32) {
         let drawn_spec = ctx.with_rng(|r| st.workload.generate_at(r, n, st.nodes, terminal));
         let lookups = st.workload.lookups(&drawn_spec);
         let mut tries = 0u32;
+        // Whether the last attempt ever waited (for the network, a timer, a turn).
+        let mut waited;
         let first = ctx.now();
         let in_window = |now: u64| now >= sh.from && now < sh.end;
         loop {
@@ -114,7 +117,9 @@ pub async fn coordinator(ctx: Ctx, st: Rc<NodeState>, sh: Shared, c: u32) {
             seq += 1;
             let id = txn_id(n, wk, c, seq);
             let began = ctx.now();
+            let resumed = ctx.resumes();
             let mut outcome = sh.protocol.attempt(&ctx, &st, t, id).await;
+            waited = ctx.resumes() != resumed;
             // Answers gone stale by the time the transaction read its rows: a conflict.
             if outcome == Attempt::UserAbort && st.workload.retry_on_user_abort(t) {
                 outcome = Attempt::Conflict(cause::STALE_LOOKUP);
@@ -181,6 +186,12 @@ pub async fn coordinator(ctx: Ctx, st: Rc<NodeState>, sh: Shared, c: u32) {
                 }
             }
         }
+        // A transaction that never waited (every record local) held the worker throughout:
+        // let its event loop and other coroutines run before the next one, as a worker
+        // switches coroutines between transactions.
+        if !waited {
+            ctx.yield_now().await;
+        }
     }
 }
 
@@ -206,6 +217,9 @@ pub struct NodeResult {
     pub stage_calls: [u64; Stage::COUNT],
     #[serde(default)]
     pub stage_lookup_reads: [u64; Stage::COUNT],
+    /// Record accesses served on the local path, per stage.
+    #[serde(default)]
+    pub stage_local: [u64; Stage::COUNT],
     /// Work requests posted by this node's workers, by opcode (sockets backend only).
     #[serde(default)]
     pub verbs: [u64; 7],
@@ -305,6 +319,7 @@ impl NodeResult {
             stage_bytes: self.stage_bytes,
             stage_calls: self.stage_calls,
             stage_lookup_reads: self.stage_lookup_reads,
+            stage_local: self.stage_local,
         }
     }
 
@@ -320,6 +335,7 @@ impl NodeResult {
         self.stage_bytes = s.stage_bytes;
         self.stage_calls = s.stage_calls;
         self.stage_lookup_reads = s.stage_lookup_reads;
+        self.stage_local = s.stage_local;
     }
 }
 

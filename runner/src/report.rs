@@ -113,6 +113,9 @@ pub struct StageReport {
     pub mean_us: f64,
     pub round_trips: f64,
     pub bytes: f64,
+    /// Record accesses served on the local path per execution (CPU only: no round trip, no
+    /// wire bytes; `protocol.local_path`).
+    pub local: f64,
     pub executions: u64,
     /// Location-lookup bucket READs per execution (round trips apart from `round_trips`).
     pub lookup_reads: f64,
@@ -158,6 +161,7 @@ pub fn txn_report(
                     mean_us: r.stats.stage_ns[i] as f64 / n as f64 / 1000.0,
                     round_trips: r.stats.stage_round_trips[i] as f64 / n as f64,
                     bytes: r.stats.stage_bytes[i] as f64 / n as f64,
+                    local: r.stats.stage_local[i] as f64 / n as f64,
                     executions: n,
                     lookup_reads: r.stats.stage_lookup_reads[i] as f64 / n as f64,
                 },

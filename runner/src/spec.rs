@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use txbed_sim::NicProfile;
+use txbed_txn::node::LocalPath;
 use txbed_txn::protocol::{Bug, OptionValues, ProtocolRef, Rdma};
 use txbed_txn::retry::Retry;
 use txbed_txn::stage::Hybrid;
@@ -21,6 +22,15 @@ pub fn scratch_per_coroutine(spec: &TxnRunSpec, layout: &Layout) -> u32 {
         .map(|&(t, n)| n as u64 * (8 + layout.table(t).map_or(0, |p| p.tuple_bytes)))
         .sum();
     (4 * need).next_multiple_of(4096).clamp(16 << 10, 64 << 20) as u32
+}
+
+/// How this run's coordinators reach their own node's records: the local path as the spec
+/// says, with CPU atomics standing in for NIC atomics only where the profile's NICs are
+/// atomic with the CPU (`Atomicity::Glob`).
+pub fn local_path(spec: &TxnRunSpec) -> LocalPath {
+    let glob = spec.profile.atomicity == txbed_sim::profile::Atomicity::Glob;
+    let planted = spec.bug == Some(txbed_txn::local::CPU_CAS_ON_HCA);
+    LocalPath { on: spec.local_path, cpu_atomics: spec.local_path && (glob || planted) }
 }
 
 /// Coroutines each worker runs: the coordinators, plus the protocol's background one.
@@ -52,8 +62,12 @@ pub struct TxnRunSpec {
     pub cache_bytes: u64,
     /// Start with every node's location cache filled (`protocol.warm_cache`).
     pub warm_cache: bool,
+    /// Records homed on the coordinator's own node take the local path
+    /// (`protocol.local_path`, `txbed_txn::node::LocalPath`).
+    pub local_path: bool,
     pub options: Rdma,
-    /// A planted bug: one of the protocol's `bugs()` or `txbed_txn::log::SKIP_LOG`.
+    /// A planted bug: one of the protocol's `bugs()`, `txbed_txn::log::SKIP_LOG` or
+    /// `txbed_txn::local::CPU_CAS_ON_HCA`.
     pub bug: Option<Bug>,
     /// Allow one-sided locking across several HCA-atomic NICs per node (unsafe: for tests
     /// that show the checker catching it).
@@ -90,6 +104,7 @@ impl TxnRunSpec {
             duration_ns: 200_000,
             cache_bytes: 1 << 20,
             warm_cache: false,
+            local_path: true,
             retry: Retry::DEFAULT,
             options: Rdma::default(),
             bug: None,
@@ -106,7 +121,8 @@ pub fn check_spec(spec: &TxnRunSpec) -> Result<(), String> {
     spec.hybrid.check(p.name(), p.stages())?;
     p.check_options(&spec.protocol_options).map_err(|e| format!("{} options: {e}", p.name()))?;
     if let Some(bug) = spec.bug {
-        if !p.bugs().contains(&bug) && bug != txbed_txn::log::SKIP_LOG {
+        let shared = [txbed_txn::log::SKIP_LOG, txbed_txn::local::CPU_CAS_ON_HCA];
+        if !p.bugs().contains(&bug) && !shared.contains(&bug) {
             return Err(format!("{} has no planted bug {}", p.name(), bug.name));
         }
     }

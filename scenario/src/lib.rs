@@ -218,6 +218,11 @@ pub struct ProtocolSpec {
     /// after a long warm-up), up to `cache_mb`; off: the cache starts empty. Simulator only.
     #[serde(default)]
     pub warm_cache: bool,
+    /// Records homed on the coordinator's own node are accessed by its CPU (loads, stores,
+    /// CPU atomics where the NIC's atomics allow) and RPCs to its own worker are direct calls;
+    /// off: through the NIC loopback, like remote records (docs/transactions.md).
+    #[serde(default = "default_local_path")]
+    pub local_path: bool,
     /// One-sided LOG: KiB of each ring a backup keeps per (sender node, sender worker).
     #[serde(default = "default_log_ring_kib")]
     pub log_ring_kib: u64,
@@ -263,6 +268,9 @@ fn default_replication() -> u16 {
 }
 fn default_cache_mb() -> u64 {
     64
+}
+fn default_local_path() -> bool {
+    true
 }
 fn default_log_ring_kib() -> u64 {
     txbed_txn::protocol::DEFAULT_LOG_RING_BYTES >> 10

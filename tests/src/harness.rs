@@ -160,6 +160,7 @@ impl<L: Load> Shape<L> {
             duration_ns: self.duration_ns,
             cache_bytes: 1 << 20,
             warm_cache: false,
+            local_path: true,
             retry: txbed_txn::retry::Retry::DEFAULT,
             options: self.options,
             bug: self.bug,

@@ -20,9 +20,13 @@
 //! lookup of D_NEXT_O_ID and its validation. In a closed loop every other coordinator of the node
 //! runs one new-order per cycle, and this one's lookup-to-validation plus the other's
 //! lock-to-write-back make about one cycle, so an attempt meets about e = 1 new-order of each
-//! other coordinator (retries of a conflicting pair meet it again: e up to 2, each window being
-//! at most a cycle). With c coordinators drawing independently the conflict rate per attempt is
-//! r = 1 - (1 - q)^(e (c - 1)): 0.056 for c = 2 and 0.16 for c = 4 at e = 1. Bound to its own
+//! other coordinator. Each window is at most a cycle, so e is at most 2, and a retry after a
+//! conflict meets its partner again, which adds up to one more: e up to 3. Such new-orders touch
+//! only their own node (the local path: CPU time for every record, the LOG to the backups the
+//! one round trip), so the lock-to-write-back window, mostly that round trip, is most of a
+//! cycle and e is nearer 2 than 1. With c coordinators drawing independently the conflict rate
+//! per attempt is r = 1 - (1 - q)^(e (c - 1)): 0.056 for c = 2 and 0.16 for c = 4 at e = 1,
+//! three times that at e = 3 (for small q). Bound to its own
 //! warehouse (`Worker`, workers <= W) a coordinator is the only writer of its rows and runs one
 //! transaction at a time: no conflict at all, r = 0. With 4 workers on 2 warehouses, `Worker`
 //! gives workers k and k + 2 one warehouse: each meets exactly one other coordinator, always on
@@ -84,7 +88,7 @@ fn binding_workers_to_warehouses_decides_district_contention() {
     assert!((same_district - 0.05).abs() < 0.005, "same district {same_district}");
     assert!(q > same_district && q < same_district + 0.02, "q {q}, same district {same_district}");
     let expect = |c: i32| 1.0 - (1.0 - q).powi(c - 1);
-    let within = |r: f64, p: f64| r >= 0.5 * p && r <= 2.5 * p;
+    let within = |r: f64, p: f64| r >= 0.5 * p && r <= 3.0 * p;
     for hybrid in [Hybrid::RPC, Hybrid::full(OCC.stages())] {
         let run = |home, workers| {
             let s = Shape { workers, coroutines: 1, duration_ns: 2_000_000, ..Shape::new(OCC, tpcc(home), hybrid, 1) };

@@ -296,15 +296,19 @@ impl Sizes {
 /// LOG, shared by both protocols (`ops::log`): one round trip, the log record to each backup,
 /// one-sided as one WRITE into its ring framed `length 4 | pad 4 | sequence 8 | record |
 /// length 4`, padded to 8 (24 B more), or an `H_LOG` call (empty reply). The counter shows
-/// the record's bytes per backup (framing not counted).
+/// the record's bytes per backup (framing not counted). Coordinator `c` writes node `c + 1`'s
+/// rows, whose backups are `c + 2` and `c + 3`, which is `c` itself on 3 nodes: that copy
+/// takes the local path (the CPU writes its own ring, or calls `H_LOG` in place: no verb, no
+/// message, no byte), so `b - 1` backups get it over the network.
 fn log_cost(s: Sizes, onesided: bool) -> Cost {
     let l = s.log_record();
+    let remote = s.b - 1;
     let issued = if onesided {
-        Issued { round_trips: 1, verbs: verbs(&[("WRITE", l + 24, s.b as usize)]), calls: vec![] }
+        Issued { round_trips: 1, verbs: verbs(&[("WRITE", l + 24, remote as usize)]), calls: vec![] }
     } else {
-        Issued { round_trips: 1, verbs: vec![], calls: calls(&[("LOG", l, 0, s.b as usize)]) }
+        Issued { round_trips: 1, verbs: vec![], calls: calls(&[("LOG", l, 0, remote as usize)]) }
     };
-    Cost { per: Per::Commit, round_trips: 1, bytes: l * s.b, issued }
+    Cost { per: Per::Commit, round_trips: 1, bytes: l * remote, issued }
 }
 
 /// RELEASE, on an abort after LOCK (`ops::release`; both protocols unlock the write set

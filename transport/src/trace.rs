@@ -30,6 +30,8 @@ use crate::verbs::{Completion, Endpoint, Nanos, QpInfo, QpType, WorkRequest};
 /// Categories of trace records.
 pub const VERB: &str = "verb";
 pub const RPC: &str = "rpc";
+/// A worker's direct call of its own handler (`Ctx::call_local`: the local path, no message).
+pub const LOCAL: &str = "local";
 pub const STAGE: &str = "stage";
 pub const TXN: &str = "txn";
 
@@ -195,6 +197,15 @@ impl Recorder {
                 Some(what) => e.name = Cow::Owned(format!("{} ({what})", e.name)),
                 None => e.args.push(("reply_bytes", reply_bytes as u64)),
             }
+        }
+    }
+
+    /// Marks the last `n` recorded events as `category` (a direct call and its serving are
+    /// recorded like an RPC's, then filed as `LOCAL`).
+    pub(crate) fn file_last(&mut self, n: usize, category: &'static str) {
+        let from = self.events.len().saturating_sub(n);
+        for e in &mut self.events[from..] {
+            e.category = category;
         }
     }
 

@@ -488,6 +488,7 @@ impl Shared {
             let name = self.handler_name(handler);
             if let Some(t) = self.trace.as_mut() {
                 t.call(start, coro, id, me, name, payload.len(), !want_reply);
+                t.file_last(1, crate::trace::LOCAL);
             }
         }
         let Some(Some(h)) = self.handlers.get(handler as usize).cloned() else {
@@ -524,6 +525,7 @@ impl Shared {
             let end = self.now;
             if let Some(t) = self.trace.as_mut() {
                 t.served(start, end, me, want_reply.then_some(id), name);
+                t.file_last(1, crate::trace::LOCAL);
             }
         }
         for (t, bytes) in deferred {

@@ -26,6 +26,7 @@
 pub mod attempt;
 pub mod error;
 pub mod index;
+pub mod local;
 pub mod locate;
 pub mod log;
 pub mod msg;

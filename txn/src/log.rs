@@ -15,6 +15,11 @@
 //! and waits until there is room. The papers leave this flow control out; a backup whose CPU
 //! lags (real backends) would otherwise lose entries. RPC: the backup's handler applies the
 //! record at once and replies.
+//!
+//! A coordinator may be a backup of a record it writes. On the local path
+//! (`NodeState::local_path`) its own copy needs no NIC: the CPU writes the entry into its own
+//! ring (one-sided form) and calls the reclaim handler in place, or calls the log handler in
+//! place (RPC form).
 
 use txbed_transport::{Ctx, Endpoint, HostMemory, LocalBuf, NodeId, Op, Payload, RpcError};
 
@@ -136,7 +141,11 @@ async fn wait_for_room(ctx: &Ctx, n: &NodeState, backup: u16, len: u64) -> Resul
             return Err(TxnError::LogStalled { backup, worker, ms: RECLAIM_PATIENCE_NS / 1_000_000 });
         }
         let req = ReclaimReq { sender: n.me, worker }.encode();
-        let call = ctx.call(Endpoint { node: NodeId(backup), worker }, H_RECLAIM, &req);
+        let call = if n.local(backup) {
+            ctx.call_local(H_RECLAIM, &req)
+        } else {
+            ctx.call(Endpoint { node: NodeId(backup), worker }, H_RECLAIM, &req)
+        };
         // This coroutine's log WRITEs to earlier backups complete in the same wait: their
         // failure is the log's.
         ctx.wait().await?;
@@ -213,7 +222,14 @@ async fn append_rpc(ctx: &Ctx, n: &NodeState, backups: &[u16], pieces: &[Vec<u8>
     let worker = ctx.me().worker;
     let mut calls = Vec::with_capacity(pieces.len() * backups.len());
     for p in pieces {
-        calls.extend(backups.iter().map(|&b| (b, ctx.call(Endpoint { node: NodeId(b), worker }, H_LOG, p))));
+        for &b in backups {
+            let c = if n.local(b) {
+                ctx.call_local(H_LOG, p)
+            } else {
+                ctx.call(Endpoint { node: NodeId(b), worker }, H_LOG, p)
+            };
+            calls.push((b, c));
+        }
     }
     let waited = ctx.wait().await;
     // A backup that did not take a piece fails the log: committing without it would lose the
@@ -235,6 +251,12 @@ async fn append_rpc(ctx: &Ctx, n: &NodeState, backups: &[u16], pieces: &[Vec<u8>
         st.log_bytes += (backups.len() * p.len()) as u64;
     }
     Ok(())
+}
+
+/// `bytes` copied to `at` in this coroutine's scratch, as the source of a WRITE.
+fn staged(ctx: &Ctx, lkey: u32, at: u64, bytes: &[u8]) -> Result<Payload, TxnError> {
+    ctx.write_local(at, bytes)?;
+    Ok(Payload::Local(LocalBuf { lkey, addr: at, len: bytes.len() as u32 }))
 }
 
 /// One-sided LOG of one record (DrTM+H Sec. 5.4): a WRITE into this worker's ring on each
@@ -260,9 +282,12 @@ async fn append_onesided(ctx: &Ctx, n: &NodeState, backups: &[u16], record: &[u8
         let src_at = area_at + i as u64 * framed_len;
         // Room first (a wrap marker and the record), so no other coroutine of this worker
         // reserves and posts a later ring position in between.
+        let local = n.local(b);
         let q = crate::post::qp(ctx, b)?;
         loop {
-            crate::post::room(ctx, q, 2).await?;
+            if !local {
+                crate::post::room(ctx, q, 2).await?;
+            }
             if n.log_fits(worker, b, framed_len) {
                 break;
             }
@@ -277,8 +302,10 @@ async fn append_onesided(ctx: &Ctx, n: &NodeState, backups: &[u16], record: &[u8
         framed.resize(framed_len as usize - 4, 0);
         framed.put_u32(record.len() as u32);
         debug_assert_eq!(framed.len() as u64, framed_len);
-        ctx.write_local(src_at, &framed)?;
         let ring_at = n.catalog.layout.ring(n.me, worker);
+        // The CPU writes its own ring from the frame (marker first, as the NIC would); the
+        // NIC reads a staged copy.
+        let src = if local { Payload::Inline(framed) } else { staged(ctx, s.lkey, src_at, &framed)? };
         let mut ops = Vec::new();
         if let Some(old) = t.wrapped_from {
             let mut marker = Vec::with_capacity(16);
@@ -289,19 +316,24 @@ async fn append_onesided(ctx: &Ctx, n: &NodeState, backups: &[u16], record: &[u8
                 false,
             ));
         }
-        let src = LocalBuf { lkey: s.lkey, addr: src_at, len: framed_len as u32 };
-        ops.push((
-            Op::Write { src: Payload::Local(src), remote: n.catalog.remote(b, ring_at + t.pos, framed_len as u32) },
-            true,
-        ));
-        ctx.post(q, ops)?;
+        ops.push((Op::Write { src, remote: n.catalog.remote(b, ring_at + t.pos, framed_len as u32) }, true));
+        if local {
+            crate::local::on_cpu(ctx, &ops)?;
+        } else {
+            ctx.post(q, ops)?;
+        }
         if t.reclaim {
             reclaims.push(b);
         }
     }
     ctx.wait().await?;
     for b in reclaims {
-        ctx.call_oneway(Endpoint { node: NodeId(b), worker }, H_RECLAIM, &ReclaimReq { sender: n.me, worker }.encode());
+        let req = ReclaimReq { sender: n.me, worker }.encode();
+        if n.local(b) {
+            ctx.call_local_oneway(H_RECLAIM, &req);
+        } else {
+            ctx.call_oneway(Endpoint { node: NodeId(b), worker }, H_RECLAIM, &req);
+        }
     }
     let mut st = n.stats.borrow_mut();
     st.log_records += backups.len() as u64;

@@ -65,6 +65,9 @@ pub struct TxnStats {
     /// Per stage: the location lookups' bucket READs its executions issued (round trips
     /// apart from `stage_round_trips`; their bytes are `BUCKET_BYTES` each).
     pub stage_lookup_reads: [u64; Stage::COUNT],
+    /// Per stage: record accesses served on the local path (the CPU on the coordinator's own
+    /// node: no round trip, no wire bytes).
+    pub stage_local: [u64; Stage::COUNT],
 }
 
 impl TxnStats {
@@ -82,6 +85,7 @@ impl TxnStats {
             self.stage_bytes[i] += o.stage_bytes[i];
             self.stage_calls[i] += o.stage_calls[i];
             self.stage_lookup_reads[i] += o.stage_lookup_reads[i];
+            self.stage_local[i] += o.stage_local[i];
         }
     }
 }
@@ -132,6 +136,29 @@ impl Default for Rdma {
     }
 }
 
+/// How a coordinator reaches the records homed on its own node (`protocol.local_path`).
+///
+/// On (the default): as RCC's store allows, "either locally or remotely". A one-sided
+/// request about a local record is done by the CPU on local memory (loads, stores, CPU
+/// atomics: `local::on_cpu`), and an RPC to the coordinator's own worker is a direct call of
+/// the handler (`Ctx::call_local`); neither crosses the NIC. Except the HCA rule (DrTM Sec.
+/// 5.2, DrTM+H Sec. 5.2): where the NIC's atomics are not atomic with the CPU's, a request
+/// list that CASes (or FAAs) a word remote coordinators may CAS through their NICs stays on
+/// the NIC (loopback), so every CAS of that word is the NIC's. Off: every request goes through
+/// the NIC loopback and every RPC through a datagram, like a remote one.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct LocalPath {
+    pub on: bool,
+    /// The CPU's atomics are atomic with the NIC's (IBV_ATOMIC_GLOB), so a CPU CAS may
+    /// stand in for a NIC CAS.
+    pub cpu_atomics: bool,
+}
+
+impl LocalPath {
+    /// Every access through the NIC, as a remote one.
+    pub const OFF: LocalPath = LocalPath { on: false, cpu_atomics: false };
+}
+
 /// A node's ordered index (`crate::index`), one per protocol state: per node, or per worker
 /// where workers keep their own state; each is built from the same store.
 #[derive(Default)]
@@ -145,6 +172,7 @@ pub struct NodeState {
     pub workload: Arc<dyn Workload>,
     pub hybrid: Hybrid,
     pub rdma: Rdma,
+    pub local_path: LocalPath,
     /// Committed (and user-aborted) transactions, in completion order.
     pub history: RefCell<Vec<Txn>>,
     pub stats: RefCell<TxnStats>,
@@ -153,8 +181,8 @@ pub struct NodeState {
     pub pending_lookups: RefCell<std::collections::BTreeMap<(u16, u32), u64>>,
     /// Replicas including the primary (log to `replication - 1` backups).
     pub replication: u16,
-    /// A planted bug (the protocol's or `log::SKIP_LOG`), for the checker's own tests: never
-    /// set in real runs.
+    /// A planted bug (the protocol's, `log::SKIP_LOG` or `local::CPU_CAS_ON_HCA`), for the
+    /// checker's own tests: never set in real runs.
     pub bug: Option<Bug>,
     /// Sender side, per (worker, backup): where this worker writes in its ring there.
     pub rings: RefCell<Vec<RingTail>>,
@@ -215,10 +243,10 @@ impl NodeState {
         }
     }
 
-    /// Accounts one execution of a stage: elapsed time, round trips and bytes.
-    /// Counts one execution of stage `s` by coroutine `who` (worker, coroutine), with the
-    /// lookup READs that coroutine issued since its last stage.
-    pub fn account(&self, who: (u16, u32), s: Stage, ns: u64, round_trips: u64, bytes: u64) {
+    /// Counts one execution of stage `s` by coroutine `who` (worker, coroutine): elapsed time,
+    /// round trips, bytes sent, record accesses served locally, and the lookup READs that
+    /// coroutine issued since its last stage.
+    pub fn account(&self, who: (u16, u32), s: Stage, ns: u64, round_trips: u64, bytes: u64, local: u64) {
         let i = stage_index(s);
         let lookups = self.pending_lookups.borrow_mut().remove(&who).unwrap_or(0);
         let mut st = self.stats.borrow_mut();
@@ -227,6 +255,12 @@ impl NodeState {
         st.stage_round_trips[i] += round_trips;
         st.stage_bytes[i] += bytes;
         st.stage_calls[i] += 1;
+        st.stage_local[i] += local;
+    }
+
+    /// Whether requests about records homed on `node` take the local path.
+    pub fn local(&self, node: u16) -> bool {
+        self.local_path.on && node == self.me
     }
 
     pub fn base(&self) -> u64 {

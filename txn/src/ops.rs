@@ -10,15 +10,25 @@
 //! | write back + unlock (COMMIT) | WRITE body, then WRITE lock = 0, only the second signaled | `H_COMMIT` |
 //! | unlock (RELEASE) | WRITE lock = 0 | `H_RELEASE` |
 //!
+//! Records homed on the coordinator's own node take the local path (`NodeState::local_path`):
+//! the one-sided form's requests are done by the CPU on local memory (`local::on_cpu`; a list
+//! that CASes stays on the NIC where its atomics are not the CPU's, `local::by_cpu`), the RPC
+//! form calls the handler in place (`Ctx::call_local`). Either way the access costs CPU time
+//! only: stages count it in `Tally::local`, with no round trip and no wire bytes.
+//!
 //! Scratch layout per coroutine (`buffers_end`, `log_area`, `staging_at`): the first half
 //! lock/fetch/validate buffers and index buckets, the third quarter the log record, the last
 //! write-back staging ([0, 8), [8, 12), [12, 16) KiB of the default 16 KiB).
+
+use std::ops::AddAssign;
 
 use txbed_checker::{Access, Txn};
 use txbed_transport::{CallId, Ctx, LocalBuf, Op, Payload, QpId};
 use txbed_workloads::TxnSpec;
 
 use crate::error::TxnError;
+pub use crate::local::Path;
+use crate::local::{by_cpu, on_cpu};
 use crate::locate::locate;
 use crate::msg::{
     CommitReq, FetchReply, KeyReq, LockReply, LockReq, LogEntry, LogRecord, ReleaseReq, ValidateReply, ValidateReq,
@@ -47,6 +57,52 @@ pub struct Rec {
 /// The QP for requests about `r` at its home (`post::record_qp`).
 pub fn rec_qp(ctx: &Ctx, r: &Rec) -> Result<QpId, TxnError> {
     crate::post::record_qp(ctx, r.home, r.table, r.key)
+}
+
+/// What one execution of a stage cost outside the CPU: requests that went through the NIC
+/// (verbs, RPCs) and the bytes they carried, and the record accesses served on the local path
+/// (CPU time only: no round trip, no wire bytes).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Tally {
+    pub sent: u64,
+    pub bytes: u64,
+    pub local: u64,
+}
+
+impl Tally {
+    /// One access that took `path`, carrying `bytes` if it went through the NIC.
+    pub fn add(&mut self, path: Path, bytes: u64) {
+        match path {
+            Path::Local => self.local += 1,
+            Path::Nic => {
+                self.sent += 1;
+                self.bytes += bytes;
+            }
+        }
+    }
+
+    /// One round trip if anything went through the NIC (the stage waited for it), none if
+    /// every access was local.
+    pub fn round_trips(&self) -> u64 {
+        (self.sent > 0) as u64
+    }
+}
+
+impl AddAssign for Tally {
+    fn add_assign(&mut self, o: Tally) {
+        self.sent += o.sent;
+        self.bytes += o.bytes;
+        self.local += o.local;
+    }
+}
+
+/// The path an RPC about a record homed on `home` takes (`send`).
+pub fn rpc_path(n: &NodeState, home: u16) -> Path {
+    if n.local(home) {
+        Path::Local
+    } else {
+        Path::Nic
+    }
 }
 
 impl Rec {
@@ -85,9 +141,16 @@ pub fn tuple_for(n: &NodeState, r: &Rec, tuple: Vec<u8>) -> Result<Vec<u8>, TxnE
     Ok(tuple)
 }
 
-/// Posts `ops` on `q` as the options say: one doorbell for the list (doorbell batching) or
-/// one per request; with outstanding requests off, waits for them before returning.
-pub async fn issue(ctx: &Ctx, n: &NodeState, q: QpId, ops: Vec<(Op, bool)>) -> Result<(), TxnError> {
+/// Issues `ops` about record `r`. On the local path the CPU does them now (`local::by_cpu`);
+/// otherwise they are posted on `r`'s QP as the options say: one doorbell for the list
+/// (doorbell batching) or one per request, and with outstanding requests off, waited for
+/// before returning.
+pub async fn issue(ctx: &Ctx, n: &NodeState, r: &Rec, ops: Vec<(Op, bool)>) -> Result<Path, TxnError> {
+    if by_cpu(n, r.home, &ops) {
+        on_cpu(ctx, &ops)?;
+        return Ok(Path::Local);
+    }
+    let q = rec_qp(ctx, r)?;
     room(ctx, q, ops.len() as u32).await?;
     if n.rdma.doorbell {
         ctx.post(q, ops)?;
@@ -99,12 +162,42 @@ pub async fn issue(ctx: &Ctx, n: &NodeState, q: QpId, ops: Vec<(Op, bool)>) -> R
     if !n.rdma.outstanding {
         ctx.wait().await?;
     }
-    Ok(())
+    Ok(Path::Nic)
 }
 
-/// Calls `handler` at `node`; with outstanding requests off, waits for the reply first.
+/// [`issue`] without waiting for send-queue room: fails with `SendQueueFull` instead.
+pub fn issue_now(ctx: &Ctx, n: &NodeState, r: &Rec, ops: Vec<(Op, bool)>) -> Result<Path, TxnError> {
+    if by_cpu(n, r.home, &ops) {
+        on_cpu(ctx, &ops)?;
+        return Ok(Path::Local);
+    }
+    ctx.post(rec_qp(ctx, r)?, ops)?;
+    Ok(Path::Nic)
+}
+
+/// Sends `req` to `handler` about a record homed on `node`, without waiting: on the local
+/// path a direct call of this worker's handler (which charges its own memory accesses, as
+/// when it serves a datagram); otherwise an RPC to the same worker there.
+pub fn send(ctx: &Ctx, n: &NodeState, node: u16, handler: u16, req: &[u8]) -> CallId {
+    if n.local(node) {
+        ctx.call_local(handler, req)
+    } else {
+        ctx.call(endpoint(ctx, node), handler, req)
+    }
+}
+
+/// [`send`] without a reply.
+pub fn send_oneway(ctx: &Ctx, n: &NodeState, node: u16, handler: u16, req: &[u8]) {
+    if n.local(node) {
+        ctx.call_local_oneway(handler, req);
+    } else {
+        ctx.call_oneway(endpoint(ctx, node), handler, req);
+    }
+}
+
+/// [`send`]; with outstanding requests off, waits for the reply first.
 pub async fn call(ctx: &Ctx, n: &NodeState, node: u16, handler: u16, req: &[u8]) -> Result<CallId, TxnError> {
-    let id = ctx.call(endpoint(ctx, node), handler, req);
+    let id = send(ctx, n, node, handler, req);
     if !n.rdma.outstanding {
         ctx.wait().await?;
     }
@@ -136,18 +229,24 @@ pub async fn locate_all(
     Ok(())
 }
 
-/// Accounts one execution of stage `s` begun at `t0` and, when the worker traces, records it
-/// as a slice on the coroutine's track.
-pub fn account(ctx: &Ctx, n: &NodeState, s: Stage, t0: u64, round_trips: u64, bytes: u64) {
+/// Accounts one execution of stage `s` begun at `t0` (round trips, bytes sent, record
+/// accesses served locally) and, when the worker traces, records it as a slice on the
+/// coroutine's track.
+pub fn account(ctx: &Ctx, n: &NodeState, s: Stage, t0: u64, round_trips: u64, bytes: u64, local: u64) {
     let now = ctx.now();
-    n.account((ctx.me().worker, ctx.coroutine()), s, now - t0, round_trips, bytes);
+    n.account((ctx.me().worker, ctx.coroutine()), s, now - t0, round_trips, bytes, local);
     ctx.trace_slice_args(
         s.name(),
         txbed_transport::trace::STAGE,
         t0,
         now,
-        &[("round_trips", round_trips), ("bytes", bytes)],
+        &[("round_trips", round_trips), ("bytes", bytes), ("local", local)],
     );
+}
+
+/// [`account`] of what `t` tallied.
+pub fn account_tally(ctx: &Ctx, n: &NodeState, s: Stage, t0: u64, t: &Tally) {
+    account(ctx, n, s, t0, t.round_trips(), t.bytes, t.local);
 }
 
 pub fn tuple_bytes(n: &NodeState, table: u16) -> u32 {
@@ -165,10 +264,11 @@ pub async fn lock_and_read(
 ) -> Result<bool, TxnError> {
     let scratch = ctx.scratch();
     let t0 = ctx.now();
-    let bytes: u64 = recs.iter().filter(|r| which(r)).map(|r| 8 + tuple_bytes(n, r.table) as u64).sum();
+    let mut t = Tally::default();
     if n.hybrid.onesided(Stage::Lock) {
         locate_all(ctx, n, recs, |r| which(r) && r.tuple.is_empty()).await?;
-        check_buffers(ctx, bytes)?;
+        let need: u64 = recs.iter().filter(|r| which(r)).map(|r| 8 + tuple_bytes(n, r.table) as u64).sum();
+        check_buffers(ctx, need)?;
         let mut at = scratch.addr;
         let mut slots = Vec::new();
         for (i, r) in recs.iter().enumerate().filter(|(_, r)| which(r)) {
@@ -182,7 +282,8 @@ pub async fn lock_and_read(
             let cas =
                 Op::Cas { local: cas_out, remote: n.catalog.remote(r.home, r.offset + LOCK, 8), compare: 0, swap: id };
             let read = Op::Read { local: read_out, remote: n.catalog.remote(r.home, r.offset, len) };
-            issue(ctx, n, rec_qp(ctx, r)?, vec![(cas, false), (read, true)]).await?;
+            let path = issue(ctx, n, r, vec![(cas, false), (read, true)]).await?;
+            t.add(path, 8 + len as u64);
         }
         ctx.wait().await?;
         for (i, at) in slots {
@@ -196,6 +297,7 @@ pub async fn lock_and_read(
         for (i, r) in recs.iter().enumerate().filter(|(_, r)| which(r)) {
             let req = LockReq { table: r.table, key: r.key, owner: id }.encode();
             calls.push((i, call(ctx, n, r.home, H_LOCK, &req).await?));
+            t.add(rpc_path(n, r.home), 8 + tuple_bytes(n, r.table) as u64);
         }
         ctx.wait().await?;
         for (i, call) in calls {
@@ -212,7 +314,7 @@ pub async fn lock_and_read(
             }
         }
     }
-    account(ctx, n, Stage::Lock, t0, 1, bytes);
+    account_tally(ctx, n, Stage::Lock, t0, &t);
     Ok(recs.iter().filter(|r| which(r)).all(|r| r.locked))
 }
 
@@ -222,10 +324,10 @@ pub async fn lock_and_read(
 pub async fn fetch(ctx: &Ctx, n: &NodeState, recs: &mut [Rec]) -> Result<(), TxnError> {
     let scratch = ctx.scratch();
     let t0 = ctx.now();
-    let bytes: u64 = recs.iter().map(|r| tuple_bytes(n, r.table) as u64).sum();
+    let mut t = Tally::default();
     if n.hybrid.onesided(Stage::Read) {
         locate_all(ctx, n, recs, |_| true).await?;
-        check_buffers(ctx, bytes)?;
+        check_buffers(ctx, recs.iter().map(|r| tuple_bytes(n, r.table) as u64).sum())?;
         // Speculative parallel fetch: every READ posted, one wait (DrTM+H Sec. 6.1).
         let mut at = scratch.addr;
         let mut slots = Vec::new();
@@ -236,7 +338,8 @@ pub async fn fetch(ctx: &Ctx, n: &NodeState, recs: &mut [Rec]) -> Result<(), Txn
                 remote: n.catalog.remote(r.home, r.offset, len),
             };
             // Without speculation, each fetch completes before the next is issued.
-            issue(ctx, n, rec_qp(ctx, r)?, vec![(read, true)]).await?;
+            let path = issue(ctx, n, r, vec![(read, true)]).await?;
+            t.add(path, len as u64);
             if !n.rdma.speculative {
                 ctx.wait().await?;
             }
@@ -253,6 +356,7 @@ pub async fn fetch(ctx: &Ctx, n: &NodeState, recs: &mut [Rec]) -> Result<(), Txn
         for r in recs.iter() {
             let req = KeyReq { table: r.table, key: r.key }.encode();
             calls.push(call(ctx, n, r.home, H_FETCH, &req).await?);
+            t.add(rpc_path(n, r.home), tuple_bytes(n, r.table) as u64);
             if !n.rdma.speculative {
                 ctx.wait().await?;
             }
@@ -270,7 +374,7 @@ pub async fn fetch(ctx: &Ctx, n: &NodeState, recs: &mut [Rec]) -> Result<(), Txn
             }
         }
     }
-    account(ctx, n, Stage::Read, t0, 1, bytes);
+    account_tally(ctx, n, Stage::Read, t0, &t);
     Ok(())
 }
 
@@ -285,6 +389,7 @@ pub async fn validate(
 ) -> Result<bool, TxnError> {
     let scratch = ctx.scratch();
     let t0 = ctx.now();
+    let mut t = Tally::default();
     let mut now: Vec<(usize, u64, u64)> = Vec::new();
     if n.hybrid.onesided(Stage::Validate) {
         check_buffers(ctx, 16 * recs.iter().filter(|r| which(r)).count() as u64)?;
@@ -295,7 +400,7 @@ pub async fn validate(
                 local: LocalBuf { lkey: scratch.lkey, addr: at, len: 16 },
                 remote: n.catalog.remote(r.home, r.offset, 16),
             };
-            issue(ctx, n, rec_qp(ctx, r)?, vec![(read, true)]).await?;
+            t.add(issue(ctx, n, r, vec![(read, true)]).await?, 16);
             slots.push((i, at));
             at += 16;
         }
@@ -307,6 +412,7 @@ pub async fn validate(
         let mut calls = Vec::new();
         for (i, r) in recs.iter().enumerate().filter(|(_, r)| which(r)) {
             calls.push((i, call(ctx, n, r.home, H_VALIDATE, &ValidateReq { offset: r.offset }.encode()).await?));
+            t.add(rpc_path(n, r.home), 16);
         }
         ctx.wait().await?;
         for (i, call) in calls {
@@ -314,14 +420,15 @@ pub async fn validate(
             now.push((i, lock, version));
         }
     }
-    account(ctx, n, Stage::Validate, t0, (!now.is_empty()) as u64, 16 * now.len() as u64);
+    account_tally(ctx, n, Stage::Validate, t0, &t);
     Ok(now.into_iter().all(|(i, lock, ver)| {
         let r = &recs[i];
         (lock == 0 || lock == id) && split_version_word(ver) == r.version()
     }))
 }
 
-/// LOG: the new values to the backups of every written record's primary.
+/// LOG: the new values to the backups of every written record's primary. A backup that is
+/// this node takes its copy on the local path (`log::append`).
 pub async fn log(ctx: &Ctx, n: &NodeState, recs: &[Rec], new_values: &[Vec<u8>], id: u64) -> Result<(), TxnError> {
     if n.replication <= 1 || new_values.is_empty() || n.bug == Some(crate::log::SKIP_LOG) {
         return Ok(());
@@ -340,7 +447,11 @@ pub async fn log(ctx: &Ctx, n: &NodeState, recs: &[Rec], new_values: &[Vec<u8>],
     }
     let t0 = ctx.now();
     crate::log::append(ctx, n, &backups, &record).await?;
-    account(ctx, n, Stage::Log, t0, 1, (record.len() * backups.len()) as u64);
+    let mut t = Tally::default();
+    for &b in &backups {
+        t.add(rpc_path(n, b), record.len() as u64);
+    }
+    account_tally(ctx, n, Stage::Log, t0, &t);
     Ok(())
 }
 
@@ -361,27 +472,31 @@ pub async fn write_back(
         release(ctx, n, recs, |_| true, id).await?;
     }
     let t0 = ctx.now();
-    let mut bytes = 0u64;
+    let mut t = Tally::default();
     let mut staging = staging_at(ctx);
     for (r, v) in recs.iter().filter(|r| r.write).zip(new_values) {
-        bytes += write_back_one(ctx, n, r, v, id, history, &mut staging, !unlock_first, H_COMMIT).await?;
+        t += write_back_one(ctx, n, r, v, id, history, &mut staging, !unlock_first, H_COMMIT).await?;
     }
     for r in recs.iter().filter(|r| !r.write) {
         history.reads.push(Access { key: history_key(r.table, r.key), version: r.version().1 });
     }
     if !unlock_first {
-        release_posts(ctx, n, recs, |r| !r.write, id);
+        // The read set's unlocks ride in this stage: counted, their bytes not.
+        let unlocks = release_posts(ctx, n, recs, |r| !r.write, id);
+        t.sent += unlocks.sent;
+        t.local += unlocks.local;
     }
     let waited = ctx.wait().await;
     ctx.clear_replies();
     waited?;
-    account(ctx, n, Stage::Commit, t0, 1, bytes);
+    account_tally(ctx, n, Stage::Commit, t0, &t);
     Ok(())
 }
 
 /// Writes back one locked record (version + 1, writer `id`, new value) and, with `unlock`,
 /// clears its lock: a WRITE (and the unlock WRITE behind it on the QP), or the protocol's
-/// COMMIT RPC `handler`. Records the access in `history`; returns the bytes sent.
+/// COMMIT RPC `handler`; on the local path, the CPU's stores or a direct call. Records the
+/// access in `history`; returns what it sent.
 #[allow(clippy::too_many_arguments)]
 pub async fn write_back_one(
     ctx: &Ctx,
@@ -393,23 +508,27 @@ pub async fn write_back_one(
     staging: &mut u64,
     unlock: bool,
     handler: u16,
-) -> Result<u64, TxnError> {
+) -> Result<Tally, TxnError> {
     let (inc, ver) = r.version();
     let key = history_key(r.table, r.key);
     history.reads.push(Access { key, version: ver });
     history.writes.push(Access { key, version: ver + 1 });
     let commit = CommitReq { offset: r.offset, version: version_word(inc, ver + 1), writer: id, record: value };
+    let mut t = Tally::default();
+    let bytes = 16 + value.len() as u64 + 8;
     if n.hybrid.onesided(Stage::Commit) {
         let body = commit.body();
-        let write = Op::Write {
-            src: inline_or_staged(ctx, &body, staging)?,
-            remote: n.catalog.remote(r.home, r.offset + VERSION, body.len() as u32),
-        };
-        let q = rec_qp(ctx, r)?;
+        let len = body.len() as u32;
+        // The CPU stores the body from where it is; the NIC needs it inline or staged.
+        let src = if n.local(r.home) { Payload::Inline(body) } else { inline_or_staged(ctx, &body, staging)? };
+        let write = Op::Write { src, remote: n.catalog.remote(r.home, r.offset + VERSION, len) };
         // Passive ACK: the commit is confirmed by a later signaled request on the QP
         // (DrTM+H Sec. 3.2); signal anyway before the send queue fills.
-        let depth = ctx.qp_info(q).map_or(2, |i| i.max_outstanding);
-        let signal = !n.rdma.passive_ack || ctx.outstanding(q) + 4 >= depth / 2;
+        let signal = !n.rdma.passive_ack || {
+            let q = rec_qp(ctx, r)?;
+            let depth = ctx.qp_info(q).map_or(2, |i| i.max_outstanding);
+            ctx.outstanding(q) + 4 >= depth / 2
+        };
         let ops = if unlock {
             let unlock = Op::Write {
                 src: Payload::Inline(0u64.to_le_bytes().to_vec()),
@@ -419,20 +538,23 @@ pub async fn write_back_one(
         } else {
             vec![(write, signal)]
         };
-        issue(ctx, n, q, ops).await?;
+        t.add(issue(ctx, n, r, ops).await?, bytes);
     } else {
         let req = commit.encode();
         if n.rdma.passive_ack {
-            ctx.call_oneway(endpoint(ctx, r.home), handler, &req);
+            send_oneway(ctx, n, r.home, handler, &req);
         } else {
             call(ctx, n, r.home, handler, &req).await?;
         }
+        t.add(rpc_path(n, r.home), bytes);
     }
-    Ok(16 + value.len() as u64 + 8)
+    Ok(t)
 }
 
-/// Posts the unlocks of the locked records `which` selects, by the RELEASE stage's primitive.
-pub fn release_posts(ctx: &Ctx, n: &NodeState, recs: &[Rec], which: impl Fn(&Rec) -> bool, id: u64) {
+/// Posts the unlocks of the locked records `which` selects, by the RELEASE stage's primitive
+/// (a local record's by the CPU or a direct call); returns what it sent.
+pub fn release_posts(ctx: &Ctx, n: &NodeState, recs: &[Rec], which: impl Fn(&Rec) -> bool, id: u64) -> Tally {
+    let mut t = Tally::default();
     for r in recs.iter().filter(|r| r.locked && which(r)) {
         if n.hybrid.onesided(Stage::Release) {
             let unlock = Op::Write {
@@ -441,12 +563,15 @@ pub fn release_posts(ctx: &Ctx, n: &NodeState, recs: &[Rec], which: impl Fn(&Rec
             };
             // A full send queue must not leave the lock held: the lock word names its owner,
             // so an RPC can release it instead (RCC Sec. 5.2).
-            if rec_qp(ctx, r).is_ok_and(|q| ctx.post(q, [(unlock, true)]).is_ok()) {
+            if let Ok(path) = issue_now(ctx, n, r, vec![(unlock, true)]) {
+                t.add(path, 8);
                 continue;
             }
         }
-        ctx.call(endpoint(ctx, r.home), H_RELEASE, &ReleaseReq { offset: r.offset, owner: id }.encode());
+        send(ctx, n, r.home, H_RELEASE, &ReleaseReq { offset: r.offset, owner: id }.encode());
+        t.add(rpc_path(n, r.home), 8);
     }
+    t
 }
 
 /// RELEASE and wait.
@@ -458,11 +583,10 @@ pub async fn release(
     id: u64,
 ) -> Result<(), TxnError> {
     let t0 = ctx.now();
-    let count = recs.iter().filter(|r| r.locked && which(r)).count() as u64;
-    release_posts(ctx, n, recs, which, id);
+    let t = release_posts(ctx, n, recs, which, id);
     let waited = ctx.wait().await;
     ctx.clear_replies();
     waited?;
-    account(ctx, n, Stage::Release, t0, (count > 0) as u64, 8 * count);
+    account_tally(ctx, n, Stage::Release, t0, &t);
     Ok(())
 }

@@ -227,6 +227,7 @@ mod tests {
             workload: Arc::new(SmallBank::default()),
             hybrid: Hybrid::RPC,
             rdma: Rdma::default(),
+            local_path: crate::node::LocalPath::OFF,
             history: RefCell::default(),
             stats: RefCell::default(),
             pending_lookups: RefCell::default(),

@@ -627,7 +627,7 @@ fn step(ctx: &Ctx, n: &NodeState, epoch_ns: u64, end: u64) -> Result<(), TxnErro
         e.next_sched += 1;
         if let Some((t0, bytes)) = e.closed.remove(&epoch) {
             // Dispatch plus epoch synchronization: from this sequencer's close to the last batch.
-            ops::account(ctx, n, Stage::CalvinInput, t0, 1, bytes);
+            ops::account(ctx, n, Stage::CalvinInput, t0, 1, bytes, 0);
         }
         for s in 0..n.nodes {
             let Some(parts) = e.parts.remove(&(epoch, s)) else { continue }; // finished sequencer
@@ -764,7 +764,7 @@ fn execute(ctx: &Ctx, n: &NodeState) -> Vec<Done> {
         let remote: u64 = vals.iter().filter(|(k, _)| home(n, **k) != n.me).map(|(_, v)| 24 + v.1.len() as u64).sum();
         if remote > 0 {
             // Waiting for the other participants' values (RCC Sec. 4.6, second communication).
-            ops::account(ctx, n, Stage::CalvinForward, t.ready_at, 1, remote);
+            ops::account(ctx, n, Stage::CalvinForward, t.ready_at, 1, remote, 0);
         }
         let get = |k: &txbed_workloads::Key| &vals[&k.packed()];
         let reads: Vec<&[u8]> = t.spec.reads.iter().map(|k| get(k).1.as_slice()).collect();
@@ -853,7 +853,7 @@ fn reap(ctx: &Ctx, n: &NodeState) -> Result<bool, TxnError> {
     let applied = !rounds.is_empty();
     for l in rounds {
         if l.bytes > 0 {
-            ops::account(ctx, n, Stage::Log, l.t0, 1, l.bytes);
+            ops::account(ctx, n, Stage::Log, l.t0, 1, l.bytes, 0);
         }
         apply(ctx, n, l.done)?;
     }
