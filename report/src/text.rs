@@ -101,7 +101,7 @@ pub fn txn_text(s: &Scenario, r: &TxnReport) -> String {
     let verbs: Vec<String> = r.verbs.iter().map(|(k, n)| format!("{k} {n}")).collect();
     let types: Vec<String> = r.per_type.iter().map(|(k, t)| format!("{k} {:.0}/s", t.tps)).collect();
     let mut out = format!(
-        "scenario {:?}, seed {}: {} ({}) on {}\n  cluster    {} nodes x {} workers x {} coroutines, NIC {}\n{}  throughput {:.0} transactions/s ({:.0} per node), {} committed in the window\n  latency    p50 {:.2} us  p90 {:.2} us  p99 {:.2} us  mean {:.2} us\n  aborts     {:.1}% ({} conflicts in the window), {} user aborts\n{}  types      {}\n  stages     {}\n  verbs      {}\n  locations  {}\n{}  serializable: {}{}; {} transactions checked, invariants {}\n",
+        "scenario {:?}, seed {}: {} ({}) on {}\n  cluster    {} nodes x {} workers x {} coroutines, NIC {}\n{}  throughput {:.0} transactions/s ({:.0} per node), {} committed in the window\n  latency    p50 {:.2} us  p90 {:.2} us  p99 {:.2} us  mean {:.2} us\n  aborts     {:.1}% ({} conflicts in the window), {} user aborts\n{}  types      {}\n  stages     {}\n  verbs      {}\n  locations  {}\n  log        {}\n{}  serializable: {}{}; {} transactions checked, invariants {}\n",
         r.scenario,
         r.seed,
         r.protocol,
@@ -133,6 +133,10 @@ pub fn txn_text(s: &Scenario, r: &TxnReport) -> String {
                 l.hits, l.misses, l.stale, l.reads, l.read_bytes
             )
         },
+        format!(
+            "{} records, {} B to backups; writers waited for ring room {} times (whole run)",
+            r.log.records, r.log.bytes, r.log.room_waits
+        ),
         if r.backend == "sim" {
             format!(
                 "  simulator  {} events, {:.2} M events/s, {} us simulated\n  digest     {}\n",

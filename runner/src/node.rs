@@ -237,6 +237,8 @@ pub struct NodeResult {
     pub log_records: u64,
     #[serde(default)]
     pub log_bytes: u64,
+    #[serde(default)]
+    pub log_room_waits: u64,
     /// This node's location cache and the READs its lookups issued.
     #[serde(default)]
     pub location: txbed_txn::locate::CacheStats,
@@ -314,6 +316,7 @@ impl NodeResult {
             external_delta: self.external_delta,
             log_records: self.log_records,
             log_bytes: self.log_bytes,
+            log_room_waits: self.log_room_waits,
             stage_ns: self.stage_ns,
             stage_round_trips: self.stage_round_trips,
             stage_bytes: self.stage_bytes,
@@ -330,6 +333,7 @@ impl NodeResult {
         self.external_delta = s.external_delta;
         self.log_records = s.log_records;
         self.log_bytes = s.log_bytes;
+        self.log_room_waits = s.log_room_waits;
         self.stage_ns = s.stage_ns;
         self.stage_round_trips = s.stage_round_trips;
         self.stage_bytes = s.stage_bytes;

@@ -94,12 +94,23 @@ pub struct TxnReport {
     /// Location lookups: cache hits, misses, stale entries, and the bucket READs (round trips)
     /// and bytes misses cost, counted apart from the stages' own round trips.
     pub location_cache: txbed_txn::locate::CacheStats,
+    /// Log records and bytes sent to backups (one per backup), whole run.
+    pub log: LogReport,
     /// QP-context cache misses per lookup, simulated NICs only (DrTM+H Sec. 4).
     pub qp_cache_miss_ratio: Option<f64>,
     pub sim: SimInfo,
     pub check: CheckReport,
     /// Coordinators that stopped on an error (a failed verb or RPC), with the reason.
     pub failures: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct LogReport {
+    pub records: u64,
+    pub bytes: u64,
+    /// Times a one-sided writer found its ring full and waited for the backup
+    /// (`protocol.log_ring_kib`, `log_reclaim_kib`; docs/transactions.md).
+    pub room_waits: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -201,6 +212,7 @@ pub fn txn_report(
         stages,
         verbs,
         location_cache: r.location,
+        log: LogReport { records: r.stats.log_records, bytes: r.stats.log_bytes, room_waits: r.stats.log_room_waits },
         qp_cache_miss_ratio: r.qp_cache_miss_ratio,
         sim: SimInfo { events: r.events, events_per_s: r.events as f64 / wall.max(1e-9), simulated_ns: r.simulated_ns },
         failures: r.failures.clone(),

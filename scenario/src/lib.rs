@@ -226,6 +226,10 @@ pub struct ProtocolSpec {
     /// One-sided LOG: KiB of each ring a backup keeps per (sender node, sender worker).
     #[serde(default = "default_log_ring_kib")]
     pub log_ring_kib: u64,
+    /// One-sided LOG: KiB a writer logs to a ring between lazy reclaims (the batch a backup
+    /// applies in one go); at most half a ring is used.
+    #[serde(default = "default_log_reclaim_kib")]
+    pub log_reclaim_kib: u64,
     /// The RDMA optimisations of DrTM+H Sec. 3.2, for every protocol.
     #[serde(default)]
     pub rdma: RdmaSpec,
@@ -275,6 +279,9 @@ fn default_local_path() -> bool {
 fn default_log_ring_kib() -> u64 {
     txbed_txn::protocol::DEFAULT_LOG_RING_BYTES >> 10
 }
+fn default_log_reclaim_kib() -> u64 {
+    txbed_txn::protocol::DEFAULT_LOG_RECLAIM_BYTES >> 10
+}
 
 /// Whether one-sided CAS is safe on `profile`: HCA-level atomicity is only atomic within one
 /// NIC, so several NICs per node make it unsafe.
@@ -284,12 +291,13 @@ pub fn atomics_safe(profile: &NicProfile) -> bool {
 
 impl ProtocolSpec {
     /// The hybrid code, RDMA options and protocol options a run uses: the preset's (with this
-    /// log ring size, which no preset sets), else `mode`, `rdma` and `options`.
+    /// log ring and reclaim sizes, which no preset sets), else `mode`, `rdma` and `options`.
     pub fn resolve(&self, profile: &NicProfile) -> (Hybrid, Rdma, OptionValues) {
         let log_ring_bytes = self.log_ring_kib << 10;
+        let log_reclaim_bytes = self.log_reclaim_kib << 10;
         if let Some(preset) = self.preset() {
             let (hybrid, rdma, options) = (preset.resolve)(atomics_safe(profile));
-            return (hybrid, Rdma { log_ring_bytes, ..rdma }, options);
+            return (hybrid, Rdma { log_ring_bytes, log_reclaim_bytes, ..rdma }, options);
         }
         let r = &self.rdma;
         let rdma = Rdma {
@@ -298,6 +306,7 @@ impl ProtocolSpec {
             passive_ack: r.passive_ack,
             speculative: r.speculative,
             log_ring_bytes,
+            log_reclaim_bytes,
         };
         (self.hybrid(), rdma, self.options.clone())
     }
@@ -642,6 +651,12 @@ impl Scenario {
                 return Err((
                     "protocol.log_ring_kib".into(),
                     format!("must be 4..=1048576 (4 KiB to 1 GiB), got {}", p.log_ring_kib),
+                ));
+            }
+            if !(1..=p.log_ring_kib).contains(&p.log_reclaim_kib) {
+                return Err((
+                    "protocol.log_reclaim_kib".into(),
+                    format!("must be 1..=log_ring_kib ({}), got {}", p.log_ring_kib, p.log_reclaim_kib),
                 ));
             }
             let proto = p.name.protocol();

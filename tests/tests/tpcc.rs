@@ -286,6 +286,10 @@ fn small_log_rings_lose_nothing() {
             let rings = s.nodes as u64 * s.workers as u64 * 2;
             let laps = r.stats.log_bytes / (rings * (kib << 10));
             assert!(laps >= 2, "{}: {} B logged, {laps} laps", s.replay(), r.stats.log_bytes);
+            // A record fills most of a 4 KiB ring: the awaited reclaim is exercised.
+            if kib == 4 {
+                assert!(r.stats.log_room_waits > 0, "{}: no writer waited for room", s.replay());
+            }
             eprintln!("{}: {laps} laps", s.replay());
         }
     }

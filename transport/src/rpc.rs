@@ -133,8 +133,17 @@ pub struct HandlerCtx<'a> {
     pub reply: &'a mut Vec<u8>,
     cpu: &'a mut Nanos,
     deferred: &'a mut Vec<(ReplyToken, Vec<u8>)>,
+    notices: &'a mut Vec<Notice>,
     token: ReplyToken,
     costs: &'a CpuCosts,
+}
+
+/// A one-way message a handler sends once it has run (see [`HandlerCtx::notify`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Notice {
+    pub dst: Endpoint,
+    pub handler: u16,
+    pub payload: Vec<u8>,
 }
 
 impl<'a> HandlerCtx<'a> {
@@ -147,10 +156,11 @@ impl<'a> HandlerCtx<'a> {
         reply: &'a mut Vec<u8>,
         cpu: &'a mut Nanos,
         deferred: &'a mut Vec<(ReplyToken, Vec<u8>)>,
+        notices: &'a mut Vec<Notice>,
         token: ReplyToken,
         costs: &'a CpuCosts,
     ) -> Self {
-        HandlerCtx { me, src, now, mem, reply, cpu, deferred, token, costs }
+        HandlerCtx { me, src, now, mem, reply, cpu, deferred, notices, token, costs }
     }
     /// Charges handler CPU work.
     pub fn compute(&mut self, ns: Nanos) {
@@ -172,6 +182,13 @@ impl<'a> HandlerCtx<'a> {
     /// Sends a reply to an earlier, deferred request.
     pub fn reply_to(&mut self, token: ReplyToken, payload: Vec<u8>) {
         self.deferred.push((token, payload));
+    }
+    /// Sends a one-way message to `handler` at `dst` once this handler has run: how a
+    /// participant tells a caller of a one-way request what came of it in the background
+    /// (a log backup reporting the bytes it reclaimed, DrTM+H Sec. 5.4), with no coroutine
+    /// waiting for it.
+    pub fn notify(&mut self, dst: Endpoint, handler: u16, payload: Vec<u8>) {
+        self.notices.push(Notice { dst, handler, payload });
     }
 }
 

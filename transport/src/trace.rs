@@ -188,6 +188,14 @@ impl Recorder {
         self.events.push(e);
     }
 
+    /// A one-way message a handler sent (`HandlerCtx::notify`): no coroutine's call.
+    pub(crate) fn notice(&mut self, now: Nanos, dst: Endpoint, name: Cow<'static, str>, bytes: usize) {
+        let mut e = self.event(now, now, None, name, RPC);
+        e.peer = Some(dst.node.0);
+        e.args = vec![("to_worker", dst.worker as u64), ("bytes", bytes as u64), ("oneway", 1)];
+        self.events.push(e);
+    }
+
     /// The call ended at `now`: replied with `reply_bytes` of payload, or failed with `error`.
     pub(crate) fn call_done(&mut self, now: Nanos, call_id: CallId, reply_bytes: usize, error: Option<&'static str>) {
         if let Some(i) = self.open_calls.remove(&call_id) {

@@ -411,6 +411,7 @@ impl Shared {
         reply.clear();
         let mut cpu = 0;
         let mut deferred = Vec::new();
+        let mut notices = Vec::new();
         let outcome = {
             let mut hctx = HandlerCtx::new(
                 self.cfg.me,
@@ -420,6 +421,7 @@ impl Shared {
                 &mut reply,
                 &mut cpu,
                 &mut deferred,
+                &mut notices,
                 token,
                 &self.cfg.costs,
             );
@@ -437,6 +439,7 @@ impl Shared {
         for (t, bytes) in deferred {
             self.send_reply(t, &bytes);
         }
+        self.send_notices(notices);
         match outcome {
             Handled::Reply if wants_reply => {
                 self.rpc.remember(self.now, token, Some(&reply));
@@ -446,6 +449,26 @@ impl Shared {
             Handled::Defer => self.rpc.remember(self.now, token, None),
         }
         self.reply_buf = reply;
+    }
+
+    /// Handlers' one-way messages (`HandlerCtx::notify`), queued like a coroutine's
+    /// `call_oneway`. One to this very worker runs its handler in place.
+    fn send_notices(&mut self, notices: Vec<crate::rpc::Notice>) {
+        for crate::rpc::Notice { dst, handler, payload } in notices {
+            if dst == self.cfg.me {
+                self.call_here(0, handler, &payload, false);
+                continue;
+            }
+            self.stats.rpc_calls += 1;
+            let now = self.now;
+            let sent = self.rpc.call(now, 0, dst, handler, &payload, false, 0).is_ok();
+            if sent && self.trace.is_some() {
+                let name = self.handler_name(handler);
+                if let Some(t) = self.trace.as_mut() {
+                    t.notice(now, dst, name, payload.len());
+                }
+            }
+        }
     }
 
     /// A deferred reply for a local call goes straight to its coroutine; returns whether
@@ -505,6 +528,7 @@ impl Shared {
         reply.clear();
         let mut cpu = 0;
         let mut deferred = Vec::new();
+        let mut notices = Vec::new();
         let outcome = {
             let mut hctx = HandlerCtx::new(
                 me,
@@ -514,6 +538,7 @@ impl Shared {
                 &mut reply,
                 &mut cpu,
                 &mut deferred,
+                &mut notices,
                 token,
                 &self.cfg.costs,
             );
@@ -531,6 +556,7 @@ impl Shared {
         for (t, bytes) in deferred {
             self.send_reply(t, &bytes);
         }
+        self.send_notices(notices);
         match outcome {
             Handled::Reply if want_reply => {
                 self.coros[coro as usize].insert_reply(id, Ok(reply.clone()));

@@ -9,12 +9,13 @@
 //! number let the backup tell a complete, current entry from a stale one (DrTM+H Sec. 5.4,
 //! after FaRM). A writer that wraps first writes a marker (length u32::MAX) where the entry
 //! would not fit. Rings are reclaimed lazily: once half a ring has been written since the last
-//! reclaim, a one-way RPC tells the backup, which applies every complete entry in order (off
-//! the critical path). A writer never overwrites what the backup has not applied: when the
-//! next entry would, it asks the backup (the same RPC, awaited) how many bytes it has consumed
-//! and waits until there is room. The papers leave this flow control out; a backup whose CPU
-//! lags (real backends) would otherwise lose entries. RPC: the backup's handler applies the
-//! record at once and replies.
+//! reclaim, a one-way RPC tells the backup, which applies every complete entry in order and
+//! answers with a one-way RECLAIMED (bytes consumed) that the writer's event loop records, all
+//! off the critical path (DrTM+H Sec. 5.4). A writer never overwrites what the backup has not
+//! applied: when the next entry would (the backup's CPU lags, or RECLAIMED is still on its
+//! way), it asks the backup (the same RPC, awaited) and waits until there is room. The papers
+//! leave this flow control out; a backup whose CPU lags (real backends) would otherwise lose
+//! entries. RPC: the backup's handler applies the record at once and replies.
 //!
 //! A coordinator may be a backup of a record it writes. On the local path
 //! (`NodeState::local_path`) its own copy needs no NIC: the CPU writes the entry into its own
@@ -134,13 +135,14 @@ pub struct Drained {
 /// hence the retry; a backup that makes no progress for `RECLAIM_PATIENCE_NS` fails the log.
 async fn wait_for_room(ctx: &Ctx, n: &NodeState, backup: u16, len: u64) -> Result<(), TxnError> {
     let worker = ctx.me().worker;
+    n.stats.borrow_mut().log_room_waits += 1;
     let mut stalled_since = ctx.now();
     let mut pause = RECLAIM_RETRY_NS;
     while !n.log_fits(worker, backup, len) {
         if ctx.now() - stalled_since > RECLAIM_PATIENCE_NS {
             return Err(TxnError::LogStalled { backup, worker, ms: RECLAIM_PATIENCE_NS / 1_000_000 });
         }
-        let req = ReclaimReq { sender: n.me, worker }.encode();
+        let req = ReclaimReq { sender: n.me, worker, notify: false }.encode();
         let call = if n.local(backup) {
             ctx.call_local(H_RECLAIM, &req)
         } else {
@@ -328,7 +330,7 @@ async fn append_onesided(ctx: &Ctx, n: &NodeState, backups: &[u16], record: &[u8
     }
     ctx.wait().await?;
     for b in reclaims {
-        let req = ReclaimReq { sender: n.me, worker }.encode();
+        let req = ReclaimReq { sender: n.me, worker, notify: true }.encode();
         if n.local(b) {
             ctx.call_local_oneway(H_RECLAIM, &req);
         } else {

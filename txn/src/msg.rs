@@ -11,7 +11,8 @@
 //! | [`ValidateReq`] / [`ValidateReply`] | `offset u64` / `lock u64 \| version word u64` |
 //! | [`ReleaseReq`] | `offset u64 \| owner u64` |
 //! | [`CommitReq`] | `offset u64 \| version word u64 \| writer u64 \| record` |
-//! | [`ReclaimReq`] / [`ReclaimReply`] | `sender u16 \| worker u16` / `consumed u64` |
+//! | [`ReclaimReq`] / [`ReclaimReply`] | `sender u16 \| worker u16 \| notify u8` / `consumed u64` |
+//! | [`Reclaimed`] (one-way, backup to writer) | `backup u16 \| worker u16 \| consumed u64` |
 //! | [`LogRecord`] | `id u64 \| entries`, each `table u16 \| value length u16 \| pad 4 \| key u64 \| version u64 \| value` padded to 8 |
 //! | lookup ([`encode_ints`]) | `i64` each, request and reply |
 //!
@@ -283,26 +284,61 @@ impl<'a> CommitReq<'a> {
     }
 }
 
-/// RECLAIM: apply what the ring `sender`'s `worker` writes on this node holds.
+/// RECLAIM: apply what the ring `sender`'s `worker` writes on this node holds; with
+/// `notify` (a lazy, one-way reclaim) the backup then tells the writer how far it got by a
+/// one-way [`Reclaimed`].
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct ReclaimReq {
     pub sender: u16,
     pub worker: u16,
+    pub notify: bool,
 }
 
 impl ReclaimReq {
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(4);
+        let mut out = Vec::with_capacity(5);
         out.put_u16(self.sender);
         out.put_u16(self.worker);
+        out.put_u8(self.notify as u8);
         out
     }
 
     pub fn decode(b: &[u8]) -> Result<Self, WireError> {
         let mut r = Reader::new(b);
-        let req = ReclaimReq { sender: r.u16()?, worker: r.u16()? };
+        let (sender, worker) = (r.u16()?, r.u16()?);
+        let notify = match r.u8()? {
+            0 => false,
+            1 => true,
+            _ => return Err(WireError::Rejected),
+        };
         r.finish()?;
-        Ok(req)
+        Ok(ReclaimReq { sender, worker, notify })
+    }
+}
+
+/// RECLAIMED: the backup's report, after a lazy reclaim, of the bytes of `worker`'s ring it
+/// has consumed, as the writer counts them.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Reclaimed {
+    pub backup: u16,
+    pub worker: u16,
+    pub consumed: u64,
+}
+
+impl Reclaimed {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(12);
+        out.put_u16(self.backup);
+        out.put_u16(self.worker);
+        out.put_u64(self.consumed);
+        out
+    }
+
+    pub fn decode(b: &[u8]) -> Result<Self, WireError> {
+        let mut r = Reader::new(b);
+        let m = Reclaimed { backup: r.u16()?, worker: r.u16()?, consumed: r.u64()? };
+        r.finish()?;
+        Ok(m)
     }
 }
 
@@ -427,9 +463,13 @@ mod tests {
         assert_eq!(c.encode().len(), 29);
         assert_eq!(&c.encode()[8..], c.body().as_slice());
         assert_eq!(CommitReq::decode(&c.encode()), Ok(c));
-        let rc = ReclaimReq { sender: 2, worker: 1 };
-        assert_eq!(rc.encode(), [2, 0, 1, 0]);
+        let rc = ReclaimReq { sender: 2, worker: 1, notify: true };
+        assert_eq!(rc.encode(), [2, 0, 1, 0, 1]);
         assert_eq!(ReclaimReq::decode(&rc.encode()), Ok(rc));
+        assert_eq!(ReclaimReq::decode(&[2, 0, 1, 0, 2]), Err(WireError::Rejected));
+        let m = Reclaimed { backup: 3, worker: 1, consumed: 4096 };
+        assert_eq!(m.encode().len(), 12);
+        assert_eq!(Reclaimed::decode(&m.encode()), Ok(m));
         assert_eq!(decode_ints(&encode_ints(&[-1, 5])), Ok(vec![-1, 5]));
     }
 

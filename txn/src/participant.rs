@@ -3,13 +3,15 @@
 
 use std::rc::Rc;
 
-use txbed_transport::{Handled, HandlerCtx, HandlerFn, HostMemory};
+use txbed_transport::{Endpoint, Handled, HandlerCtx, HandlerFn, HostMemory, NodeId};
 
 use crate::msg::{
-    CommitReq, FetchReply, KeyReq, LockReply, LockReq, ReclaimReply, ReclaimReq, ReleaseReq, ValidateReply, ValidateReq,
+    CommitReq, FetchReply, KeyReq, LockReply, LockReq, ReclaimReply, ReclaimReq, Reclaimed, ReleaseReq, ValidateReply,
+    ValidateReq,
 };
 use crate::node::{
-    NodeState, HANDLER_NAMES, H_COMMIT, H_FETCH, H_LOCK, H_LOG, H_RECLAIM, H_RELEASE, H_VALIDATE, MALFORMED,
+    NodeState, HANDLER_NAMES, H_COMMIT, H_FETCH, H_LOCK, H_LOG, H_RECLAIM, H_RECLAIMED, H_RELEASE, H_VALIDATE,
+    MALFORMED,
 };
 use crate::protocol::{handler_id, ProtocolRef};
 use crate::store::{self, TablePlace, LOCK, META_BYTES, VERSION, WRITER};
@@ -117,10 +119,11 @@ fn name_of(id: u16) -> &'static str {
     }
 }
 
-/// The handlers every protocol shares (ids 10..=16).
+/// The handlers every protocol shares (ids 10..=16 and 18; the index's is 17).
 fn common_handlers(n: &Rc<NodeState>) -> Vec<(u16, Rc<HandlerFn>)> {
     let log_node = n.clone();
     let reclaim_node = n.clone();
+    let reclaimed_node = n.clone();
     vec![
         (H_LOCK, replying(n, BY_KEY, lock)),
         (H_RELEASE, replying(n, BY_OFFSET, |n, mem, req, _| release(n, mem, req))),
@@ -143,15 +146,39 @@ fn common_handlers(n: &Rc<NodeState>) -> Vec<(u16, Rc<HandlerFn>)> {
         (
             H_RECLAIM,
             Rc::new(move |ctx: &mut HandlerCtx<'_>, req: &[u8]| {
-                // Applies what the ring holds; a caller waiting for room (not a lazy one-way
-                // reclaim) hears how many bytes are now consumed. A request that does not
-                // decode gets an empty reply, which does not decode either.
-                let Ok(ReclaimReq { sender, worker }) = ReclaimReq::decode(req) else { return Handled::Reply };
+                // Applies what the ring holds; a caller waiting for room hears how many bytes
+                // are now consumed in the reply, the writer of a lazy one-way reclaim by a
+                // one-way RECLAIMED (its own node's directly), so that reclaiming stays off the
+                // critical path (DrTM+H Sec. 5.4). A request that does not decode gets an empty
+                // reply, which does not decode either.
+                let Ok(ReclaimReq { sender, worker, notify }) = ReclaimReq::decode(req) else {
+                    return Handled::Reply;
+                };
                 let d = crate::log::drain_ring(&reclaim_node, ctx.mem, sender, worker);
                 ctx.copy(d.bytes as usize);
                 ctx.memory_misses(BY_KEY * d.entries);
-                ReclaimReply { consumed: d.consumed }.encode_into(ctx.reply);
-                Handled::Reply
+                if !notify {
+                    ReclaimReply { consumed: d.consumed }.encode_into(ctx.reply);
+                    return Handled::Reply;
+                }
+                let me = reclaim_node.me;
+                if sender == me {
+                    reclaim_node.log_confirmed(worker, me, d.consumed);
+                } else {
+                    let m = Reclaimed { backup: me, worker, consumed: d.consumed }.encode();
+                    ctx.notify(Endpoint { node: NodeId(sender), worker }, H_RECLAIMED, m);
+                }
+                Handled::NoReply
+            }),
+        ),
+        (
+            H_RECLAIMED,
+            Rc::new(move |_: &mut HandlerCtx<'_>, req: &[u8]| {
+                // A backup's report after a lazy reclaim: room in that ring again.
+                if let Ok(Reclaimed { backup, worker, consumed }) = Reclaimed::decode(req) {
+                    reclaimed_node.log_confirmed(worker, backup, consumed);
+                }
+                Handled::NoReply
             }),
         ),
     ]

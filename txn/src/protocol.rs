@@ -29,7 +29,7 @@ use txbed_workloads::TxnSpec;
 
 use crate::attempt::Attempt;
 use crate::node::NodeState;
-pub use crate::node::{Bug, Rdma, DEFAULT_LOG_RING_BYTES, FIRST_PROTOCOL_HANDLER};
+pub use crate::node::{Bug, Rdma, DEFAULT_LOG_RECLAIM_BYTES, DEFAULT_LOG_RING_BYTES, FIRST_PROTOCOL_HANDLER};
 use crate::stage::{Hybrid, Stage};
 
 /// A boxed, non-`Send` future (coroutines run on one thread).
