@@ -1,7 +1,7 @@
 //! Issue 15, fourth defect: YCSB with 90% of accesses on 400 hot rows and 40 coroutines per
 //! worker committed nothing under NOWAIT. What a coordinator does after an abort is now a
-//! policy (`run.retry`: `Yield`, the seeds' benchmark loop, by default; or a randomised
-//! exponential back-off), and every conflict is reported with its cause.
+//! policy (`run.retry`: `Yield`, the seeds' benchmark loop, or a randomised
+//! exponential back-off, the default), and every conflict is reported with its cause.
 
 use txbed_runner::from_scenario::run_txn;
 use txbed_runner::outcome::TxnRunResult;
