@@ -1,6 +1,10 @@
-//! Issue 15, mechanism 5: MVCC's and SUNDIAL's stages cost the round trips and bytes RCC
-//! Sec. 4.4-4.5 lay out (double reads, CAS on `rts`, the write of the new version), RPC and
-//! one-sided, and no stage pays a round trip or a whole-tuple write the design does not.
+//! Issue 15, mechanisms 4 and 5: every stage of NOWAIT, WAIT-DIE, OCC, MVCC and SUNDIAL costs
+//! the round trips and bytes the designs lay out (RCC Sec. 4.2-4.5, DrTM+H Sec. 5 for OCC):
+//! lock + read, fetch, validate, log, write back + unlock, unlock; MVCC's double reads and CAS
+//! on `rts`, SUNDIAL's lease renewal; RPC, one-sided and hybrid; and no stage pays a round trip
+//! or a byte the design does not, or, where one does, the comment next to it says so. CALVIN
+//! is left out: its stages sequence and forward whole transaction inputs per epoch, not
+//! per-record verbs.
 //!
 //! Each run is a contention-free workload of identical transactions ([`Fixed`]), so every
 //! execution of a stage costs the same. Two measures are compared with the values derived
@@ -9,16 +13,18 @@
 //! inside each stage (opcode and payload bytes; handler, request and reply bytes), and the
 //! stage's round trips as the longest chain of requests each posted after an earlier one of
 //! the stage completed. Field sizes: `txn/src/store.rs` (lock 8 | version 8 | writer 8 |
-//! record R), `protocols/src/mvcc.rs` and `sundial.rs` (extensions, messages),
-//! `txn/src/msg.rs` (shared messages).
+//! record R), `txn/src/msg.rs` (shared messages), `protocols/src/mvcc.rs` and `sundial.rs`
+//! (extensions, messages). Derived per protocol: [`nowait_cost`] (also WAIT-DIE's),
+//! [`occ_cost`], [`mvcc_cost`], [`sundial_cost`].
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use txbed_runner::{run_txns, TxnRunResult};
-use txbed_tests::harness::{Load, Protocol, Shape, MVCC, SUNDIAL};
+use txbed_tests::harness::{Load, Protocol, Shape, MVCC, NOWAIT, OCC, SUNDIAL, WAITDIE};
 use txbed_transport::trace::{TraceEvent, RPC, STAGE, VERB};
 use txbed_txn::node::stage_index;
+use txbed_txn::protocol::OptionValues;
 use txbed_txn::stage::{Hybrid, Stage};
 use txbed_txn::store::{bucket_of, Layout, TableSpec, BUCKET_SLOTS, LOAD_FACTOR};
 use txbed_workloads::{get_i64, with_i64, Executed, Key, Table, TxnSpec, Workload};
@@ -190,9 +196,10 @@ fn issued_per_stage(trace: &[TraceEvent]) -> BTreeMap<&'static str, BTreeMap<Iss
 /// Which transactions run a stage.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 enum Per {
-    /// Every attempt (READ, LOCK).
+    /// Every attempt (READ; LOCK where it runs before the logic).
     Attempt,
-    /// Every commit (RENEW, LOG, COMMIT).
+    /// Every commit (RENEW, LOG, COMMIT; OCC's VALIDATE, and its LOCK, which runs after the
+    /// logic).
     Commit,
     /// Every abort after LOCK (RELEASE).
     Abort,
@@ -224,11 +231,19 @@ fn calls(v: &[(&str, u64, u64, usize)]) -> Vec<(String, u64, u64)> {
     out
 }
 
-/// Runs `w` under `protocol` with code `hybrid` on 3 nodes x 1 worker x 1 coroutine, warm
-/// location caches, 3 replicas (every write logged to 2 backups), traced.
-fn run(protocol: Protocol, hybrid: Hybrid, w: Fixed) -> (Shape<Fixed>, TxnRunResult) {
-    let s =
-        Shape { workers: 1, coroutines: 1, duration_ns: 400_000, trace: true, ..Shape::new(protocol, w, hybrid, 1) };
+/// Runs `w` under `protocol` (with its `options`) with code `hybrid` on 3 nodes x 1 worker x
+/// 1 coroutine, warm location caches, 3 replicas (every write logged to 2 backups), the
+/// default RDMA options (outstanding requests, doorbell batching, speculative fetch, no
+/// passive ACK), traced.
+fn run(protocol: Protocol, options: OptionValues, hybrid: Hybrid, w: Fixed) -> (Shape<Fixed>, TxnRunResult) {
+    let s = Shape {
+        workers: 1,
+        coroutines: 1,
+        duration_ns: 400_000,
+        trace: true,
+        protocol_options: options,
+        ..Shape::new(protocol, w, hybrid, 1)
+    };
     let mut spec = s.spec();
     spec.warm_cache = true;
     let r = run_txns(&spec).unwrap_or_else(|e| panic!("{e}\n{}", s.replay()));
@@ -273,18 +288,29 @@ fn check(s: &Shape<Fixed>, r: &TxnRunResult, expected: &BTreeMap<Stage, Cost>) {
 }
 
 /// The transaction's shape: `r` records read, `w` written, records of `rec` bytes (a
-/// multiple of 8), `b` backups; every record at one node.
+/// multiple of 8), `b` backups; every record at one node; whether some abort in the logic.
 #[derive(Copy, Clone, Debug)]
 struct Sizes {
     r: u64,
     w: u64,
     rec: u64,
     b: u64,
+    aborts: bool,
 }
 
 impl Sizes {
     fn of(w: &Fixed, backups: u16) -> Sizes {
-        Sizes { r: w.reads as u64, w: w.writes as u64, rec: w.record_bytes.div_ceil(8) as u64 * 8, b: backups as u64 }
+        Sizes {
+            r: w.reads as u64,
+            w: w.writes as u64,
+            rec: w.record_bytes.div_ceil(8) as u64 * 8,
+            b: backups as u64,
+            aborts: w.aborts,
+        }
+    }
+    /// The plain tuple (`txn/src/store.rs`): `lock 8 | version 8 | writer 8 | record R`.
+    fn tuple(self) -> u64 {
+        24 + self.rec
     }
     /// The log record (`txn/src/log.rs`): `id 8`, then per write `table 2 | length 2 | pad 4 |
     /// key 8 | version 8 | value R`.
@@ -293,13 +319,13 @@ impl Sizes {
     }
 }
 
-/// LOG, shared by both protocols (`ops::log`): one round trip, the log record to each backup,
-/// one-sided as one WRITE into its ring framed `length 4 | pad 4 | sequence 8 | record |
-/// length 4`, padded to 8 (24 B more), or an `H_LOG` call (empty reply). The counter shows
-/// the record's bytes per backup (framing not counted). Coordinator `c` writes node `c + 1`'s
-/// rows, whose backups are `c + 2` and `c + 3`, which is `c` itself on 3 nodes: that copy
-/// takes the local path (the CPU writes its own ring, or calls `H_LOG` in place: no verb, no
-/// message, no byte), so `b - 1` backups get it over the network.
+/// LOG, shared by every protocol here (`ops::log`): one round trip, the log record to each
+/// backup, one-sided as one WRITE into its ring framed `length 4 | pad 4 | sequence 8 |
+/// record | length 4`, padded to 8 (24 B more), or an `H_LOG` call (empty reply). The
+/// counter shows the record's bytes per backup (framing not counted). Coordinator `c` writes
+/// node `c + 1`'s rows, whose backups are `c + 2` and `c + 3`, which is `c` itself on 3
+/// nodes: that copy takes the local path (the CPU writes its own ring, or calls `H_LOG` in
+/// place: no verb, no message, no byte), so `b - 1` backups get it over the network.
 fn log_cost(s: Sizes, onesided: bool) -> Cost {
     let l = s.log_record();
     let remote = s.b - 1;
@@ -311,23 +337,200 @@ fn log_cost(s: Sizes, onesided: bool) -> Cost {
     Cost { per: Per::Commit, round_trips: 1, bytes: l * remote, issued }
 }
 
-/// RELEASE, on an abort after LOCK (`ops::release`; both protocols unlock the write set
-/// only, having no read locks): one round trip, WRITE lock = 0 (8 B) per record, or
-/// `H_RELEASE` (`offset 8 | owner 8`, empty reply). The counter shows 8 B per record in both
-/// forms (the lock word).
-fn release_cost(s: Sizes, onesided: bool) -> Cost {
-    let n = s.w as usize;
-    let issued = if onesided {
+/// The unlocks of `n` records, all posted before one wait: WRITE lock = 0 (8 B) each, or a
+/// `handler` call each with `ReleaseReq` = `offset 8 | owner 8` (16 B) and an empty reply.
+fn unlocks(n: u64, onesided: bool, handler: &str) -> Issued {
+    let n = n as usize;
+    if onesided {
         Issued { round_trips: 1, verbs: verbs(&[("WRITE", 8, n)]), calls: vec![] }
     } else {
-        Issued { round_trips: 1, verbs: vec![], calls: calls(&[("RELEASE", 16, 0, n)]) }
-    };
-    Cost { per: Per::Abort, round_trips: 1, bytes: 8 * s.w, issued }
+        Issued { round_trips: 1, verbs: vec![], calls: calls(&[(handler, 16, 0, n)]) }
+    }
+}
+
+/// RELEASE of `n` locked records on an abort (`ops::release`, or WAIT-DIE's own with
+/// `WD_RELEASE`): one round trip, [`unlocks`]. The counter shows 8 B per record in both forms
+/// (the lock word; an RPC carries 16).
+fn unlock_cost(n: u64, onesided: bool, handler: &str) -> Cost {
+    Cost { per: Per::Abort, round_trips: 1, bytes: 8 * n, issued: unlocks(n, onesided, handler) }
+}
+
+/// RELEASE, on an abort after LOCK, for MVCC and SUNDIAL, which unlock the write set only,
+/// having no read locks ([`unlock_cost`] of `w` records, `H_RELEASE`).
+fn release_cost(s: Sizes, onesided: bool) -> Cost {
+    unlock_cost(s.w, onesided, "RELEASE")
 }
 
 /// A cost whose counter shows exactly what the trace does (the protocols' own stages).
 fn exact(per: Per, issued: Issued) -> Cost {
     Cost { per, round_trips: issued.round_trips, bytes: issued.bytes(), issued }
+}
+
+/// The RPC handlers a two-phase-locking protocol locks, writes back and unlocks with.
+struct Handlers {
+    lock: &'static str,
+    commit: &'static str,
+    release: &'static str,
+}
+
+/// LOCK of `n` records, shared by NOWAIT, WAIT-DIE and OCC (`ops::lock_and_read`, WAIT-DIE's
+/// `lock`): one round trip, 8 + T B per record on the counter, T = the plain tuple `lock 8 |
+/// version 8 | writer 8 | record R` (24 + R B; none of the three has an extension).
+/// One-sided: per record a CAS of the lock word (0 -> owner, 8 B) and, behind it on the same
+/// QP in one doorbell, a READ of the whole tuple (T), every record posted before one wait
+/// (RCC Sec. 4.2: "issue READ immediately after CAS to overlap the communication"). RPC: the
+/// `handler` call per record, request `LockReq` = `table 2 | pad 6 | key 8 | owner 8` (24
+/// B), reply `LockReply::Locked` = `status 1 | offset 8 | tuple T` (9 + T B; RCC: "a success
+/// message with the record"); the counter shows 8 + T, the lock word and the tuple, as
+/// one-sided (the wire carries 25 B more per lock, docs/fidelity.md Sec. 2.4).
+fn lock_cost(per: Per, n: u64, onesided: bool, s: Sizes, handler: &str) -> Cost {
+    let (t, k) = (s.tuple(), n as usize);
+    let issued = if onesided {
+        Issued { round_trips: 1, verbs: verbs(&[("CAS", 8, k), ("READ", t, k)]), calls: vec![] }
+    } else {
+        Issued { round_trips: 1, verbs: vec![], calls: calls(&[(handler, 24, 9 + t, k)]) }
+    };
+    Cost { per, round_trips: 1, bytes: n * (8 + t), issued }
+}
+
+/// The write-back of the `w` written records (`ops::write_back_one`), shared by NOWAIT,
+/// WAIT-DIE and OCC, by COMMIT's primitive: 24 + R B per record on the counter. One-sided:
+/// a WRITE of `CommitReq::body` = `version 8 | writer 8 | record R` (16 + R B) at the
+/// version word, then a WRITE of lock = 0 (8 B) on the same QP in one doorbell, only the
+/// second signaled (RCC Sec. 4.2: "two RDMA WRITES ... to update & unlock the record";
+/// DrTM+H Sec. 5.3 the same). RPC: a `handler` call, request `CommitReq` = `offset 8 |
+/// version 8 | writer 8 | record R` (24 + R B), empty reply (RCC: "a write-back request
+/// associated with the updated records"). The whole record, not the changed field (both
+/// seeds write records back).
+fn write_backs(s: Sizes, onesided: bool, handler: &str) -> Issued {
+    let w = s.w as usize;
+    if onesided {
+        Issued { round_trips: 1, verbs: verbs(&[("WRITE", 16 + s.rec, w), ("WRITE", 8, w)]), calls: vec![] }
+    } else {
+        Issued { round_trips: 1, verbs: vec![], calls: calls(&[(handler, 24 + s.rec, 0, w)]) }
+    }
+}
+
+/// Two-phase locking, NOWAIT (RCC Sec. 4.2) and WAIT-DIE (4.3): every record accessed, read
+/// or written, is locked (exclusive), so `n = r + w` records hold locks.
+fn two_phase_locking_cost(stage: Stage, code: Hybrid, s: Sizes, h: &Handlers) -> Option<Cost> {
+    let onesided = code.onesided(stage);
+    let n = s.r + s.w;
+    let cost = match stage {
+        // RCC: "tries to lock all the records accessed": [`lock_cost`] of r + w records at
+        // every attempt, before the logic.
+        Stage::Lock => lock_cost(Per::Attempt, n, onesided, s, h.lock),
+        Stage::Log if s.w > 0 => log_cost(s, onesided),
+        // At every commit, read-only ones too (`ops::write_back`, WAIT-DIE's `write_back`):
+        // [`write_backs`] of the w written records, and the unlocks of the r records only
+        // read, which ride in this stage ("counted, their bytes not") by RELEASE's primitive
+        // (`release_posts`), [`unlocks`]: WRITE lock = 0 (8 B) or a `ReleaseReq` call (16 B,
+        // empty reply) each; all posted before one wait: one round trip. The counter shows
+        // the write-backs' 24 + R B per record and leaves out the read-set unlocks' bytes (r
+        // x 8 one-sided, r x 16 by RPC): a read-only commit counts one round trip and 0 B.
+        // (`protocols/src/nowait.rs`'s header says RELEASE unlocks the records only read; the
+        // code does it here, in COMMIT.)
+        Stage::Commit => {
+            let back = write_backs(s, onesided, h.commit);
+            let free = unlocks(s.r, code.onesided(Stage::Release), h.release);
+            let mut issued = Issued { round_trips: 1, verbs: vec![], calls: vec![] };
+            for part in [back, free] {
+                issued.verbs.extend(part.verbs);
+                issued.calls.extend(part.calls);
+            }
+            issued.verbs.sort();
+            issued.calls.sort();
+            Cost { per: Per::Commit, round_trips: 1, bytes: s.w * (24 + s.rec), issued }
+        }
+        // On an abort in the logic every record is locked: [`unlock_cost`] of r + w records.
+        Stage::Release if s.aborts => unlock_cost(n, onesided, h.release),
+        _ => return None,
+    };
+    Some(cost)
+}
+
+/// NOWAIT (RCC Sec. 4.2): [`two_phase_locking_cost`] with the shared handlers `H_LOCK`,
+/// `H_COMMIT`, `H_RELEASE` (`txn/src/participant.rs`).
+fn nowait_cost(stage: Stage, code: Hybrid, s: Sizes) -> Option<Cost> {
+    two_phase_locking_cost(stage, code, s, &Handlers { lock: "LOCK", commit: "COMMIT", release: "RELEASE" })
+}
+
+/// WAIT-DIE (RCC Sec. 4.3): NOWAIT's costs, with its own handlers `WD_LOCK`, `WD_COMMIT`,
+/// `WD_RELEASE` (which serve the wait lists) taking the same messages: `LockReq` with the
+/// owner = the timestamp (24 B; reply 9 + T), `CommitReq` (24 + R B), `ReleaseReq` (16 B).
+/// One-sided LOCK is NOWAIT's CAS (0 -> timestamp) + READ: WAIT-DIE differs only on a
+/// conflict (a younger holder is waited for by posting CAS + READ again, a round trip per
+/// retry, and a won CAS whose READ does not show the timestamp costs one more READ), which
+/// these contention-free runs never meet: a retry or recheck would show as a second round
+/// trip and more verbs than derived.
+fn waitdie_cost(stage: Stage, code: Hybrid, s: Sizes) -> Option<Cost> {
+    two_phase_locking_cost(stage, code, s, &Handlers { lock: "WD_LOCK", commit: "WD_COMMIT", release: "WD_RELEASE" })
+}
+
+/// OCC as in DrTM+H Sec. 5 (RCC Sec. 4.1 bases its OCC on it): E fetches, V locks the write
+/// set and validates the read set, L logs, C writes back. With `early` (`lock_in_execution`,
+/// FaSST's variant, DrTM+H Sec. 6.3), a transaction that writes locks its write set before
+/// fetching the read set, so an abort in the logic RELEASEs it.
+fn occ_cost(stage: Stage, code: Hybrid, s: Sizes, early: bool) -> Option<Cost> {
+    let onesided = code.onesided(stage);
+    let (t, r, w) = (s.tuple(), s.r as usize, s.w as usize);
+    let early = early && s.w > 0;
+    let cost = match stage {
+        // E (`ops::fetch`), every attempt: every record, read or written (RCC Sec. 4.1: read
+        // records into RS, "other accessed records" into WS), the write set's only when not
+        // locked early. One-sided: one READ of the tuple (T) at the cached offset per record,
+        // all posted before one wait (speculative fetch, DrTM+H Sec. 6.1): one round trip, T
+        // B per record (DrTM+H Sec. 5.1: "one one-sided READ to get the record back"). RPC:
+        // `H_FETCH`, request `KeyReq` = `table 2 | pad 6 | key 8` (16 B), reply
+        // `FetchReply::Found` = `status 1 | offset 8 | bucket offset 8 | bucket 128 | tuple
+        // T` (145 + T B: the key's main index bucket fills the location cache, which DrTM+H
+        // Sec. 5.1 fills in the execution phase). The counter shows T per record in both
+        // forms: an RPC fetch carries 161 B more per record than it counts.
+        Stage::Read => {
+            let k = if early { r } else { r + w };
+            let issued = if onesided {
+                Issued { round_trips: 1, verbs: verbs(&[("READ", t, k)]), calls: vec![] }
+            } else {
+                Issued { round_trips: 1, verbs: vec![], calls: calls(&[("FETCH", 16, 145 + t, k)]) }
+            };
+            Cost { per: Per::Attempt, round_trips: 1, bytes: k as u64 * t, issued }
+        }
+        // V, lock (`ops::lock_and_read` of the write set): [`lock_cost`] of w records, at
+        // every commit (after the logic, which is where these runs abort), or at every
+        // attempt before the fetch when early. The lock's READ (or the `H_LOCK` reply)
+        // brings the whole tuple again, T B, where DrTM+H Sec. 5.2 reads only the version
+        // under the lock ("the RPC routine will first lock the record and then read its
+        // version"; the record came in E): T - 8 B per record more than the design, the
+        // cost of sharing NOWAIT's LOCK.
+        Stage::Lock if s.w > 0 => lock_cost(if early { Per::Attempt } else { Per::Commit }, s.w, onesided, s, "LOCK"),
+        // V, validate (`ops::validate` of the read set), every commit: one-sided a READ of
+        // `lock 8 | version 8` (16 B) per record (DrTM+H Sec. 5.2: "a single RDMA READ is
+        // enough"), RPC `H_VALIDATE`, request `ValidateReq` = `offset 8`, reply
+        // `ValidateReply` = `lock 8 | version 8`; one round trip. The counter shows 16 B per
+        // record in both forms (an RPC carries 24).
+        Stage::Validate if s.r > 0 => {
+            let issued = if onesided {
+                Issued { round_trips: 1, verbs: verbs(&[("READ", 16, r)]), calls: vec![] }
+            } else {
+                Issued { round_trips: 1, verbs: vec![], calls: calls(&[("VALIDATE", 8, 16, r)]) }
+            };
+            Cost { per: Per::Commit, round_trips: 1, bytes: 16 * s.r, issued }
+        }
+        Stage::Log if s.w > 0 => log_cost(s, onesided),
+        // C (`ops::write_back`): [`write_backs`] of the w written records; OCC holds no read
+        // locks, so nothing rides along: the counter shows exactly the trace.
+        Stage::Commit if s.w > 0 => exact(Per::Commit, write_backs(s, onesided, "COMMIT")),
+        // A read-only transaction still runs an empty COMMIT stage (`occ::run` calls
+        // `ops::write_back` with nothing to write): counted as an execution, with no round
+        // trip, no byte and nothing issued. DrTM+H Sec. 5.5 runs read-only transactions as R
+        // + V only; this costs nothing on the wire but adds executions to COMMIT's count.
+        Stage::Commit => exact(Per::Commit, Issued::default()),
+        // An abort in the logic holds no lock (V comes after it) unless the write set was
+        // locked early: then [`unlock_cost`] of w records by `H_RELEASE`.
+        Stage::Release if early && s.aborts => unlock_cost(s.w, onesided, "RELEASE"),
+        _ => return None,
+    };
+    Some(cost)
 }
 
 /// MVCC (RCC Sec. 4.4). Tuple: `lock 8 | version 8 | writer 8 | record R | 4 slots of (wts 8
@@ -469,13 +672,22 @@ fn sundial_cost(stage: Stage, onesided: bool, s: Sizes) -> Option<Cost> {
     Some(cost)
 }
 
-/// Runs `w` under `protocol` with code `hybrid` and checks every stage against `cost`.
-fn check_code(protocol: Protocol, hybrid: Hybrid, w: Fixed, cost: fn(Stage, bool, Sizes) -> Option<Cost>) {
-    let (s, r) = run(protocol, hybrid, w.clone());
+/// What a protocol's stages cost under a code, for a transaction of a shape.
+type CostFn<'a> = &'a dyn Fn(Stage, Hybrid, Sizes) -> Option<Cost>;
+
+/// Runs `w` under `protocol` (with its `options`) with code `hybrid` and checks every stage
+/// against `cost`.
+fn check_code(protocol: Protocol, options: OptionValues, hybrid: Hybrid, w: Fixed, cost: CostFn) {
+    let (s, r) = run(protocol, options, hybrid, w.clone());
     let sizes = Sizes::of(&w, s.replication - 1);
     let expected: BTreeMap<Stage, Cost> =
-        protocol.stages().iter().filter_map(|&st| cost(st, hybrid.onesided(st), sizes).map(|c| (st, c))).collect();
+        protocol.stages().iter().filter_map(|&st| cost(st, hybrid, sizes).map(|c| (st, c))).collect();
     check(&s, &r, &expected);
+}
+
+/// The protocol's default options.
+fn defaults() -> OptionValues {
+    OptionValues::Null
 }
 
 /// The shapes: two reads and two writes of SmallBank-sized (8 B) and YCSB-sized (64 B)
@@ -488,13 +700,61 @@ fn shapes() -> [Fixed; 3] {
     ]
 }
 
+/// NOWAIT in RPC, one-sided, RCC Sec. 5's guideline for any protocol ("Log, Commit and
+/// Release operations prefer one-sided operations": code 28, RPC LOCK) and code 21
+/// (one-sided LOCK, LOG and COMMIT, RPC RELEASE: a commit's write-backs go one-sided while
+/// its read-set unlocks go by RPC).
+#[test]
+fn nowait_stages_cost_what_the_design_lays_out() {
+    for w in shapes() {
+        for hybrid in [Hybrid::RPC, Hybrid::full(NOWAIT.stages()), Hybrid(28), Hybrid(21)] {
+            check_code(NOWAIT, defaults(), hybrid, w.clone(), &nowait_cost);
+        }
+    }
+}
+
+/// WAIT-DIE with NOWAIT's codes.
+#[test]
+fn waitdie_stages_cost_what_the_design_lays_out() {
+    for w in shapes() {
+        for hybrid in [Hybrid::RPC, Hybrid::full(WAITDIE.stages()), Hybrid(28), Hybrid(21)] {
+            check_code(WAITDIE, defaults(), hybrid, w.clone(), &waitdie_cost);
+        }
+    }
+}
+
+/// OCC in RPC, one-sided and DrTM+H's code where NIC atomics are not safe (code 38:
+/// one-sided READ, LOG and VALIDATE, RPC LOCK, COMMIT and RELEASE; the `Drtmh` preset and
+/// `scenarios/quickstart.ron`).
+#[test]
+fn occ_stages_cost_what_the_design_lays_out() {
+    for w in shapes() {
+        for hybrid in [Hybrid::RPC, Hybrid::full(OCC.stages()), Hybrid(38)] {
+            check_code(OCC, defaults(), hybrid, w.clone(), &|st, h, s| occ_cost(st, h, s, false));
+        }
+    }
+}
+
+/// OCC with the write set locked in execution (`lock_in_execution`, FaSST's variant): LOCK
+/// runs at every attempt, READ fetches the read set only, and an abort in the logic
+/// RELEASEs the write set; in RPC (the `Fasst` preset's code), one-sided and code 38.
+#[test]
+fn occ_locking_in_execution_costs_what_the_design_lays_out() {
+    let early = serde_json::json!({ "lock_in_execution": true });
+    for w in shapes() {
+        for hybrid in [Hybrid::RPC, Hybrid::full(OCC.stages()), Hybrid(38)] {
+            check_code(OCC, early.clone(), hybrid, w.clone(), &|st, h, s| occ_cost(st, h, s, true));
+        }
+    }
+}
+
 /// MVCC in RPC, one-sided and RCC's SmallBank hybrid (code 28: RPC READ and LOCK,
 /// one-sided LOG, RELEASE and COMMIT).
 #[test]
 fn mvcc_stages_cost_what_the_design_lays_out() {
     for w in shapes() {
         for hybrid in [Hybrid::RPC, Hybrid::full(MVCC.stages()), Hybrid(28)] {
-            check_code(MVCC, hybrid, w.clone(), mvcc_cost);
+            check_code(MVCC, defaults(), hybrid, w.clone(), &|st, h, s| mvcc_cost(st, h.onesided(st), s));
         }
     }
 }
@@ -505,7 +765,26 @@ fn mvcc_stages_cost_what_the_design_lays_out() {
 fn sundial_stages_cost_what_the_design_lays_out() {
     for w in shapes() {
         for hybrid in [Hybrid::RPC, Hybrid::full(SUNDIAL.stages()), Hybrid(21)] {
-            check_code(SUNDIAL, hybrid, w.clone(), sundial_cost);
+            check_code(SUNDIAL, defaults(), hybrid, w.clone(), &|st, h, s| sundial_cost(st, h.onesided(st), s));
+        }
+    }
+}
+
+/// Every code of every protocol here: each stage's cost follows from its own bit (and, for
+/// the read-set unlocks in a 2PL COMMIT, RELEASE's), whatever the other stages use (RCC Sec.
+/// 5.2: any stage must work with any other's primitive).
+#[test]
+fn every_code_costs_what_its_stages_do() {
+    let protocols: [(Protocol, CostFn); 5] = [
+        (NOWAIT, &nowait_cost),
+        (WAITDIE, &waitdie_cost),
+        (OCC, &|st, h, s| occ_cost(st, h, s, false)),
+        (MVCC, &|st, h, s| mvcc_cost(st, h.onesided(st), s)),
+        (SUNDIAL, &|st, h, s| sundial_cost(st, h.onesided(st), s)),
+    ];
+    for (protocol, cost) in protocols {
+        for hybrid in Hybrid::all_codes(protocol.stages()) {
+            check_code(protocol, defaults(), hybrid, shapes()[0].clone(), cost);
         }
     }
 }
