@@ -2,8 +2,8 @@
 //!
 //! - E (READ stage): fetch every record without locking; one-sided, the location cache turns
 //!   a lookup into one READ (a miss refills the cache; by RPC the reply carries the bucket).
-//! - V: LOCK the write set (CAS + READ doorbelled on one QP, or RPC lock + read) and check
-//!   each locked record still has the version E saw; VALIDATE the read set (READ of lock and
+//! - V: LOCK the write set (CAS + a READ of lock and version doorbelled on one QP, or an RPC
+//!   lock answered with them) and check each locked record still has the version E saw; VALIDATE the read set (READ of lock and
 //!   version, or RPC): unchanged and not locked by another transaction.
 //! - L: the new values to every backup; C: write back and unlock (COMMIT), and on any abort
 //!   unlock what was locked (RELEASE).
@@ -144,10 +144,11 @@ async fn run(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Result<Attemp
         }
         return Ok(Attempt::UserAbort);
     };
-    // V: lock the write set, then check it and validate the read set.
+    // V: lock the write set, re-reading only lock and version (DrTM+H Sec. 5.2), check the
+    // versions are those E read, then validate the read set.
     let seen: Vec<(u16, u64)> = recs.iter().map(|r| r.version()).collect();
     if !spec.read_only() && !early {
-        let locked = ops::lock_and_read(ctx, n, &mut recs, |r| r.write, id).await?;
+        let locked = ops::lock_and_check(ctx, n, &mut recs, |r| r.write, id).await?;
         let unchanged = recs.iter().zip(&seen).filter(|(r, _)| r.write && r.locked).all(|(r, v)| r.version() == *v);
         if !locked || !unchanged {
             ops::release(ctx, n, &recs, |r| r.write, id).await?;

@@ -253,7 +253,7 @@ fn serve(n: &NodeState, side: &mut impl Side, off: u64) -> bool {
 
 /// LOCK handler: take a free lock, wait for a younger holder, die for an older one.
 fn lock_handler(n: &NodeState, h: &mut HandlerCtx<'_>, req: &[u8]) -> Handled {
-    let Ok(LockReq { table, key, owner: ts }) = LockReq::decode(req) else {
+    let Ok(LockReq { table, key, owner: ts, .. }) = LockReq::decode(req) else {
         h.reply.push(MALFORMED);
         return Handled::Reply;
     };
@@ -368,7 +368,7 @@ async fn lock(ctx: &Ctx, n: &NodeState, recs: &mut [Rec], ts: u64) -> Result<boo
     } else {
         let mut calls = Vec::new();
         for (i, r) in recs.iter().enumerate() {
-            let req = LockReq { table: r.table, key: r.key, owner: ts }.encode();
+            let req = LockReq { table: r.table, key: r.key, owner: ts, meta_only: false }.encode();
             calls.push((i, ops::call(ctx, n, r.home, H_WD_LOCK, &req).await?));
             t.add(ops::rpc_path(n, r.home), 8 + ops::tuple_bytes(n, r.table) as u64);
         }

@@ -373,8 +373,8 @@ struct Handlers {
     release: &'static str,
 }
 
-/// LOCK of `n` records, shared by NOWAIT, WAIT-DIE and OCC (`ops::lock_and_read`, WAIT-DIE's
-/// `lock`): one round trip, 8 + T B per record on the counter, T = the plain tuple `lock 8 |
+/// LOCK of `n` records, shared by NOWAIT, WAIT-DIE and OCC's early lock (`ops::lock_and_read`,
+/// WAIT-DIE's `lock`): one round trip, 8 + T B per record on the counter, T = the plain tuple `lock 8 |
 /// version 8 | writer 8 | record R` (24 + R B; none of the three has an extension).
 /// One-sided: per record a CAS of the lock word (0 -> owner, 8 B) and, behind it on the same
 /// QP in one doorbell, a READ of the whole tuple (T), every record posted before one wait
@@ -495,14 +495,25 @@ fn occ_cost(stage: Stage, code: Hybrid, s: Sizes, early: bool) -> Option<Cost> {
             };
             Cost { per: Per::Attempt, round_trips: 1, bytes: k as u64 * t, issued }
         }
-        // V, lock (`ops::lock_and_read` of the write set): [`lock_cost`] of w records, at
-        // every commit (after the logic, which is where these runs abort), or at every
-        // attempt before the fetch when early. The lock's READ (or the `H_LOCK` reply)
-        // brings the whole tuple again, T B, where DrTM+H Sec. 5.2 reads only the version
-        // under the lock ("the RPC routine will first lock the record and then read its
-        // version"; the record came in E): T - 8 B per record more than the design, the
-        // cost of sharing NOWAIT's LOCK.
-        Stage::Lock if s.w > 0 => lock_cost(if early { Per::Attempt } else { Per::Commit }, s.w, onesided, s, "LOCK"),
+        // FaSST's early lock (`ops::lock_and_read` of the write set before the fetch, every
+        // attempt): [`lock_cost`] of w records, the tuple read under the lock.
+        Stage::Lock if s.w > 0 && early => lock_cost(Per::Attempt, s.w, onesided, s, "LOCK"),
+        // V, lock (`ops::lock_and_check` of the write set), at every commit (after the logic,
+        // which is where these runs abort): the record came in E, so under the lock only the
+        // version is re-read (DrTM+H Sec. 5.2: "lock the record and then read its version").
+        // One-sided: per record a CAS of the lock word (8 B) and, in the same doorbell, a READ
+        // of `lock 8 | version 8` (16 B). RPC: `H_LOCK` with `LockReq` plus `meta_only` (24 +
+        // 1 = 25 B), reply `status 1 | offset 8 | lock 8 | version 8` (25 B). The counter
+        // shows 8 + 16 = 24 B per record either way.
+        Stage::Lock if s.w > 0 => {
+            let k = s.w as usize;
+            let issued = if onesided {
+                Issued { round_trips: 1, verbs: verbs(&[("CAS", 8, k), ("READ", 16, k)]), calls: vec![] }
+            } else {
+                Issued { round_trips: 1, verbs: vec![], calls: calls(&[("LOCK", 25, 25, k)]) }
+            };
+            Cost { per: Per::Commit, round_trips: 1, bytes: s.w * 24, issued }
+        }
         // V, validate (`ops::validate` of the read set), every commit: one-sided a READ of
         // `lock 8 | version 8` (16 B) per record (DrTM+H Sec. 5.2: "a single RDMA READ is
         // enough"), RPC `H_VALIDATE`, request `ValidateReq` = `offset 8`, reply

@@ -69,19 +69,25 @@ impl KeyReq {
     }
 }
 
-/// LOCK: CAS `owner` into the record's lock word (WAITDIE's owner is its timestamp).
+/// LOCK: CAS `owner` into the record's lock word (WAITDIE's owner is its timestamp). With
+/// `meta_only` (one more byte, 1) the reply carries the lock and version words instead of the
+/// whole tuple: OCC's validation only re-checks the version (DrTM+H Sec. 5.2).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct LockReq {
     pub table: u16,
     pub key: u64,
     pub owner: u64,
+    pub meta_only: bool,
 }
 
 impl LockReq {
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(24);
+        let mut out = Vec::with_capacity(25);
         KeyReq { table: self.table, key: self.key }.encode_into(&mut out);
         out.put_u64(self.owner);
+        if self.meta_only {
+            out.put_u8(1);
+        }
         out
     }
 
@@ -89,8 +95,12 @@ impl LockReq {
         let mut r = Reader::new(b);
         let KeyReq { table, key } = KeyReq::read(&mut r)?;
         let owner = r.u64()?;
-        r.finish()?;
-        Ok(LockReq { table, key, owner })
+        let meta_only = match r.rest() {
+            [] => false,
+            [1] => true,
+            _ => return Err(WireError::Rejected),
+        };
+        Ok(LockReq { table, key, owner, meta_only })
     }
 }
 
@@ -451,7 +461,11 @@ mod tests {
         let k = KeyReq { table: 3, key: 0x0102_0304_0506_0708 };
         assert_eq!(k.encode(), [3, 0, 0, 0, 0, 0, 0, 0, 8, 7, 6, 5, 4, 3, 2, 1]);
         assert_eq!(KeyReq::decode(&k.encode()), Ok(k));
-        let l = LockReq { table: 3, key: 9, owner: 77 };
+        let m = LockReq { table: 3, key: 9, owner: 77, meta_only: true };
+        assert_eq!(m.encode().len(), 25);
+        assert_eq!(LockReq::decode(&m.encode()), Ok(m));
+        assert_eq!(LockReq::decode(&[m.encode(), vec![1]].concat()), Err(WireError::Rejected));
+        let l = LockReq { table: 3, key: 9, owner: 77, meta_only: false };
         assert_eq!(l.encode().len(), 24);
         assert_eq!(&l.encode()[16..], &77u64.to_le_bytes());
         assert_eq!(LockReq::decode(&l.encode()), Ok(l));

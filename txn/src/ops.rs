@@ -38,7 +38,7 @@ use crate::post::check_buffers;
 pub use crate::post::{buffers_end, endpoint, inline_or_staged, log_area, qp, room, staging_at};
 use crate::stage::Stage;
 use crate::store::history_key;
-use crate::store::{split_version_word, version_word, LOCK, META_BYTES, VERSION};
+use crate::store::{split_version_word, version_word, LOCK, LOCK_AND_VERSION, META_BYTES, VERSION};
 use crate::wire::{u64_at, WireError};
 
 /// One record a transaction accesses.
@@ -262,17 +262,56 @@ pub async fn lock_and_read(
     which: impl Fn(&Rec) -> bool,
     id: u64,
 ) -> Result<bool, TxnError> {
+    lock(ctx, n, recs, which, id, false).await
+}
+
+/// LOCK of records already read: locks them and reads only their lock and version words
+/// into the tuples held (one-sided, CAS + a 16-byte READ; by RPC, a reply without the
+/// record), for a protocol that then checks the version is the one it read (OCC's
+/// validation, DrTM+H Sec. 5.2: "lock the record and then read its version").
+pub async fn lock_and_check(
+    ctx: &Ctx,
+    n: &NodeState,
+    recs: &mut [Rec],
+    which: impl Fn(&Rec) -> bool,
+    id: u64,
+) -> Result<bool, TxnError> {
+    lock(ctx, n, recs, which, id, true).await
+}
+
+/// Puts the lock and version words read under a lock into `r`'s tuple (a tuple not read
+/// before is its table's size, zero beyond them).
+fn set_lock_and_version(n: &NodeState, r: &mut Rec, words: &[u8]) -> Result<(), TxnError> {
+    if words.len() != LOCK_AND_VERSION as usize {
+        return Err(WireError::Invalid("a lock reply's words are not lock and version").into());
+    }
+    if r.tuple.is_empty() {
+        r.tuple = vec![0; tuple_bytes(n, r.table) as usize];
+    }
+    r.tuple[..words.len()].copy_from_slice(words);
+    Ok(())
+}
+
+async fn lock(
+    ctx: &Ctx,
+    n: &NodeState,
+    recs: &mut [Rec],
+    which: impl Fn(&Rec) -> bool,
+    id: u64,
+    meta_only: bool,
+) -> Result<bool, TxnError> {
+    let read_len = |r: &Rec| if meta_only { LOCK_AND_VERSION as u32 } else { tuple_bytes(n, r.table) };
     let scratch = ctx.scratch();
     let t0 = ctx.now();
     let mut t = Tally::default();
     if n.hybrid.onesided(Stage::Lock) {
         locate_all(ctx, n, recs, |r| which(r) && r.tuple.is_empty()).await?;
-        let need: u64 = recs.iter().filter(|r| which(r)).map(|r| 8 + tuple_bytes(n, r.table) as u64).sum();
+        let need: u64 = recs.iter().filter(|r| which(r)).map(|r| 8 + read_len(r) as u64).sum();
         check_buffers(ctx, need)?;
         let mut at = scratch.addr;
         let mut slots = Vec::new();
         for (i, r) in recs.iter().enumerate().filter(|(_, r)| which(r)) {
-            let len = tuple_bytes(n, r.table);
+            let len = read_len(r);
             let cas_out = LocalBuf { lkey: scratch.lkey, addr: at, len: 8 };
             // A sentinel, so a result that never arrived cannot read as "was free".
             ctx.store_local(at, u64::MAX)?;
@@ -289,22 +328,31 @@ pub async fn lock_and_read(
         for (i, at) in slots {
             let r = &mut recs[i];
             r.locked = ctx.load_local(at)? == 0;
-            r.tuple = vec![0; tuple_bytes(n, r.table) as usize];
-            ctx.read_local(at + 8, &mut r.tuple)?;
+            let mut got = vec![0; read_len(r) as usize];
+            ctx.read_local(at + 8, &mut got)?;
+            if meta_only {
+                set_lock_and_version(n, r, &got)?;
+            } else {
+                r.tuple = got;
+            }
         }
     } else {
         let mut calls = Vec::new();
         for (i, r) in recs.iter().enumerate().filter(|(_, r)| which(r)) {
-            let req = LockReq { table: r.table, key: r.key, owner: id }.encode();
+            let req = LockReq { table: r.table, key: r.key, owner: id, meta_only }.encode();
             calls.push((i, call(ctx, n, r.home, H_LOCK, &req).await?));
-            t.add(rpc_path(n, r.home), 8 + tuple_bytes(n, r.table) as u64);
+            t.add(rpc_path(n, r.home), 8 + read_len(r) as u64);
         }
         ctx.wait().await?;
         for (i, call) in calls {
             let r = &mut recs[i];
             match LockReply::decode(&reply(ctx, call, "LOCK")?)? {
                 LockReply::Locked { offset, tuple } => {
-                    r.tuple = tuple_for(n, r, tuple)?;
+                    if meta_only {
+                        set_lock_and_version(n, r, &tuple)?;
+                    } else {
+                        r.tuple = tuple_for(n, r, tuple)?;
+                    }
                     r.locked = true;
                     r.offset = offset;
                 }

@@ -25,13 +25,14 @@ fn find<'a>(n: &'a NodeState, mem: &dyn HostMemory, table: u16, key: u64) -> Opt
 /// LOCK: CAS the owner into the tuple's lock word (so a one-sided RELEASE can later clear
 /// it, RCC Sec. 5.2) and reply with the tuple's offset and bytes.
 fn lock(n: &NodeState, mem: &dyn HostMemory, req: &[u8], reply: &mut Vec<u8>) {
-    let Ok(LockReq { table, key, owner }) = LockReq::decode(req) else { return reply.push(MALFORMED) };
+    let Ok(LockReq { table, key, owner, meta_only }) = LockReq::decode(req) else { return reply.push(MALFORMED) };
     let Some((place, off)) = find(n, mem, table, key) else { return LockReply::Missing.encode_into(reply) };
     let old = mem.cas_u64(n.base() + off + LOCK, 0, owner).unwrap_or(u64::MAX);
     if old != 0 {
         return LockReply::Busy.encode_into(reply);
     }
-    let mut tuple = vec![0u8; place.tuple_bytes as usize];
+    let len = if meta_only { store::LOCK_AND_VERSION } else { place.tuple_bytes };
+    let mut tuple = vec![0u8; len as usize];
     let _ = mem.read(n.base() + off, &mut tuple);
     LockReply::Locked { offset: off, tuple }.encode_into(reply);
 }
@@ -278,7 +279,9 @@ mod tests {
     #[test]
     fn lock_fetch_validate_commit_release() {
         let (n, mem) = node();
-        let lock = |key, owner| LockReply::decode(&call(lock, &n, &mem, &LockReq { table: 1, key, owner }.encode()));
+        let lock = |key, owner| {
+            LockReply::decode(&call(lock, &n, &mem, &LockReq { table: 1, key, owner, meta_only: false }.encode()))
+        };
         let Ok(LockReply::Locked { offset, tuple }) = lock(5, 9) else { panic!("key 5 is free") };
         assert_eq!((crate::wire::u64_at(&tuple, 0), &tuple[24..32]), (9, &5u64.to_le_bytes()[..]));
         assert_eq!(lock(5, 10), Ok(LockReply::Busy));

@@ -34,6 +34,9 @@ pub const META_BYTES: u64 = 24;
 pub const LOCK: u64 = 0;
 pub const VERSION: u64 = 8;
 pub const WRITER: u64 = 16;
+/// The lock and version words at the head of a tuple: what a lock that only re-checks a
+/// version reads (`ops::lock_and_check`).
+pub const LOCK_AND_VERSION: u64 = 16;
 /// Default occupancy of main buckets (DrTM Table VI evaluates 50%, 75% and 90%).
 pub const LOAD_FACTOR: f64 = 0.9;
 
