@@ -4,8 +4,9 @@
 //! QP, the CAS unsignaled, the READ's data ignored if the CAS failed; RPC: the handler CASes
 //! locally and replies with the tuple); any busy lock aborts at once. Then the transaction's
 //! logic runs, LOG sends the new values to the backups, COMMIT writes back and unlocks (two
-//! WRITEs, only the second signaled) and RELEASE unlocks the records only read. The lock word
-//! always holds the owner, so an RPC LOCK can be released one-sided (RCC Sec. 5.2).
+//! WRITEs, only the second signaled) and, within the same stage, unlocks the records only read
+//! by RELEASE's primitive; the RELEASE stage itself runs on an abort. The lock word always
+//! holds the owner, so an RPC LOCK can be released one-sided (RCC Sec. 5.2).
 
 use txbed_transport::Ctx;
 use txbed_txn::attempt::{cause, committed, execute, new_history, Attempt};
