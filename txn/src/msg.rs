@@ -98,7 +98,8 @@ impl LockReq {
         let meta_only = match r.rest() {
             [] => false,
             [1] => true,
-            _ => return Err(WireError::Rejected),
+            [_] => return Err(WireError::Rejected),
+            more => return Err(WireError::Trailing { extra: more.len() - 1 }),
         };
         Ok(LockReq { table, key, owner, meta_only })
     }
@@ -464,7 +465,7 @@ mod tests {
         let m = LockReq { table: 3, key: 9, owner: 77, meta_only: true };
         assert_eq!(m.encode().len(), 25);
         assert_eq!(LockReq::decode(&m.encode()), Ok(m));
-        assert_eq!(LockReq::decode(&[m.encode(), vec![1]].concat()), Err(WireError::Rejected));
+        assert_eq!(LockReq::decode(&[m.encode(), vec![1]].concat()), Err(WireError::Trailing { extra: 1 }));
         let l = LockReq { table: 3, key: 9, owner: 77, meta_only: false };
         assert_eq!(l.encode().len(), 24);
         assert_eq!(&l.encode()[16..], &77u64.to_le_bytes());
@@ -510,7 +511,8 @@ mod tests {
     #[test]
     fn short_or_overlong_requests_do_not_decode() {
         assert_eq!(KeyReq::decode(&[1, 0, 0]), Err(WireError::Short { need: 6, have: 1 }));
-        assert_eq!(LockReq::decode(&[0; 25]), Err(WireError::Trailing { extra: 1 }));
+        assert_eq!(LockReq::decode(&[0; 25]), Err(WireError::Rejected));
+        assert_eq!(LockReq::decode(&[0; 27]), Err(WireError::Trailing { extra: 2 }));
         assert!(CommitReq::decode(&[0; 23]).is_err());
         assert!(ReleaseReq::decode(&[0; 8]).is_err());
         assert!(ReclaimReq::decode(&[0; 3]).is_err());
