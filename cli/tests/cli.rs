@@ -177,6 +177,40 @@ fn bad_flags_exit_2() {
     }
 }
 
+/// Issue 16: input files must be regular files of bounded size. A FIFO named as a scenario or
+/// sweep once hung the command, and `nic: "/dev/zero"` grew the process until the OOM killer
+/// ended it; each is now refused at once with exit 2, naming the file and what it is.
+#[test]
+fn input_files_must_be_regular_and_bounded() {
+    let dir = std::env::temp_dir().join(format!("txbed-cli-input-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let zero_nic = dir.join("zero-nic.ron");
+    let quick = std::fs::read_to_string(root().join("scenarios/quickstart.ron")).unwrap();
+    std::fs::write(&zero_nic, quick.replace(r#"nic: "cx4""#, r#"nic: "/dev/zero""#)).unwrap();
+    let big = dir.join("big.ron");
+    std::fs::write(&big, vec![b' '; 5 << 20]).unwrap();
+    let fifo = dir.join("pipe.ron");
+    let has_fifo = std::process::Command::new("mkfifo").arg(&fifo).status().is_ok_and(|s| s.success());
+    let s = |p: &std::path::Path| p.display().to_string();
+    let mut cases = vec![
+        (vec!["run".to_string(), s(&zero_nic)], "a character device"),
+        (vec!["validate".to_string(), s(&dir)], "a directory"),
+        (vec!["validate".to_string(), s(&big)], "more than the"),
+        (vec!["replay".to_string(), "/dev/zero".to_string()], "a character device"),
+    ];
+    if has_fifo {
+        cases.push((vec!["run".to_string(), s(&fifo)], "a FIFO"));
+        cases.push((vec!["sweep".to_string(), s(&fifo), "--out".to_string(), s(&dir.join("o"))], "a FIFO"));
+    }
+    for (args, says) in cases {
+        let out = txbed().args(&args).timeout(std::time::Duration::from_secs(60)).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}
+
 /// A reduced bench-verbs run: JSON of the documented shape, and the same rows whatever the
 /// number of parallel simulations.
 #[test]

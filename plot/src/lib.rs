@@ -305,7 +305,7 @@ impl Table {
 
 fn read_table(csv: &Path) -> Result<Table, String> {
     let name = csv.display();
-    let bytes = fs::read(csv).map_err(|e| format!("cannot read {name}: {e}"))?;
+    let bytes = txbed_input::read_bytes(csv, "CSV", txbed_input::RESULTS_LIMIT).map_err(|e| e.0)?;
     let text = String::from_utf8(bytes).map_err(|_| format!("{name} is not a CSV file (not UTF-8 text)"))?;
     // A byte-order mark, as spreadsheet programs write, is not part of the first column's name.
     let text = text.strip_prefix('\u{feff}').unwrap_or(&text);

@@ -16,7 +16,7 @@ pub struct Recorded {
 /// Reads a report.json written by `txbed run --out` (or `--json`).
 pub fn load(path: &Path) -> Result<Recorded, String> {
     let src = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{src}: cannot read report: {e}"))?;
+    let text = txbed_input::read_text(path, "report", txbed_input::RESULTS_LIMIT).map_err(|e| e.0)?;
     let v: serde_json::Value = serde_json::from_str(&text)
         .map_err(|e| format!("{src}:{}:{}: not a JSON report: {e}", e.line(), e.column()))?;
     let field =

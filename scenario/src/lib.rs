@@ -507,10 +507,15 @@ impl fmt::Display for ScenarioError {
     }
 }
 
+/// A scenario, sweep or NIC profile file's text: a regular file of at most
+/// `txbed_input::CONFIG_LIMIT` bytes.
+pub fn read_config(path: &Path, what: &str) -> Result<String, ScenarioError> {
+    txbed_input::read_text(path, what, txbed_input::CONFIG_LIMIT).map_err(|e| ScenarioError(e.0))
+}
+
 impl Scenario {
     pub fn load(path: &Path) -> Result<(Scenario, NicProfile), ScenarioError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ScenarioError(format!("{}: cannot read scenario: {e}", path.display())))?;
+        let text = read_config(path, "scenario")?;
         Self::parse(&text, &path.display().to_string())
     }
 
@@ -530,8 +535,7 @@ impl Scenario {
     /// Loads `path`, applies `sets` (`path=value`, in order) and checks the result.
     pub fn load_with(path: &Path, sets: &[String]) -> Result<(Scenario, NicProfile), ScenarioError> {
         let source = path.display().to_string();
-        let text =
-            std::fs::read_to_string(path).map_err(|e| ScenarioError(format!("{source}: cannot read scenario: {e}")))?;
+        let text = read_config(path, "scenario")?;
         let s = Self::parse_unchecked(&text, &source)?;
         let s = s.apply_sets(sets)?;
         let profile = s.check(&if sets.is_empty() { source } else { format!("{source} (with --set)") })?;

@@ -73,8 +73,7 @@ pub struct Point {
 impl Sweep {
     pub fn load(path: &Path) -> Result<Sweep, ScenarioError> {
         let source = path.display().to_string();
-        let text =
-            std::fs::read_to_string(path).map_err(|e| ScenarioError(format!("{source}: cannot read sweep: {e}")))?;
+        let text = crate::read_config(path, "sweep")?;
         let sw: Sweep = ron::Options::default()
             .from_str(&text)
             .map_err(|e| ScenarioError(format!("{source}:{}:{}: {}", e.position.line, e.position.col, e.code)))?;
@@ -105,8 +104,8 @@ impl Sweep {
     /// Every run, checked before any starts: a bad combination fails the sweep up front.
     pub fn points(&self, file: &Path) -> Result<Vec<Point>, ScenarioError> {
         let base_path = file.parent().unwrap_or(Path::new(".")).join(&self.base);
-        let text = std::fs::read_to_string(&base_path)
-            .map_err(|e| ScenarioError(format!("{}: base {}: {e}", file.display(), base_path.display())))?;
+        let text = crate::read_config(&base_path, "base scenario")
+            .map_err(|e| ScenarioError(format!("{}: base: {e}", file.display())))?;
         let base = Scenario::parse_unchecked(&text, &base_path.display().to_string())?;
         if matches!(base.workload, Workload::Verbs(_)) {
             return Err(ScenarioError(format!("{}: sweeps run transactional scenarios", base_path.display())));
@@ -145,8 +144,7 @@ impl Sweep {
 /// `seeds`, as a one-axis sweep on `protocol.mode`. Codes the scenario's NIC setup refuses
 /// (one-sided LOCK on unsafe atomics) are returned separately with the reason.
 pub fn hybrid_search(file: &Path, seeds: &[u64]) -> Result<(Sweep, Vec<Point>, Vec<(String, String)>), ScenarioError> {
-    let text = std::fs::read_to_string(file)
-        .map_err(|e| ScenarioError(format!("{}: cannot read scenario: {e}", file.display())))?;
+    let text = crate::read_config(file, "scenario")?;
     let base = Scenario::parse_unchecked(&text, &file.display().to_string())?;
     let Some(p) = &base.protocol else {
         return Err(ScenarioError(format!(

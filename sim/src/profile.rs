@@ -163,12 +163,9 @@ impl NicProfile {
             return Self::parse(text, &format!("scenarios/nics/{n}.ron"));
         }
         let path = Path::new(name_or_path);
-        let text = std::fs::read_to_string(path).map_err(|e| {
+        let text = txbed_input::read_text(path, "NIC profile", txbed_input::CONFIG_LIMIT).map_err(|e| {
             let names: Vec<_> = BUILTIN.iter().map(|(n, _)| *n).collect();
-            ProfileError(format!(
-                "cannot read NIC profile {name_or_path:?} ({e}); built-in profiles are {}",
-                names.join(", ")
-            ))
+            ProfileError(format!("{e}; built-in profiles are {}", names.join(", ")))
         })?;
         Self::parse(&text, name_or_path)
     }

@@ -273,6 +273,7 @@ fn the_cycle_scan_catches_a_cycle() {
 /// The workspace's crates by folder, lowest layer first. A crate may depend on crates of
 /// lower layers only (its `[dependencies]`; tests may use anything).
 const LAYERS: &[&[&str]] = &[
+    &["input"],
     &["transport", "checker", "workloads", "plot"],
     &["sim", "txn"],
     &["protocols"],
