@@ -170,6 +170,10 @@ fn bad_flags_exit_2() {
         &["bench-verbs", "--qps-per-node", "0"],
         &["bench-verbs", "--payloads", "0"],
         &["bench-verbs", "--bogus"],
+        &["bench-verbs", "--jobs", "0"],
+        &["sweep", "scenarios/sweeps/stage-optimizations.ron", "--jobs", "0"],
+        &["sensitivity", "scenarios/quickstart.ron", "--jobs", "0"],
+        &["hybrid-search", "scenarios/quickstart.ron", "--jobs", "99999"],
         &["frobnicate"],
     ] {
         let out = txbed().args(args).output().unwrap();

@@ -22,7 +22,7 @@ pub struct Args {
     #[arg(long)]
     pub json: bool,
     /// Simulations to run at once (default: all cores).
-    #[arg(long)]
+    #[arg(long, value_parser = super::parse_jobs)]
     pub jobs: Option<usize>,
     #[arg(long, default_value_t = 1)]
     pub seed: u64,

@@ -16,7 +16,7 @@ use crate::progress::runs_bar;
 pub struct Args {
     pub scenario: PathBuf,
     /// Simulations at once (default: all cores).
-    #[arg(long)]
+    #[arg(long, value_parser = super::parse_jobs)]
     pub jobs: Option<usize>,
     /// Seeds per code.
     #[arg(long, value_delimiter = ',', default_value = "1,2,3")]

@@ -35,6 +35,17 @@ pub fn fail(e: impl std::fmt::Display) -> ExitCode {
 pub const NO_VERBS: &str =
     "this txbed was built without the \"verbs\" feature; rebuild with cargo build --release -p txbed --features verbs";
 
+/// `--jobs N`: at least one simulation at once, at most 4096 (more threads than that only
+/// costs memory).
+pub fn parse_jobs(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) if n > 4096 => Err(format!("{n} is more than 4096 simulations at once")),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("not a whole number of simulations ({e})")),
+    }
+}
+
 /// Simulations to run at once: `--jobs`, else every core.
 pub fn jobs(jobs: Option<usize>) -> usize {
     jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))

@@ -41,7 +41,7 @@ pub struct Args {
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Simulations at once (default: all cores).
-    #[arg(long)]
+    #[arg(long, value_parser = super::parse_jobs)]
     pub jobs: Option<usize>,
     /// No progress bar and no table (the files are still written).
     #[arg(short, long)]

@@ -17,7 +17,7 @@ pub struct Args {
     /// Sweep file (RON): a base scenario, axes and seeds (docs/scenarios.md).
     pub sweep: PathBuf,
     /// Simulations at once (default: all cores).
-    #[arg(long)]
+    #[arg(long, value_parser = super::parse_jobs)]
     pub jobs: Option<usize>,
     /// Output directory (default: results/<sweep name>).
     #[arg(long)]
