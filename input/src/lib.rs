@@ -54,8 +54,18 @@ fn kind(t: std::fs::FileType) -> &'static str {
 
 /// Reads `path`, a `what` (e.g. "scenario"), as UTF-8 text of at most `limit` bytes.
 pub fn read_text(path: &Path, what: &str, limit: u64) -> Result<String, InputError> {
+    let bytes = read_bytes(path, what, limit)?;
+    String::from_utf8(bytes).map_err(|e| {
+        let at = e.utf8_error().valid_up_to();
+        InputError(format!("{}: {what} is not UTF-8 text (invalid byte at offset {at})", path.display()))
+    })
+}
+
+/// Reads `path`, a `what`, as at most `limit` bytes (a CSV, which the csv crate checks itself).
+pub fn read_bytes(path: &Path, what: &str, limit: u64) -> Result<Vec<u8>, InputError> {
     let shown = path.display();
-    let meta = std::fs::metadata(path).map_err(|e| InputError(format!("{shown}: cannot read {what}: {e}")))?;
+    let cannot = |e: std::io::Error| InputError(format!("{shown}: cannot read {what}: {e}"));
+    let meta = std::fs::metadata(path).map_err(cannot)?;
     if !meta.is_file() {
         let k = kind(meta.file_type());
         return Err(InputError(format!("{shown}: cannot read {what}: it is {k}, not a regular file")));
@@ -64,38 +74,12 @@ pub fn read_text(path: &Path, what: &str, limit: u64) -> Result<String, InputErr
     if meta.len() > limit {
         return Err(too_big(meta.len()));
     }
-    let file = std::fs::File::open(path).map_err(|e| InputError(format!("{shown}: cannot read {what}: {e}")))?;
+    let file = std::fs::File::open(path).map_err(cannot)?;
     // The file may grow between the check and the read: read one byte past the limit at most.
     let mut bytes = Vec::with_capacity(meta.len() as usize);
-    file.take(limit + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| InputError(format!("{shown}: cannot read {what}: {e}")))?;
+    file.take(limit + 1).read_to_end(&mut bytes).map_err(cannot)?;
     if bytes.len() as u64 > limit {
         return Err(too_big(bytes.len() as u64));
-    }
-    String::from_utf8(bytes).map_err(|e| {
-        InputError(format!(
-            "{shown}: {what} is not UTF-8 text (invalid byte at offset {})",
-            e.utf8_error().valid_up_to()
-        ))
-    })
-}
-
-/// [`read_text`] for bytes (a CSV, which the csv crate checks itself).
-pub fn read_bytes(path: &Path, what: &str, limit: u64) -> Result<Vec<u8>, InputError> {
-    let shown = path.display();
-    let meta = std::fs::metadata(path).map_err(|e| InputError(format!("{shown}: cannot read {what}: {e}")))?;
-    if !meta.is_file() {
-        let k = kind(meta.file_type());
-        return Err(InputError(format!("{shown}: cannot read {what}: it is {k}, not a regular file")));
-    }
-    let file = std::fs::File::open(path).map_err(|e| InputError(format!("{shown}: cannot read {what}: {e}")))?;
-    let mut bytes = Vec::new();
-    file.take(limit + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| InputError(format!("{shown}: cannot read {what}: {e}")))?;
-    if bytes.len() as u64 > limit {
-        return Err(InputError(format!("{shown}: {what} is more than the {limit} bytes a {what} may have")));
     }
     Ok(bytes)
 }
