@@ -407,27 +407,7 @@ impl Shared {
             return;
         };
         self.stats.rpc_handled += 1;
-        let mut reply = std::mem::take(&mut self.reply_buf);
-        reply.clear();
-        let mut cpu = 0;
-        let mut deferred = Vec::new();
-        let mut notices = Vec::new();
-        let outcome = {
-            let mut hctx = HandlerCtx::new(
-                self.cfg.me,
-                src,
-                self.now,
-                &*self.mem,
-                &mut reply,
-                &mut cpu,
-                &mut deferred,
-                &mut notices,
-                token,
-                &self.cfg.costs,
-            );
-            h(&mut hctx, frame.payload)
-        };
-        self.charge(cpu + self.cfg.costs.copy_ns(reply.len()));
+        let Served { outcome, reply, deferred, notices } = self.run_handler(&*h, src, token, frame.payload);
         if self.trace.is_some() {
             let name = self.handler_name(frame.handler);
             let end = self.now;
@@ -449,6 +429,30 @@ impl Shared {
             Handled::Defer => self.rpc.remember(self.now, token, None),
         }
         self.reply_buf = reply;
+    }
+
+    /// Runs handler `h` on a request from `src`, charging its CPU and its reply's copy.
+    fn run_handler(&mut self, h: &HandlerFn, src: Endpoint, token: ReplyToken, payload: &[u8]) -> Served {
+        let mut reply = std::mem::take(&mut self.reply_buf);
+        reply.clear();
+        let (mut cpu, mut deferred, mut notices) = (0, Vec::new(), Vec::new());
+        let outcome = {
+            let mut hctx = HandlerCtx::new(
+                self.cfg.me,
+                src,
+                self.now,
+                &*self.mem,
+                &mut reply,
+                &mut cpu,
+                &mut deferred,
+                &mut notices,
+                token,
+                &self.cfg.costs,
+            );
+            h(&mut hctx, payload)
+        };
+        self.charge(cpu + self.cfg.costs.copy_ns(reply.len()));
+        Served { outcome, reply, deferred, notices }
     }
 
     /// Handlers' one-way messages (`HandlerCtx::notify`), queued like a coroutine's
@@ -524,27 +528,7 @@ impl Shared {
             return id;
         };
         let token = ReplyToken { to: me, call_id: id };
-        let mut reply = std::mem::take(&mut self.reply_buf);
-        reply.clear();
-        let mut cpu = 0;
-        let mut deferred = Vec::new();
-        let mut notices = Vec::new();
-        let outcome = {
-            let mut hctx = HandlerCtx::new(
-                me,
-                me,
-                self.now,
-                &*self.mem,
-                &mut reply,
-                &mut cpu,
-                &mut deferred,
-                &mut notices,
-                token,
-                &self.cfg.costs,
-            );
-            h(&mut hctx, payload)
-        };
-        self.charge(cpu + self.cfg.costs.copy_ns(reply.len()));
+        let Served { outcome, reply, deferred, notices } = self.run_handler(&*h, me, token, payload);
         if self.trace.is_some() {
             let name = self.handler_name(handler);
             let end = self.now;
@@ -1281,4 +1265,13 @@ impl Future for WaitImm {
         s.coros[coro as usize].waiting = true;
         Poll::Pending
     }
+}
+
+/// What a handler run left to do: its outcome, its reply (the reusable buffer), the deferred
+/// replies and one-way notices it sent.
+struct Served {
+    outcome: Handled,
+    reply: Vec<u8>,
+    deferred: Vec<(ReplyToken, Vec<u8>)>,
+    notices: Vec<crate::rpc::Notice>,
 }
