@@ -3,7 +3,7 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 mod commands;
 mod progress;
@@ -35,10 +35,12 @@ enum Command {
     Replay(commands::replay::Args),
     /// Plot a sweep's summary.csv or results.csv (SVG and PNG next to it, or in --out).
     Plot(commands::plot::Args),
-    /// List every protocol: description, isolation, stages and modes, options with their
+    /// One line per protocol, preset, hybrid code, workload, NIC profile or scenario file.
+    List(commands::list::Args),
+    /// List every protocol (the long form of `list protocols`): description, isolation, stages and modes, options with their
     /// defaults, presets, planted bugs and RPC handlers.
     Protocols(commands::protocols::Args),
-    /// List every workload a scenario can name, with its default parameters.
+    /// List every workload (the long form of `list workloads`) a scenario can name, with its default parameters.
     Workloads(commands::workloads::Args),
     /// List RDMA devices, their ports and GIDs (needs a build with the "verbs" feature).
     Devices,
@@ -53,6 +55,10 @@ enum Command {
     Check(commands::check::Args),
     /// Primitive microbenchmarks on the simulated NIC (DrTM+H Fig. 5 and 6).
     BenchVerbs(commands::bench_verbs::Args),
+    /// Print a shell completion script, e.g. `txbed completions bash > ~/.local/share/bash-completion/completions/txbed`.
+    Completions(commands::shell::CompletionArgs),
+    /// Write man pages (txbed.1 and one per command) into a directory, or print txbed.1.
+    Man(commands::shell::ManArgs),
 }
 
 fn main() -> ExitCode {
@@ -77,5 +83,8 @@ fn main() -> ExitCode {
         Command::Validate(a) => commands::validate::run(a),
         Command::Check(a) => commands::check::run(a),
         Command::BenchVerbs(a) => commands::bench_verbs::run(a),
+        Command::List(a) => commands::list::run(a),
+        Command::Completions(a) => commands::shell::completions(a, Cli::command()),
+        Command::Man(a) => commands::shell::man(a, Cli::command()),
     }
 }
