@@ -21,7 +21,11 @@ fn python_loader_reads_runs_and_sweeps() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let (run, sweep) = (dir.join("run"), dir.join("sweep"));
-    txbed().args(["run", "scenarios/quickstart.ron", "-q", "--measure-us", "100", "--out"]).arg(&run).assert().success();
+    txbed()
+        .args(["run", "scenarios/quickstart.ron", "-q", "--measure-us", "100", "--out"])
+        .arg(&run)
+        .assert()
+        .success();
     let file = dir.join("py.ron");
     let base = root().join("scenarios/quickstart.ron");
     let text = format!(

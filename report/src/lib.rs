@@ -5,6 +5,7 @@
 //! run (`replay`). Plots are txbed-plot's; the report data is the runner's.
 
 pub mod csv;
+pub mod html;
 pub mod output;
 pub mod rank;
 pub mod replay;

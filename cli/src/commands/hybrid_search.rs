@@ -68,6 +68,9 @@ pub fn run(a: Args) -> ExitCode {
         return fail(e);
     }
     let _ = txbed_plot::plot_csv(&dir.join("summary.csv"), &dir, None);
+    if let Err(e) = super::html_page(&dir, quiet) {
+        return fail(e);
+    }
     let ranked = rank(&points, &reports);
     println!("rank  code  one-sided stages                               throughput (txn/s, 95% CI)     p50 us          p99 us   aborts  checked");
     for (i, r) in ranked.iter().enumerate() {

@@ -27,6 +27,16 @@ pub enum Backend {
     Verbs,
 }
 
+/// Writes DIR/report.html, the page to open first (`txbed_report::html`), and prints its path
+/// unless quiet.
+pub fn html_page(dir: &std::path::Path, quiet: bool) -> Result<(), String> {
+    let page = txbed_report::html::write_page(dir)?;
+    if !quiet {
+        eprintln!("{}", page.display());
+    }
+    Ok(())
+}
+
 /// Prints `error: ...` and returns exit code 2.
 pub fn fail(e: impl std::fmt::Display) -> ExitCode {
     eprintln!("error: {e}");

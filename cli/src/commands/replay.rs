@@ -51,6 +51,12 @@ pub fn run(a: Args) -> ExitCode {
         println!("replayed {:?} seed {}: digest {digest} matches", rec.scenario.name, rec.seed);
         if let Some(t) = trace {
             println!("trace written to {}", t.display());
+            // A run directory's page gains the link to its new trace.
+            if let Some(dir) = report.parent().filter(|d| d.join("report.html").is_file()) {
+                if let Err(e) = super::html_page(dir, true) {
+                    return fail(e);
+                }
+            }
         }
         ExitCode::SUCCESS
     } else {

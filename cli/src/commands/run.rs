@@ -132,6 +132,11 @@ fn run_sim(s: &Scenario, profile: &NicProfile, seed: u64, out: RunOutput<'_>) ->
     if let Err(e) = out.finish(s, &r, &txn_text(s, &r)) {
         return fail(e);
     }
+    if let Some(dir) = out.dir {
+        if let Err(e) = super::html_page(dir, out.quiet) {
+            return fail(e);
+        }
+    }
     if !r.failures.is_empty() {
         return fail(failure_summary(&r.failures));
     }

@@ -176,6 +176,9 @@ pub fn run(a: Args) -> ExitCode {
         Ok(p) => p,
         Err(e) => return fail(format!("plotting: {e}")),
     };
+    if let Err(e) = super::html_page(&dir, a.quiet) {
+        return fail(e);
+    }
     if !a.quiet {
         print!("{}", text(&result));
         println!("\n{}", csv.display());

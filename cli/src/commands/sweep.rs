@@ -61,6 +61,9 @@ pub fn run(a: Args) -> ExitCode {
         Ok(p) => p,
         Err(e) => return fail(format!("plotting {}: {e}", summary.display())),
     };
+    if let Err(e) = super::html_page(&dir, quiet) {
+        return fail(e);
+    }
     let mut bad = 0;
     for (p, r) in points.iter().zip(&reports) {
         let label = format!("[{}] seed {}", p.values.join(", "), p.seed);
