@@ -64,6 +64,9 @@ pub fn run_real(
             if let Err(e) = out.finish(s, &rep, &txn_text(s, &rep)) {
                 return fail(e);
             }
+            if let Some(Err(e)) = out.dir.map(txbed_report::html::write_page) {
+                return fail(e);
+            }
             if rep.committed == 0 {
                 eprintln!(
                     "note: nothing committed in the {} us window; a real backend counts wall-clock time, \
