@@ -108,7 +108,8 @@ fn hybrid_search_ranks_every_code() {
         summary
             .lines()
             .skip(1)
-            .find(|l| l.split(',').next() == Some(code))
+            // Codes are categories, written as --set takes them: Code(5).
+            .find(|l| l.split(',').next() == Some(format!("Code({code})").as_str()))
             .unwrap()
             .split(',')
             .nth(col)

@@ -17,13 +17,19 @@ pub struct Ranked {
 
 /// Ranks codes by mean throughput (then p50 latency), with 95% confidence intervals.
 pub fn rank(points: &[Point], reports: &[Result<TxnReport, String>]) -> Vec<Ranked> {
-    let mut codes: Vec<u32> = points.iter().filter_map(|p| p.values[0].parse().ok()).collect();
+    // Values are `Code(38)` (txbed_scenario::sweep::hybrid_search).
+    let code_of = |v: &str| v.strip_prefix("Code(")?.strip_suffix(')')?.parse::<u32>().ok();
+    let mut codes: Vec<u32> = points.iter().filter_map(|p| code_of(&p.values[0])).collect();
     codes.dedup();
     let mut out: Vec<Ranked> = codes
         .into_iter()
         .map(|code| {
-            let group: Vec<&Result<TxnReport, String>> =
-                points.iter().zip(reports).filter(|(p, _)| p.values[0] == code.to_string()).map(|(_, r)| r).collect();
+            let group: Vec<&Result<TxnReport, String>> = points
+                .iter()
+                .zip(reports)
+                .filter(|(p, _)| code_of(&p.values[0]) == Some(code))
+                .map(|(_, r)| r)
+                .collect();
             let ok: Vec<&TxnReport> = group.iter().filter_map(|r| r.as_ref().ok()).collect();
             let col = |f: &dyn Fn(&TxnReport) -> f64| mean_ci95(&ok.iter().map(|r| f(r)).collect::<Vec<_>>());
             Ranked {

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Scenario, ScenarioError, Workload};
+use crate::{BackendName, Scenario, ScenarioError, Workload};
 
 /// A sweep file (RON), e.g. scenarios/sweeps/protocols-modes.ron.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -77,12 +77,28 @@ impl Sweep {
         let sw: Sweep = ron::Options::default()
             .from_str(&text)
             .map_err(|e| ScenarioError(format!("{source}:{}:{}: {}", e.position.line, e.position.col, e.code)))?;
+        // The name becomes a directory under results/: one plain component, never a path.
+        if !sw.name.is_empty() && !is_plain_name(&sw.name) {
+            return Err(ScenarioError(format!(
+                "{source}: name: {:?} is not a plain name: it names the directory results/<name>, so it cannot \
+                 contain '/', '\\' or a NUL, or be \".\" or \"..\"",
+                sw.name
+            )));
+        }
         if sw.axes.is_empty() {
             return Err(ScenarioError(format!("{source}: axes: give at least one axis")));
         }
         for (i, a) in sw.axes.iter().enumerate() {
             if a.values.is_empty() {
                 return Err(ScenarioError(format!("{source}: axes[{i}] ({}): no values", a.path)));
+            }
+            // Every point runs on the simulator: an axis over `backend` would label simulated
+            // runs with a backend they never ran on.
+            if a.path == "backend" {
+                return Err(ScenarioError(format!(
+                    "{source}: axes[{i}]: \"backend\" cannot be an axis: a sweep runs every point on the \
+                     simulator; run a real backend with txbed run --backend"
+                )));
             }
             // A path is a field's: dotted, or one of the scenario's own fields.
             let top = ["name", "backend", "workload", "cluster", "protocol", "run", "nic"];
@@ -93,6 +109,7 @@ impl Sweep {
         if sw.seeds.is_empty() {
             return Err(ScenarioError(format!("{source}: seeds: give at least one seed")));
         }
+        check_seeds(&sw.seeds).map_err(|e| ScenarioError(format!("{source}: seeds: {e}")))?;
         if let Some(x) = &sw.x {
             if !sw.axes.iter().any(|a| &a.path == x) {
                 return Err(ScenarioError(format!("{source}: x: {x:?} is not one of the axes")));
@@ -133,6 +150,7 @@ impl Sweep {
                 let label: Vec<String> =
                     self.axes.iter().zip(&values).map(|(a, v)| format!("{}={v}", a.path)).collect();
                 let profile = s.check(&format!("{} [{}]", file.display(), label.join(", ")))?;
+                simulated(&s, &file.display().to_string())?;
                 out.push(Point { values: values.clone(), seed, scenario: s, profile });
             }
         }
@@ -140,10 +158,44 @@ impl Sweep {
     }
 }
 
+/// Seeds are distinct: the simulator is deterministic, so a repeated seed repeats a run and
+/// would narrow a confidence interval with a copy of a sample.
+pub fn check_seeds(seeds: &[u64]) -> Result<(), String> {
+    for (i, s) in seeds.iter().enumerate() {
+        if seeds[..i].contains(s) {
+            return Err(format!(
+                "seed {s} appears twice: a repeated seed repeats the same deterministic run, which would count \
+                 as a second sample; give distinct seeds"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A sweep's or hybrid search's name is one plain path component (`protocols-modes`).
+pub fn is_plain_name(name: &str) -> bool {
+    !name.is_empty() && name != "." && name != ".." && !name.contains(['/', '\\', '\0'])
+}
+
+/// Sweeps run on the simulator only; a point whose scenario names a real backend is refused so
+/// that no output suggests it ran there.
+pub fn simulated(s: &Scenario, source: &str) -> Result<(), ScenarioError> {
+    if s.backend == BackendName::Sim {
+        return Ok(());
+    }
+    Err(ScenarioError(format!(
+        "{source}: backend: {:?}: sweeps, hybrid searches and sensitivity analyses run every point on the \
+         simulator; set backend: Sim (or add \"backend=sim\" to the sweep's set), or run a real backend \
+         with txbed run --backend",
+        s.backend
+    )))
+}
+
 /// `txbed hybrid-search`: every valid hybrid code of the scenario's protocol, each over
 /// `seeds`, as a one-axis sweep on `protocol.mode`. Codes the scenario's NIC setup refuses
 /// (one-sided LOCK on unsafe atomics) are returned separately with the reason.
 pub fn hybrid_search(file: &Path, seeds: &[u64]) -> Result<(Sweep, Vec<Point>, Vec<(String, String)>), ScenarioError> {
+    check_seeds(seeds).map_err(|e| ScenarioError(format!("--seeds: {e}")))?;
     let text = crate::read_config(file, "scenario")?;
     let base = Scenario::parse_unchecked(&text, &file.display().to_string())?;
     let Some(p) = &base.protocol else {
@@ -164,8 +216,10 @@ pub fn hybrid_search(file: &Path, seeds: &[u64]) -> Result<(Sweep, Vec<Point>, V
         for &seed in seeds {
             let sets = vec![format!("protocol.mode={code}"), "protocol.preset=None".into(), format!("run.seed={seed}")];
             let s = base.apply_sets(&sets).map_err(|e| ScenarioError(format!("{}: {e}", file.display())))?;
+            simulated(&s, &file.display().to_string())?;
             match s.check(&file.display().to_string()) {
-                Ok(profile) => these.push(Point { values: vec![h.0.to_string()], seed, scenario: s, profile }),
+                // `Code(38)`, as --set writes it: a category, never a quantity to plot on a line.
+                Ok(profile) => these.push(Point { values: vec![code.clone()], seed, scenario: s, profile }),
                 Err(e) => {
                     refused.push((h.to_string(), e.0));
                     ok = false;
@@ -174,7 +228,7 @@ pub fn hybrid_search(file: &Path, seeds: &[u64]) -> Result<(Sweep, Vec<Point>, V
             }
         }
         if ok {
-            values.push(AxisValue::Int(h.0 as i64));
+            values.push(AxisValue::Text(code));
             points.extend(these);
         }
     }
