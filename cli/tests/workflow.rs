@@ -194,13 +194,11 @@ fn a_sweep_of_2_protocols_2_modes_3_seeds_writes_csvs_with_intervals_and_plots()
     let serial = d.join("serial");
     let out = txbed(&["sweep", s(&sweep), "--jobs", "1", "--out", s(&serial), "-q"]);
     assert!(out.status.success());
+    // The digest column by name: provenance columns follow it.
     let digests = |p: &Path| -> Vec<String> {
-        std::fs::read_to_string(p)
-            .unwrap()
-            .lines()
-            .skip(1)
-            .map(|l| l.split(',').rev().nth(1).unwrap().to_string())
-            .collect()
+        let text = std::fs::read_to_string(p).unwrap();
+        let col = text.lines().next().unwrap().split(',').position(|c| c == "digest").unwrap();
+        text.lines().skip(1).map(|l| l.split(',').nth(col).unwrap().to_string()).collect()
     };
     assert_eq!(digests(&out_dir.join("results.csv")), digests(&serial.join("results.csv")));
     let pngs: Vec<PathBuf> = std::fs::read_dir(&out_dir)

@@ -106,6 +106,34 @@ pub fn plot_csv(csv: &Path, out_dir: &Path, x_axis: Option<&str>) -> Result<Vec<
     Ok(written)
 }
 
+/// Whether a sweep with these axis columns and rows (one per run or point, its axis values in
+/// column order) can be plotted into `out_dir`, checked before any run starts: the x axis
+/// resolves as `plot_csv` would resolve it, the font loads, and `out_dir` (created if missing)
+/// takes a new file. Plotting itself can then only fail for lack of data or disk space.
+pub fn check_plottable(
+    axes: &[String],
+    rows: &[Vec<String>],
+    x_axis: Option<&str>,
+    out_dir: &Path,
+) -> Result<(), String> {
+    if rows.is_empty() {
+        return Err("nothing to plot: no runs".into());
+    }
+    let table = Table {
+        axes: axes.to_vec(),
+        stages: Vec::new(),
+        rows: rows.iter().map(|r| Row { axes: r.clone(), runs: None, metrics: HashMap::new() }).collect(),
+    };
+    Layout::new(&table, x_axis)?;
+    register_font()?;
+    fs::create_dir_all(out_dir).map_err(|e| format!("cannot create {}: {e}", out_dir.display()))?;
+    // Permissions, read-only mounts and quotas are only known by trying.
+    let probe = out_dir.join(format!(".txbed-write-check-{}", std::process::id()));
+    fs::write(&probe, b"").map_err(|e| format!("cannot write into {}: {e}", out_dir.display()))?;
+    let _ = fs::remove_file(&probe);
+    Ok(())
+}
+
 /// DejaVu Sans, see plot/assets/LICENSE-DejaVu.txt.
 static FONT_BYTES: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
 
@@ -309,15 +337,34 @@ fn read_table(csv: &Path) -> Result<Table, String> {
     let text = String::from_utf8(bytes).map_err(|_| format!("{name} is not a CSV file (not UTF-8 text)"))?;
     // A byte-order mark, as spreadsheet programs write, is not part of the first column's name.
     let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
-    let mut lines = text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty());
+    // Parsed by the csv crate: axis values may hold quoted commas, quotes and line breaks.
+    let mut reader =
+        csv::ReaderBuilder::new().has_headers(false).flexible(true).trim(csv::Trim::All).from_reader(text.as_bytes());
+    let mut records = Vec::new();
+    for rec in reader.records() {
+        let rec = rec.map_err(|e| format!("{name}: {e}"))?;
+        let line = rec.position().map_or(0, |p| p.line());
+        // A line of nothing but separators or spaces is blank, as before.
+        if rec.iter().all(str::is_empty) {
+            continue;
+        }
+        records.push((line, rec));
+    }
+    let mut lines = records.into_iter();
     let (_, header) = lines.next().ok_or_else(|| format!("{name} is empty"))?;
-    let cols: Vec<&str> = header.split(',').map(str::trim).collect();
+    let cols: Vec<&str> = header.iter().collect();
     for (i, c) in cols.iter().enumerate() {
         if cols[..i].contains(c) {
             return Err(format!("{name}: column {c:?} appears twice in the header"));
         }
     }
-    let axis_idx: Vec<usize> = (0..cols.len()).filter(|&i| cols[i].contains('.')).collect();
+    // txbed writes the axes first, then `seed` (results.csv) or `runs` (summary.csv); a
+    // top-level field such as `name` is an axis too. Other CSVs: columns with a '.'.
+    let first_fixed = cols.iter().position(|c| *c == "seed" || *c == "runs");
+    let axis_idx: Vec<usize> = match first_fixed {
+        Some(k) if k > 0 => (0..k).collect(),
+        _ => (0..cols.len()).filter(|&i| cols[i].contains('.')).collect(),
+    };
     if axis_idx.is_empty() {
         return Err(format!(
             "{name} is not a txbed sweep CSV: its header has no axis columns (names with a '.', such as protocol.name)"
@@ -350,17 +397,17 @@ fn read_table(csv: &Path) -> Result<Table, String> {
         .collect();
 
     let mut raw: Vec<Row> = Vec::new();
-    for (lineno, line) in lines {
-        let fields: Vec<&str> = line.split(',').map(str::trim).collect();
+    for (lineno, rec) in lines {
+        let fields: Vec<&str> = rec.iter().collect();
         if fields.len() != cols.len() {
-            return Err(format!("{name}:{}: {} fields where the header has {}", lineno + 1, fields.len(), cols.len()));
+            return Err(format!("{name}:{lineno}: {} fields where the header has {}", fields.len(), cols.len()));
         }
         let num = |i: usize| -> Result<f64, String> {
             let v = fields[i];
             if v.is_empty() || v.eq_ignore_ascii_case("nan") {
                 return Ok(f64::NAN);
             }
-            v.parse::<f64>().map_err(|_| format!("{name}:{}: column {}: {v:?} is not a number", lineno + 1, cols[i]))
+            v.parse::<f64>().map_err(|_| format!("{name}:{lineno}: column {}: {v:?} is not a number", cols[i]))
         };
         let mut metrics = HashMap::new();
         for (m, mean, ci) in &metric_cols {
@@ -501,7 +548,10 @@ impl Layout {
         let mut x_labels = col(xi);
         let scale;
         let x_pos: Vec<f64>;
-        if all_numeric(xi) {
+        // A protocol mode is a category even when written as a bare hybrid code (38): there is
+        // nothing between two codes to draw a line through.
+        let categorical = t.axes[xi] == "protocol.mode";
+        if all_numeric(xi) && !categorical {
             x_labels.sort_by(|a, b| numeric(a).unwrap().total_cmp(&numeric(b).unwrap()));
             let v: Vec<f64> = x_labels.iter().map(|s| numeric(s).unwrap()).collect();
             let (lo, hi) = (v[0], v[v.len() - 1]);

@@ -46,6 +46,12 @@ pub fn run_real(
         Ok(x) => x,
         Err(e) => return fail(e),
     };
+    // Rank 0 writes the files: its output directory is readied before anything runs.
+    if me.rank == 0 {
+        if let Err(e) = out.prepare() {
+            return fail(e);
+        }
+    }
     let start = Instant::now();
     let name = match backend {
         crate::host::RealBackend::Sockets { .. } => "sockets",
@@ -55,9 +61,7 @@ pub fn run_real(
     match crate::host::run_real_node(&spec, me, addr, backend) {
         Ok(None) => ExitCode::SUCCESS,
         Ok(Some(mut r)) => {
-            if let Err(e) =
-                out.prepare().and_then(|_| write_history(s, seed, &mut r.history, out.history_path().as_deref()))
-            {
+            if let Err(e) = write_history(s, seed, &mut r.history, out.history_path().as_deref()) {
                 return fail(e);
             }
             let rep = txbed_runner::report::txn_report(s, &spec, seed, &r, start.elapsed().as_secs_f64(), name);

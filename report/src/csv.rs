@@ -8,32 +8,53 @@ use statrs::distribution::{ContinuousCDF, StudentsT};
 use txbed_runner::report::TxnReport;
 use txbed_scenario::sweep::{Point, Sweep};
 
+use crate::provenance::Provenance;
+
 const METRICS: [&str; 6] = ["throughput_tps", "abort_rate", "p50_us", "p90_us", "p99_us", "mean_us"];
 
 fn metrics(r: &TxnReport) -> [f64; 6] {
     [r.throughput_tps, r.abort_rate, r.latency_us.p50, r.latency_us.p90, r.latency_us.p99, r.latency_us.mean]
 }
 
-/// Writes results.csv and summary.csv into `dir`; returns their paths.
+/// What `write_csvs` wrote, and warnings for the user (stderr).
+pub struct Written {
+    pub results: PathBuf,
+    pub summary: PathBuf,
+    /// Points whose confidence interval cannot be computed (fewer than two seeds ran).
+    pub warnings: Vec<String>,
+}
+
+fn csv_error(path: &Path) -> impl Fn(csv::Error) -> String {
+    let name = path.display().to_string();
+    move |e| format!("{name}: {e}")
+}
+
+/// Writes results.csv (every row with the provenance's columns) and summary.csv into `dir`.
 pub fn write_csvs(
     sweep: &Sweep,
     points: &[Point],
     reports: &[Result<TxnReport, String>],
     dir: &Path,
-) -> Result<(PathBuf, PathBuf), String> {
+    provenance: &Provenance,
+) -> Result<Written, String> {
     let stages: Vec<&str> =
         reports.iter().flatten().flat_map(|r| r.stages.keys().copied()).collect::<BTreeSet<_>>().into_iter().collect();
     let axes: Vec<&str> = sweep.axes.iter().map(|a| a.path.as_str()).collect();
     // results.csv
+    let results = dir.join("results.csv");
+    let err = csv_error(&results);
+    let mut w = csv::Writer::from_path(&results).map_err(&err)?;
     let mut head: Vec<String> = axes.iter().map(|s| s.to_string()).collect();
     head.push("seed".into());
     head.extend(METRICS.iter().map(|m| m.to_string()));
     head.extend(["committed", "aborted"].map(String::from));
     head.extend(stages.iter().map(|s| format!("stage_{s}_us")));
     head.extend(["serializable", "digest", "error"].map(String::from));
-    let mut rows = vec![head.join(",")];
+    head.extend(Provenance::csv_columns().map(String::from));
+    w.write_record(&head).map_err(&err)?;
+    let prov = provenance.csv_values();
     for (p, r) in points.iter().zip(reports) {
-        let mut row: Vec<String> = p.values.iter().map(|v| csv_field(v)).collect();
+        let mut row: Vec<String> = p.values.clone();
         row.push(p.seed.to_string());
         match r {
             Ok(r) => {
@@ -41,61 +62,74 @@ pub fn write_csvs(
                 row.push(r.committed.to_string());
                 row.push(r.aborted.to_string());
                 row.extend(stages.iter().map(|s| r.stages.get(s).map_or(String::new(), |x| format!("{}", x.mean_us))));
-                let clean = r.clean();
-                row.push(clean.to_string());
+                row.push(r.clean().to_string());
                 row.push(r.digest.clone());
                 row.push(String::new());
             }
             Err(e) => {
                 row.extend(std::iter::repeat_n(String::new(), METRICS.len() + 2 + stages.len()));
-                row.extend([String::new(), String::new(), csv_field(e)]);
+                row.extend([String::new(), String::new(), e.clone()]);
             }
         }
-        rows.push(row.join(","));
+        row.extend(prov.iter().cloned());
+        w.write_record(&row).map_err(&err)?;
     }
-    let results = dir.join("results.csv");
-    std::fs::write(&results, rows.join("\n") + "\n").map_err(|e| format!("{}: {e}", results.display()))?;
+    w.flush().map_err(|e| format!("{}: {e}", results.display()))?;
     // summary.csv: one row per combination, in sweep order.
+    let summary = dir.join("summary.csv");
+    let err = csv_error(&summary);
+    let mut w = csv::Writer::from_path(&summary).map_err(&err)?;
     let mut head: Vec<String> = axes.iter().map(|s| s.to_string()).collect();
     head.push("runs".into());
+    head.push("n_seeds".into());
     let names: Vec<String> =
         METRICS.iter().map(|m| m.to_string()).chain(stages.iter().map(|s| format!("stage_{s}_us"))).collect();
     for n in &names {
         head.push(format!("{n}_mean"));
         head.push(format!("{n}_ci95"));
     }
-    let mut rows = vec![head.join(",")];
+    w.write_record(&head).map_err(&err)?;
+    let mut warnings = Vec::new();
     let mut seen: Vec<&Vec<String>> = Vec::new();
     for p in points {
         if seen.contains(&&p.values) {
             continue;
         }
         seen.push(&p.values);
-        let group: Vec<&TxnReport> = points
+        let group: Vec<(u64, &TxnReport)> = points
             .iter()
             .zip(reports)
             .filter(|(q, _)| q.values == p.values)
-            .filter_map(|(_, r)| r.as_ref().ok())
+            .filter_map(|(q, r)| r.as_ref().ok().map(|r| (q.seed, r)))
             .collect();
-        let mut row: Vec<String> = p.values.iter().map(|v| csv_field(v)).collect();
+        let n_seeds = group.iter().map(|g| g.0).collect::<BTreeSet<_>>().len();
+        if n_seeds < 2 {
+            let label: Vec<String> = axes.iter().zip(&p.values).map(|(a, v)| format!("{a}={v}")).collect();
+            warnings.push(format!(
+                "[{}]: {n_seeds} seed{} ran, so summary.csv has no 95% confidence interval for it (ci95 left empty); give at least 2 seeds",
+                label.join(", "),
+                if n_seeds == 1 { "" } else { "s" }
+            ));
+        }
+        let mut row: Vec<String> = p.values.clone();
         row.push(group.len().to_string());
+        row.push(n_seeds.to_string());
         for (k, _) in METRICS.iter().enumerate() {
-            let xs: Vec<f64> = group.iter().map(|r| metrics(r)[k]).collect();
+            let xs: Vec<f64> = group.iter().map(|(_, r)| metrics(r)[k]).collect();
             let (m, ci) = mean_ci95(&xs);
             row.push(fmt_num(m));
             row.push(fmt_num(ci));
         }
         for s in &stages {
-            let xs: Vec<f64> = group.iter().filter_map(|r| r.stages.get(s).map(|x| x.mean_us)).collect();
+            let xs: Vec<f64> = group.iter().filter_map(|(_, r)| r.stages.get(s).map(|x| x.mean_us)).collect();
             let (m, ci) = mean_ci95(&xs);
             row.push(fmt_num(m));
             row.push(fmt_num(ci));
         }
-        rows.push(row.join(","));
+        w.write_record(&row).map_err(&err)?;
     }
-    let summary = dir.join("summary.csv");
-    std::fs::write(&summary, rows.join("\n") + "\n").map_err(|e| format!("{}: {e}", summary.display()))?;
-    Ok((results, summary))
+    w.flush().map_err(|e| format!("{}: {e}", summary.display()))?;
+    Ok(Written { results, summary, warnings })
 }
 
 fn fmt_num(x: f64) -> String {
@@ -106,13 +140,8 @@ fn fmt_num(x: f64) -> String {
     }
 }
 
-/// CSV fields never hold commas or line breaks: replaced, so the files need no quoting.
-fn csv_field(s: &str) -> String {
-    s.replace([',', '\n', '\r'], ";")
-}
-
 /// Mean and the half-width of its 95% confidence interval (Student's t, n - 1 degrees of
-/// freedom); the half-width is 0 for a single value, both NaN for none.
+/// freedom); the half-width is NaN (unknown, not 0) for a single value, both NaN for none.
 pub fn mean_ci95(xs: &[f64]) -> (f64, f64) {
     let n = xs.len();
     if n == 0 {
@@ -120,7 +149,7 @@ pub fn mean_ci95(xs: &[f64]) -> (f64, f64) {
     }
     let mean = xs.iter().sum::<f64>() / n as f64;
     if n == 1 {
-        return (mean, 0.0);
+        return (mean, f64::NAN);
     }
     let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
     let t = StudentsT::new(0.0, 1.0, (n - 1) as f64).expect("n > 1").inverse_cdf(0.975);
@@ -137,7 +166,8 @@ mod tests {
         let (m, ci) = mean_ci95(&[1.0, 2.0, 3.0]);
         assert!((m - 2.0).abs() < 1e-12);
         assert!((ci - 4.302_653 / 3f64.sqrt()).abs() < 1e-4, "{ci}");
-        assert_eq!(mean_ci95(&[5.0]), (5.0, 0.0));
+        let (m, ci) = mean_ci95(&[5.0]);
+        assert!(m == 5.0 && ci.is_nan(), "one value has no interval, not a zero-width one");
         assert!(mean_ci95(&[]).0.is_nan());
     }
 }

@@ -7,6 +7,7 @@
 pub mod csv;
 pub mod html;
 pub mod output;
+pub mod provenance;
 pub mod rank;
 pub mod replay;
 pub mod sensitivity;

@@ -11,6 +11,8 @@ pub struct Recorded {
     pub profile: txbed_sim::NicProfile,
     pub seed: u64,
     pub digest: String,
+    /// The report's provenance; None in reports written before txbed recorded it.
+    pub provenance: Option<crate::provenance::Provenance>,
 }
 
 /// Reads a report.json written by `txbed run --out` (or `--json`).
@@ -33,5 +35,6 @@ pub fn load(path: &Path) -> Result<Recorded, String> {
     let seed = field("seed")?.as_u64().ok_or_else(|| format!("{src}: seed is not a number"))?;
     let digest = field("digest")?.as_str().ok_or_else(|| format!("{src}: digest is not a string"))?.to_string();
     let (scenario, profile) = Scenario::parse(ron, &format!("{src} (resolved_scenario)")).map_err(|e| e.to_string())?;
-    Ok(Recorded { scenario, profile, seed, digest })
+    let provenance = v.get("provenance").and_then(|p| serde_json::from_value(p.clone()).ok());
+    Ok(Recorded { scenario, profile, seed, digest, provenance })
 }

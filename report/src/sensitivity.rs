@@ -223,10 +223,6 @@ fn verdict(s: &Sensitivity) -> String {
 }
 
 /// CSV fields never hold commas or line breaks: replaced, so the file needs no quoting.
-fn field(s: &str) -> String {
-    s.replace([',', '\n', '\r'], ";")
-}
-
 fn num(x: f64) -> String {
     if x.is_nan() {
         String::new()
@@ -238,10 +234,27 @@ fn num(x: f64) -> String {
 /// Writes `dir`/sensitivity.csv: per variant, the base row, then a row per parameter and side
 /// (in effect order) with its value, the means of the runs and the changes in percent.
 pub fn write_csv(s: &Sensitivity, dir: &Path) -> Result<PathBuf, String> {
-    let mut rows = vec![
-        "variant,parameter,side,value,base_value,note,throughput,p50_us,p99_us,abort_rate,throughput_change_pct,p50_change_pct,p99_change_pct,abort_rate_change_pct"
-            .to_string(),
-    ];
+    let path = dir.join("sensitivity.csv");
+    let err = |e: csv::Error| format!("{}: {e}", path.display());
+    let mut w = csv::Writer::from_path(&path).map_err(err)?;
+    w.write_record([
+        "variant",
+        "parameter",
+        "side",
+        "value",
+        "base_value",
+        "note",
+        "throughput",
+        "p50_us",
+        "p99_us",
+        "abort_rate",
+        "throughput_change_pct",
+        "p50_change_pct",
+        "p99_change_pct",
+        "abort_rate_change_pct",
+    ])
+    .map_err(err)?;
+    let mut rows: Vec<[String; 14]> = Vec::new();
     let order = s.order();
     for (v, label) in s.variants.iter().enumerate() {
         let b = &s.base[v];
@@ -252,12 +265,12 @@ pub fn write_csv(s: &Sensitivity, dir: &Path) -> Result<PathBuf, String> {
                 _ => f64::NAN,
             };
             [
-                field(label),
-                field(param),
+                label.to_string(),
+                param.to_string(),
                 side.to_string(),
                 value.to_string(),
                 base_value.to_string(),
-                field(note),
+                note.to_string(),
                 num(m.throughput),
                 num(m.p50_us),
                 num(m.p99_us),
@@ -267,7 +280,6 @@ pub fn write_csv(s: &Sensitivity, dir: &Path) -> Result<PathBuf, String> {
                 num(percent(m.p99_us, b.p99_us)),
                 num(abort_change),
             ]
-            .join(",")
         };
         rows.push(row("", "base", "", "", "", b));
         for &i in &order {
@@ -280,7 +292,9 @@ pub fn write_csv(s: &Sensitivity, dir: &Path) -> Result<PathBuf, String> {
             }
         }
     }
-    let path = dir.join("sensitivity.csv");
-    std::fs::write(&path, rows.join("\n") + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
+    for r in rows {
+        w.write_record(&r).map_err(err)?;
+    }
+    w.flush().map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(path)
 }

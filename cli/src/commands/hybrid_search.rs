@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use txbed_report::csv::write_csvs;
+use txbed_report::output::prepare_dir;
 use txbed_report::rank::rank;
 use txbed_runner::parallel::run_points;
 use txbed_scenario::sweep::hybrid_search;
@@ -21,9 +22,14 @@ pub struct Args {
     /// Seeds per code.
     #[arg(long, value_delimiter = ',', default_value = "1,2,3")]
     pub seeds: Vec<u64>,
-    /// Output directory for results.csv, summary.csv and plots (default: results/hybrid-<protocol>).
+    /// Output directory for results.csv, summary.csv and plots (default:
+    /// results/hybrid-<protocol>); new or empty, see --force.
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Reuse a non-empty output directory: remove txbed's earlier outputs from it first (a
+    /// directory holding other files is refused).
+    #[arg(long)]
+    pub force: bool,
     /// No progress bar.
     #[arg(short, long)]
     pub quiet: bool,
@@ -54,9 +60,14 @@ pub fn run(a: Args) -> ExitCode {
         return fail("no hybrid code of this protocol can run on this NIC setup");
     }
     let dir = out.unwrap_or_else(|| PathBuf::from("results").join(&sweep.name));
-    if let Err(e) = std::fs::create_dir_all(&dir) {
-        return fail(format!("{}: {e}", dir.display()));
+    if let Err(e) = prepare_dir(&dir, a.force) {
+        return fail(e);
     }
+    let rows: Vec<Vec<String>> = points.iter().map(|p| p.values.clone()).collect();
+    if let Err(e) = txbed_plot::check_plottable(&[sweep.axes[0].path.clone()], &rows, None, &dir) {
+        return fail(format!("the plots cannot be made: {e}"));
+    }
+    let provenance = super::provenance("sim");
     let jobs = super::jobs(a.jobs);
     if !quiet {
         eprintln!("{}: {} codes x {} seeds on {jobs} threads", sweep.name, sweep.axes[0].values.len(), seeds.len());
@@ -64,10 +75,19 @@ pub fn run(a: Args) -> ExitCode {
     let bar = runs_bar(points.len(), quiet);
     let reports = run_points(&points, jobs, &|| bar.inc(1));
     bar.finish_and_clear();
-    if let Err(e) = write_csvs(&sweep, &points, &reports, &dir) {
-        return fail(e);
+    let written = match write_csvs(&sweep, &points, &reports, &dir, &provenance).and_then(|w| {
+        provenance.write(&dir)?;
+        Ok(w)
+    }) {
+        Ok(w) => w,
+        Err(e) => return fail(e),
+    };
+    if seeds.len() < 2 {
+        eprintln!("warning: one seed per code: no confidence intervals (n/a below and empty in summary.csv)");
     }
-    let _ = txbed_plot::plot_csv(&dir.join("summary.csv"), &dir, None);
+    if let Err(e) = txbed_plot::plot_csv(&written.summary, &dir, None) {
+        return fail(format!("plotting {}: {e}", written.summary.display()));
+    }
     if let Err(e) = super::html_page(&dir, quiet) {
         return fail(e);
     }
@@ -77,15 +97,17 @@ pub fn run(a: Args) -> ExitCode {
         let h = txbed_txn::stage::Hybrid(r.code);
         let stages: Vec<&str> =
             txbed_txn::stage::Stage::ALL.iter().filter(|s| h.onesided(**s)).map(|s| s.name()).collect();
+        // One seed has no interval: "n/a", never a made-up 0.
+        let ci = |x: f64, prec: usize| if x.is_nan() { "n/a".to_string() } else { format!("{x:.prec$}") };
         println!(
-            "{:>4}  {:>4}  {:<45}  {:>12.0} +- {:<10.0}  {:>6.2} +- {:<5.2}  {:>7.2}  {:>5.1}%  {}",
+            "{:>4}  {:>4}  {:<45}  {:>12.0} +- {:<10}  {:>6.2} +- {:<5}  {:>7.2}  {:>5.1}%  {}",
             i + 1,
             r.code,
             if stages.is_empty() { "(all RPC)".to_string() } else { stages.join(", ") },
             r.throughput.0,
-            r.throughput.1,
+            ci(r.throughput.1, 0),
             r.p50.0,
-            r.p50.1,
+            ci(r.p50.1, 2),
             r.p99.0,
             r.abort_rate * 100.0,
             if r.clean { "serializable" } else { "CHECK FAILED" }

@@ -37,6 +37,16 @@ pub fn html_page(dir: &std::path::Path, quiet: bool) -> Result<(), String> {
     Ok(())
 }
 
+/// The provenance of this command's outputs: this build, the command line, host and start.
+pub fn provenance(backend: &str) -> txbed_report::provenance::Provenance {
+    let dirty = match env!("TXBED_GIT_DIRTY") {
+        "true" => Some(true),
+        "false" => Some(false),
+        _ => None,
+    };
+    txbed_report::provenance::Provenance::capture(env!("CARGO_PKG_VERSION"), env!("TXBED_GIT_COMMIT"), dirty, backend)
+}
+
 /// Prints `error: ...` and returns exit code 2.
 pub fn fail(e: impl std::fmt::Display) -> ExitCode {
     eprintln!("error: {e}");

@@ -29,6 +29,22 @@ pub fn run(a: Args) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // Another build may simulate differently: say so, whatever the digest.
+    let me = super::provenance("sim");
+    match &rec.provenance {
+        Some(p) if p.txbed_version != me.txbed_version || p.git_commit != me.git_commit => eprintln!(
+            "warning: {} was written by txbed {}; this is txbed {}: a different build may simulate differently",
+            report.display(),
+            p.build(),
+            me.build()
+        ),
+        Some(_) => {}
+        None => eprintln!(
+            "warning: {} records no provenance, so the build that wrote it is unknown; this is txbed {}",
+            report.display(),
+            me.build()
+        ),
+    }
     let digest = if matches!(rec.scenario.workload, Workload::Verbs(_)) {
         if trace.is_some() {
             eprintln!("error: traces are recorded for transactional runs");

@@ -23,9 +23,14 @@ pub struct Args {
     /// --set protocol.mode=onesided --set workload.name=ycsb --set cluster.nodes=8.
     #[arg(long = "set", value_name = "PATH=VALUE")]
     pub sets: Vec<String>,
-    /// Write report.json, history.jsonl and the resolved scenario.ron into this directory.
+    /// Write report.json, history.jsonl and the resolved scenario.ron into this directory
+    /// (new or empty; see --force).
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Reuse a non-empty --out directory: remove txbed's earlier outputs from it first (a
+    /// directory holding other files is refused).
+    #[arg(long, requires = "out")]
+    pub force: bool,
     /// More detail: the resolved scenario before the report.
     #[arg(short, long, conflicts_with = "quiet")]
     pub verbose: bool,
@@ -85,25 +90,43 @@ pub fn run(a: Args) -> ExitCode {
     if a.verbose && !a.quiet {
         eprintln!("resolved scenario:\n{}", s.to_ron());
     }
-    let out = RunOutput { dir: a.out.as_deref(), history: a.history.as_deref(), json: a.json, quiet: a.quiet };
-    let coordinator = a.coordinator.as_deref();
-    match backend {
-        Backend::Sim => run_sim(&s, &profile, seed, out),
+    let mut provenance = super::provenance(match backend {
+        Backend::Sim => "sim",
+        Backend::Sockets => "sockets",
+        Backend::Verbs => "verbs",
+    });
+    let real = match backend {
+        Backend::Sim => None,
         Backend::Sockets => {
-            let backend = txbed_real::host::RealBackend::Sockets { bind: a.bind };
-            txbed_real::run::run_real(&s, &profile, seed, a.rank, a.size, coordinator, backend, out)
+            provenance.device = Some(format!("sockets bound to {}", a.bind));
+            Some(txbed_real::host::RealBackend::Sockets { bind: a.bind })
         }
         #[cfg(feature = "verbs")]
         Backend::Verbs => {
             // Probe first: a missing device or library gets its specific message.
-            if let Err(e) = txbed_real::verbs::probe(a.device.as_deref(), a.gid_index) {
-                return fail(e);
-            }
-            let backend = txbed_real::host::RealBackend::Verbs { device: a.device, gid_index: a.gid_index };
-            txbed_real::run::run_real(&s, &profile, seed, a.rank, a.size, coordinator, backend, out)
+            let info = match txbed_real::verbs::probe(a.device.as_deref(), a.gid_index) {
+                Ok(i) => i,
+                Err(e) => return fail(e),
+            };
+            provenance.device = Some(info.to_string().replace('\n', "; "));
+            Some(txbed_real::host::RealBackend::Verbs { device: a.device, gid_index: a.gid_index })
         }
         #[cfg(not(feature = "verbs"))]
-        Backend::Verbs => fail(super::NO_VERBS),
+        Backend::Verbs => return fail(super::NO_VERBS),
+    };
+    let out = RunOutput {
+        dir: a.out.as_deref(),
+        history: a.history.as_deref(),
+        json: a.json,
+        quiet: a.quiet,
+        force: a.force,
+        provenance: Some(&provenance),
+    };
+    match real {
+        None => run_sim(&s, &profile, seed, out),
+        Some(backend) => {
+            txbed_real::run::run_real(&s, &profile, seed, a.rank, a.size, a.coordinator.as_deref(), backend, out)
+        }
     }
 }
 

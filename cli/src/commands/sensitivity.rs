@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use txbed_plot::{tornado, Tornado, TornadoBar};
+use txbed_report::output::prepare_dir;
 use txbed_report::sensitivity::{text, write_csv};
 use txbed_runner::sensitivity::{percent, plan, Options, Sensitivity};
 use txbed_scenario::Scenario;
@@ -37,9 +38,13 @@ pub struct Args {
     #[arg(long = "set", value_name = "PATH=VALUE")]
     pub sets: Vec<String>,
     /// Output directory for sensitivity.csv and the tornado plots
-    /// (default: results/sensitivity/<scenario name>).
+    /// (default: results/sensitivity/<scenario name>); new or empty, see --force.
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Reuse a non-empty output directory: remove txbed's earlier outputs from it first (a
+    /// directory holding other files is refused).
+    #[arg(long)]
+    pub force: bool,
     /// Simulations at once (default: all cores).
     #[arg(long, value_parser = super::parse_jobs)]
     pub jobs: Option<usize>,
@@ -142,7 +147,13 @@ pub fn run(a: Args) -> ExitCode {
         Err(e) => return fail(e),
     };
     let source = a.scenario.display().to_string();
+    if let Err(e) = txbed_scenario::sweep::simulated(&s, &source) {
+        return fail(e);
+    }
     let seeds = a.seeds.unwrap_or_else(|| vec![s.run.seed]);
+    if let Err(e) = txbed_scenario::sweep::check_seeds(&seeds) {
+        return fail(format!("--seeds: {e}"));
+    }
     let o = Options { params: a.params, range, compare, seeds };
     let plan = match plan(&s, &source, &o) {
         Ok(p) => p,
@@ -154,8 +165,12 @@ pub fn run(a: Args) -> ExitCode {
         s.name.clone()
     };
     let dir = a.out.unwrap_or_else(|| PathBuf::from("results").join("sensitivity").join(&name));
-    if let Err(e) = std::fs::create_dir_all(&dir) {
-        return fail(format!("{}: {e}", dir.display()));
+    if let Err(e) = prepare_dir(&dir, a.force) {
+        return fail(e);
+    }
+    let provenance = super::provenance("sim");
+    if let Err(e) = provenance.write(&dir) {
+        return fail(e);
     }
     let jobs = super::jobs(a.jobs);
     if !a.quiet {

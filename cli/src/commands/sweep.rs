@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use txbed_report::csv::write_csvs;
+use txbed_report::output::prepare_dir;
 use txbed_report::text::failure_summary;
 use txbed_runner::parallel::run_points;
 use txbed_scenario::sweep::Sweep;
@@ -19,9 +20,13 @@ pub struct Args {
     /// Simulations at once (default: all cores).
     #[arg(long, value_parser = super::parse_jobs)]
     pub jobs: Option<usize>,
-    /// Output directory (default: results/<sweep name>).
+    /// Output directory (default: results/<sweep name>); new or empty, see --force.
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Reuse a non-empty output directory: remove txbed's earlier outputs from it first (a
+    /// directory holding other files is refused).
+    #[arg(long)]
+    pub force: bool,
     /// No progress bar, no table.
     #[arg(short, long)]
     pub quiet: bool,
@@ -43,9 +48,16 @@ pub fn run(a: Args) -> ExitCode {
         sw.name.clone()
     };
     let dir = out.unwrap_or_else(|| PathBuf::from("results").join(&name));
-    if let Err(e) = std::fs::create_dir_all(&dir) {
-        return fail(format!("{}: {e}", dir.display()));
+    // Everything that could fail after the runs is checked before the first starts.
+    if let Err(e) = prepare_dir(&dir, a.force) {
+        return fail(e);
     }
+    let axes: Vec<String> = sw.axes.iter().map(|x| x.path.clone()).collect();
+    let rows: Vec<Vec<String>> = points.iter().map(|p| p.values.clone()).collect();
+    if let Err(e) = txbed_plot::check_plottable(&axes, &rows, sw.x.as_deref(), &dir) {
+        return fail(format!("{}: the plots cannot be made: {e}", file.display()));
+    }
+    let provenance = super::provenance("sim");
     let jobs = super::jobs(a.jobs);
     if !quiet {
         eprintln!("sweep {name:?}: {} runs on {jobs} threads", points.len());
@@ -53,10 +65,17 @@ pub fn run(a: Args) -> ExitCode {
     let bar = runs_bar(points.len(), quiet);
     let reports = run_points(&points, jobs, &|| bar.inc(1));
     bar.finish_and_clear();
-    let (results, summary) = match write_csvs(&sw, &points, &reports, &dir) {
+    let written = match write_csvs(&sw, &points, &reports, &dir, &provenance).and_then(|w| {
+        provenance.write(&dir)?;
+        Ok(w)
+    }) {
         Ok(x) => x,
         Err(e) => return fail(e),
     };
+    for w in &written.warnings {
+        eprintln!("warning: {w}");
+    }
+    let (results, summary) = (written.results, written.summary);
     let plots = match txbed_plot::plot_csv(&summary, &dir, sw.x.as_deref()) {
         Ok(p) => p,
         Err(e) => return fail(format!("plotting {}: {e}", summary.display())),
