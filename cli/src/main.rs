@@ -33,6 +33,9 @@ enum Command {
     Sensitivity(commands::sensitivity::Args),
     /// Re-run the scenario and seed of a report (`txbed run --out DIR`) and check the digest.
     Replay(commands::replay::Args),
+    /// Compare two runs' reports or two sweeps' results: every numeric metric side by side with
+    /// the ratio B/A and, across seeds, Welch's t-test (significant at 5% or not).
+    Compare(commands::compare::Args),
     /// Plot a sweep's summary.csv or results.csv (SVG and PNG next to it, or in --out).
     Plot(commands::plot::Args),
     /// One line per protocol, preset, hybrid code, workload, NIC profile or scenario file.
@@ -75,6 +78,7 @@ fn main() -> ExitCode {
         Command::HybridSearch(a) => commands::hybrid_search::run(a),
         Command::Sensitivity(a) => commands::sensitivity::run(a),
         Command::Replay(a) => commands::replay::run(a),
+        Command::Compare(a) => commands::compare::run(a),
         Command::Plot(a) => commands::plot::run(a),
         Command::Protocols(a) => commands::protocols::run(a),
         Command::Workloads(a) => commands::workloads::run(a),

@@ -328,3 +328,104 @@ fn reports_and_results_record_their_provenance() {
     let prov: serde_json::Value = serde_json::from_slice(&std::fs::read(d.join("s/provenance.json")).unwrap()).unwrap();
     assert_eq!(prov["git_commit"], commit);
 }
+
+#[test]
+fn compare_two_runs_side_by_side_with_ratios() {
+    let d = scratch("compare-runs");
+    let short = ["-q", "--set", "run.measure_us=150", "--set", "protocol.mode=rpc", "--set", "cluster.nics_per_node=1"];
+    for (dir, protocol) in [("a", "occ"), ("b", "nowait")] {
+        let mut a = vec!["run", "scenarios/quickstart.ron", "--set"];
+        let set = format!("protocol.name={protocol}");
+        a.push(&set);
+        a.extend(short);
+        let out_dir = d.join(dir);
+        a.extend(["--out", s(&out_dir)]);
+        let o = txbed(&a);
+        assert!(o.status.success(), "{}", err(&o));
+    }
+    let o = txbed(&["compare", s(&d.join("a")), s(&d.join("b/report.json"))]);
+    assert!(o.status.success(), "{}", err(&o));
+    assert!(out(&o).contains("throughput_tps") && out(&o).contains("B/A"), "{}", out(&o));
+    let o = txbed(&["compare", s(&d.join("a")), s(&d.join("b")), "--json"]);
+    assert!(o.status.success(), "{}", err(&o));
+    let c: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let report = |x: &str| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(d.join(x).join("report.json")).unwrap()).unwrap()
+    };
+    let (ta, tb) = (report("a")["throughput_tps"].as_f64().unwrap(), report("b")["throughput_tps"].as_f64().unwrap());
+    let line = c["lines"].as_array().unwrap().iter().find(|l| l["metric"] == "throughput_tps").unwrap();
+    assert_eq!(line["a"].as_f64().unwrap(), ta);
+    assert!((line["ratio"].as_f64().unwrap() - tb / ta).abs() < 1e-9);
+    assert!(!c["lines"].as_array().unwrap().iter().any(|l| l["metric"].as_str().unwrap().starts_with("provenance")));
+}
+
+#[test]
+fn compare_two_sweeps_tests_each_point_across_seeds() {
+    let d = scratch("compare-sweeps");
+    let head = "protocol.mode,seed,throughput_tps,p50_us,serializable,digest,error\n";
+    let csv = |name: &str, rows: &[(&str, u64, f64, f64)]| {
+        let body: String = rows.iter().map(|(m, s, t, p)| format!("{m},{s},{t},{p},true,00,\n")).collect();
+        let p = d.join(name);
+        std::fs::write(&p, format!("{head}{body}")).unwrap();
+        p
+    };
+    // rpc: clearly different means with low variance; onesided: identical; cx: one seed.
+    let a = csv(
+        "a.csv",
+        &[
+            ("rpc", 1, 100.0, 5.0),
+            ("rpc", 2, 101.0, 5.0),
+            ("rpc", 3, 99.0, 5.0),
+            ("onesided", 1, 300.0, 4.0),
+            ("onesided", 2, 310.0, 4.5),
+            ("onesided", 3, 290.0, 3.5),
+            ("cx", 1, 50.0, 9.0),
+        ],
+    );
+    let b = csv(
+        "b.csv",
+        &[
+            ("rpc", 1, 200.0, 5.0),
+            ("rpc", 2, 201.0, 5.0),
+            ("rpc", 3, 199.0, 5.0),
+            ("onesided", 1, 300.0, 4.0),
+            ("onesided", 2, 310.0, 4.5),
+            ("onesided", 3, 290.0, 3.5),
+            ("cx", 1, 60.0, 9.0),
+        ],
+    );
+    let o = txbed(&["compare", s(&a), s(&b), "--json"]);
+    assert!(o.status.success(), "{}", err(&o));
+    let c: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let line = |point: &str, metric: &str| -> serde_json::Value {
+        c["lines"].as_array().unwrap().iter().find(|l| l["point"] == point && l["metric"] == metric).unwrap().clone()
+    };
+    let rpc = line("protocol.mode=rpc", "throughput_tps");
+    assert_eq!(rpc["significant"], true);
+    assert!(rpc["p_value"].as_f64().unwrap() < 1e-4 && (rpc["ratio"].as_f64().unwrap() - 2.0).abs() < 1e-12);
+    let same = line("protocol.mode=onesided", "throughput_tps");
+    assert_eq!(same["significant"], false);
+    assert_eq!(same["p_value"].as_f64().unwrap(), 1.0);
+    let one = line("protocol.mode=cx", "throughput_tps");
+    assert!(one["p_value"].is_null() && one["significant"].is_null());
+    let o = txbed(&["compare", s(&a), s(&b)]);
+    let t = out(&o);
+    assert!(t.contains("yes") && t.contains("no") && t.contains("n/a: one seed"), "{t}");
+    // Unreadable or mismatched inputs: exit 2, with the reason.
+    let other_axes = d.join("c.csv");
+    std::fs::write(&other_axes, "cluster.nodes,seed,throughput_tps\n2,1,5\n").unwrap();
+    let report = d.join("r.json");
+    std::fs::write(&report, r#"{"throughput_tps": 5.0}"#).unwrap();
+    let garbage = d.join("g.csv");
+    std::fs::write(&garbage, "hello\nworld\n").unwrap();
+    for (x, y, want) in [
+        (&a, &other_axes, "different axes"),
+        (&a, &report, "compare two reports or two sweeps"),
+        (&a, &garbage, "no \"seed\" column"),
+        (&a, &d.join("missing.csv"), "cannot read"),
+    ] {
+        let o = txbed(&["compare", s(x), s(y)]);
+        assert_eq!(o.status.code(), Some(2), "{want}: {}", err(&o));
+        assert!(err(&o).contains(want), "want {want:?}: {}", err(&o));
+    }
+}

@@ -4,6 +4,7 @@
 //! (`sensitivity`), Chrome/Perfetto traces (`trace`), and reading a report back to replay its
 //! run (`replay`). Plots are txbed-plot's; the report data is the runner's.
 
+pub mod compare;
 pub mod csv;
 pub mod html;
 pub mod output;

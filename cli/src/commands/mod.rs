@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 pub mod bench_verbs;
 pub mod check;
+pub mod compare;
 pub mod devices;
 pub mod hybrid_search;
 pub mod list;
