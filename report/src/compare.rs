@@ -263,7 +263,7 @@ pub fn compare(a: &Path, b: &Path) -> Result<Comparison, String> {
 fn num(x: Option<f64>) -> String {
     match x {
         None => "-".into(),
-        Some(x) if x != 0.0 && (x.abs() >= 1e7 || x.abs() < 1e-3) => format!("{x:.4e}"),
+        Some(x) if x != 0.0 && (x.abs() >= 1e12 || x.abs() < 1e-3) => format!("{x:.4e}"),
         Some(x) if x.fract() == 0.0 => format!("{x:.0}"),
         Some(x) => format!("{x:.4}"),
     }
