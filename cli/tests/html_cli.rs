@@ -73,6 +73,8 @@ fn run_and_sweep_pages_render_in_a_browser() {
     assert!(page.contains("class=\"ok\" id=\"verdict\">serializable: yes, nothing lost"), "{page}");
     assert!(page.contains(&format!("<td class=\"n\">{}</td>", report["digest"].as_str().unwrap())));
     assert!(page.contains("<a href=\"history.jsonl\">") && page.contains("<a href=\"scenario.ron\">"));
+    let commit = report["provenance"]["git_commit"].as_str().expect("provenance in report.json");
+    assert!(page.contains("id=\"provenance\"") && page.contains(commit), "{page}");
     // A replay's trace is linked from the page once written.
     let trace = run.join("trace.json");
     txbed().arg("replay").arg(run.join("report.json")).arg("--trace").arg(&trace).assert().success();

@@ -13,8 +13,9 @@ use crate::provenance::Provenance;
 /// sensitivity analysis's CSVs, provenance, traces and plots (`summary-throughput.svg`,
 /// `tornado-throughput.png`). `--force` removes these and nothing else.
 pub fn is_txbed_output(name: &str) -> bool {
-    const FILES: [&str; 8] = [
+    const FILES: [&str; 9] = [
         "report.json",
+        "report.html",
         "history.jsonl",
         "scenario.ron",
         "trace.json",
