@@ -9,7 +9,7 @@ use txbed_txn::node::LocalPath;
 use txbed_txn::protocol::{Bug, OptionValues, ProtocolRef, Rdma};
 use txbed_txn::retry::Retry;
 use txbed_txn::stage::Hybrid;
-use txbed_txn::store::{self, Layout, TableSpec};
+use txbed_txn::store::{Layout, TableSpec};
 use txbed_workloads::Workload;
 
 /// Scratch memory per coroutine: 16 KiB, or four times the record buffers of the workload's
@@ -152,8 +152,6 @@ pub fn layout(spec: &TxnRunSpec) -> Layout {
         .iter()
         .map(|t| TableSpec { id: t.id, record_bytes: t.record_bytes, rows_per_node: t.rows_per_node })
         .collect();
-    let p = spec.protocol;
-    Layout::with_ext(&tables, store::LOAD_FACTOR, &|r| p.ext_bytes(r))
-        .with_log(spec.nodes, spec.workers, spec.options.log_ring_bytes)
-        .with_area(p.area_bytes(spec.nodes))
+    Layout::for_run(&tables, spec.protocol, spec.nodes, spec.workers, spec.options.log_ring_bytes)
+        .expect("a store region of at most 2^64 bytes (Scenario::validate estimates it)")
 }

@@ -149,6 +149,12 @@ enum Ev {
     },
 }
 
+/// Host memory the simulator keeps per QP: its state here, the worker's, and its entry in each
+/// of the node's `nics` QP caches (`Lru`: prev, next, present). For memory estimates.
+pub fn qp_bytes(nics: u32) -> u64 {
+    std::mem::size_of::<SimQp>() as u64 + txbed_transport::worker::QP_STATE_BYTES + nics as u64 * 9
+}
+
 /// Exact LRU over QP indices of one node (intrusive doubly linked list).
 struct Lru {
     cap: u32,

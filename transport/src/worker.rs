@@ -91,6 +91,10 @@ const SEQ_MASK: u64 = (1 << CORO_SHIFT) - 1;
 /// Coroutine id used for requests the core posts for itself (RPC datagrams).
 const INTERNAL_CORO: u32 = 0xFFFF;
 
+/// Host memory a worker keeps per QP (its state and its place in the RC index), for memory
+/// estimates.
+pub const QP_STATE_BYTES: u64 = (std::mem::size_of::<QpState>() + std::mem::size_of::<QpId>()) as u64;
+
 struct QpState {
     info: QpInfo,
     /// Sequence number of the last request posted (1-based).

@@ -66,6 +66,12 @@ pub struct LocationCache {
 }
 
 impl LocationCache {
+    /// Host memory a cache of `capacity_bytes` takes (its slots are allocated up front), or
+    /// None if that overflows.
+    pub fn bytes_for(capacity_bytes: u64) -> Option<u64> {
+        (capacity_bytes / BUCKET_BYTES).checked_mul(std::mem::size_of::<Option<Cached>>() as u64)
+    }
+
     /// A cache of `capacity_bytes` worth of buckets (0 disables it).
     pub fn new(capacity_bytes: u64) -> Self {
         let n = (capacity_bytes / BUCKET_BYTES) as usize;

@@ -102,6 +102,10 @@ fn align8(x: u64) -> u64 {
     x.div_ceil(8) * 8
 }
 
+fn checked_align8(x: u64) -> Option<u64> {
+    x.checked_next_multiple_of(8)
+}
+
 /// Bucket of a key: SplitMix64 of the key, modulo the bucket count.
 pub fn bucket_of(key: u64, buckets: u64) -> u64 {
     let mut z = key.wrapping_add(0x9e37_79b9_7f4a_7c15);
@@ -134,18 +138,23 @@ impl Layout {
     /// A layout whose tuples carry `ext(record_bytes)` bytes of protocol metadata after the
     /// record (rounded up to 8).
     pub fn with_ext(tables: &[TableSpec], load_factor: f64, ext: &dyn Fn(u64) -> u64) -> Layout {
-        let mut at = 0;
+        Self::try_with_ext(tables, load_factor, ext).expect("a store region of at most 2^64 bytes")
+    }
+
+    /// [`Layout::with_ext`], or None when a size overflows 64 bits (rows from user input).
+    pub fn try_with_ext(tables: &[TableSpec], load_factor: f64, ext: &dyn Fn(u64) -> u64) -> Option<Layout> {
+        let mut at: u64 = 0;
         let mut places = Vec::new();
         for t in tables {
             let slots = (t.rows_per_node as f64 / load_factor).ceil() as u64;
             let buckets = slots.div_ceil(BUCKET_SLOTS as u64).max(1);
-            let pool = buckets * overflow_permille(load_factor) / 1000 + 16;
+            let pool = (buckets.checked_mul(overflow_permille(load_factor))? / 1000).checked_add(16)?;
             let ext_at = META_BYTES + align8(t.record_bytes as u64);
-            let tuple_bytes = ext_at + align8(ext(align8(t.record_bytes as u64)));
+            let tuple_bytes = ext_at.checked_add(checked_align8(ext(align8(t.record_bytes as u64)))?)?;
             let buckets_at = at;
-            let pool_at = buckets_at + buckets * BUCKET_BYTES;
-            let tuples_at = pool_at + pool * BUCKET_BYTES;
-            at = tuples_at + t.rows_per_node * tuple_bytes;
+            let pool_at = buckets_at.checked_add(buckets.checked_mul(BUCKET_BYTES)?)?;
+            let tuples_at = pool_at.checked_add(pool.checked_mul(BUCKET_BYTES)?)?;
+            at = tuples_at.checked_add(t.rows_per_node.checked_mul(tuple_bytes)?)?;
             places.push(TablePlace {
                 spec: t.clone(),
                 buckets_at,
@@ -157,7 +166,7 @@ impl Layout {
                 ext_at,
             });
         }
-        Layout {
+        Some(Layout {
             tables: places,
             log_at: at,
             ring_bytes: 0,
@@ -165,16 +174,22 @@ impl Layout {
             area_at: 0,
             area_bytes: 0,
             bytes: at.max(8),
-        }
+        })
     }
 
     /// Adds log rings for `nodes` x `workers` senders.
-    pub fn with_log(mut self, nodes: u16, workers: u16, ring_bytes: u64) -> Layout {
-        self.log_at = align8(self.bytes);
-        self.ring_bytes = align8(ring_bytes);
+    pub fn with_log(self, nodes: u16, workers: u16, ring_bytes: u64) -> Layout {
+        self.try_with_log(nodes, workers, ring_bytes).expect("a store region of at most 2^64 bytes")
+    }
+
+    /// [`Layout::with_log`], or None on overflow.
+    pub fn try_with_log(mut self, nodes: u16, workers: u16, ring_bytes: u64) -> Option<Layout> {
+        self.log_at = checked_align8(self.bytes)?;
+        self.ring_bytes = checked_align8(ring_bytes)?;
         self.log_workers = workers;
-        self.bytes = self.log_at + nodes as u64 * workers as u64 * self.ring_bytes;
-        self
+        let rings = (nodes as u64 * workers as u64).checked_mul(self.ring_bytes)?;
+        self.bytes = self.log_at.checked_add(rings)?;
+        Some(self)
     }
 
     /// Offset of the ring a sender's worker writes into.
@@ -183,14 +198,33 @@ impl Layout {
     }
 
     /// Appends the protocol's own area of `bytes` (64-byte aligned), after everything else.
-    pub fn with_area(mut self, bytes: u64) -> Layout {
+    pub fn with_area(self, bytes: u64) -> Layout {
+        self.try_with_area(bytes).expect("a store region of at most 2^64 bytes")
+    }
+
+    /// [`Layout::with_area`], or None on overflow.
+    pub fn try_with_area(mut self, bytes: u64) -> Option<Layout> {
         if bytes == 0 {
-            return self;
+            return Some(self);
         }
-        self.area_at = self.bytes.div_ceil(64) * 64;
+        self.area_at = self.bytes.checked_next_multiple_of(64)?;
         self.area_bytes = bytes;
-        self.bytes = self.area_at + bytes;
-        self
+        self.bytes = self.area_at.checked_add(bytes)?;
+        Some(self)
+    }
+
+    /// The layout a run of `protocol` uses (the runner's, and memory estimates'): tuples with
+    /// its metadata, log rings for every sender, its own area. None if a size overflows.
+    pub fn for_run(
+        tables: &[TableSpec],
+        protocol: crate::protocol::ProtocolRef,
+        nodes: u16,
+        workers: u16,
+        log_ring_bytes: u64,
+    ) -> Option<Layout> {
+        Self::try_with_ext(tables, LOAD_FACTOR, &|r| protocol.ext_bytes(r))?
+            .try_with_log(nodes, workers, log_ring_bytes)?
+            .try_with_area(protocol.area_bytes(nodes))
     }
 
     pub fn table(&self, id: u16) -> Option<&TablePlace> {

@@ -30,6 +30,11 @@ pub trait Params:
     fn validate(&self) -> Result<(), (&'static str, String)>;
     /// The generator for a cluster of this shape.
     fn build(&self, shape: Shape) -> Arc<dyn Workload>;
+    /// The tables a cluster of this shape holds (memory estimates, before anything is built):
+    /// override when `build` does work that grows with the rows.
+    fn tables(&self, shape: Shape) -> Vec<crate::Table> {
+        self.build(shape).tables()
+    }
 }
 
 /// A registered workload: its scenario name, the name reports print, a one-line description.
@@ -85,6 +90,7 @@ impl<P: Params> WorkloadKind for Kind<P> {
 pub trait DynParams: erased_serde::Serialize + fmt::Debug + Send + Sync {
     fn validate(&self) -> Result<(), (&'static str, String)>;
     fn build(&self, shape: Shape) -> Arc<dyn Workload>;
+    fn tables(&self, shape: Shape) -> Vec<crate::Table>;
     fn clone_box(&self) -> Box<dyn DynParams>;
     fn as_any(&self) -> &dyn Any;
     fn eq_dyn(&self, other: &dyn DynParams) -> bool;
@@ -98,6 +104,9 @@ impl<P: Params> DynParams for P {
     }
     fn build(&self, shape: Shape) -> Arc<dyn Workload> {
         Params::build(self, shape)
+    }
+    fn tables(&self, shape: Shape) -> Vec<crate::Table> {
+        Params::tables(self, shape)
     }
     fn clone_box(&self) -> Box<dyn DynParams> {
         Box::new(self.clone())
@@ -126,6 +135,10 @@ impl WorkloadConfig {
     }
     pub fn build(&self, shape: Shape) -> Arc<dyn Workload> {
         self.params.build(shape)
+    }
+    /// The tables a cluster of this shape holds, without building the generator.
+    pub fn tables(&self, shape: Shape) -> Vec<crate::Table> {
+        self.params.tables(shape)
     }
 }
 
