@@ -6,6 +6,8 @@
 //!
 //! Sweep files (`sweep`) name a base scenario and axes of such edits.
 
+pub mod fields;
+pub mod memory;
 pub mod set;
 pub mod sweep;
 
@@ -527,9 +529,7 @@ impl Scenario {
 
     /// Parses without checking values (`--set` edits come before the check).
     pub fn parse_unchecked(text: &str, source: &str) -> Result<Scenario, ScenarioError> {
-        ron::Options::default()
-            .from_str(text)
-            .map_err(|e| ScenarioError(format!("{source}:{}:{}: {}", e.position.line, e.position.col, e.code)))
+        fields::parse_ron(text, source).map_err(ScenarioError)
     }
 
     /// Loads `path`, applies `sets` (`path=value`, in order) and checks the result.
@@ -576,15 +576,9 @@ impl Scenario {
         if c.nodes > 1024 {
             return Err(("cluster.nodes".into(), format!("at most 1024 nodes are supported, got {}", c.nodes)));
         }
-        if c.workers == 0 || c.workers > 256 {
-            return Err(("cluster.workers".into(), format!("must be 1..=256, got {}", c.workers)));
-        }
-        if c.coroutines == 0 || c.coroutines > 1024 {
-            return Err(("cluster.coroutines".into(), format!("must be 1..=1024, got {}", c.coroutines)));
-        }
-        if c.qps_per_node == 0 || c.qps_per_node > 64 {
-            return Err(("cluster.qps_per_node".into(), format!("must be 1..=64, got {}", c.qps_per_node)));
-        }
+        in_range("cluster.workers", c.workers.into())?;
+        in_range("cluster.coroutines", c.coroutines.into())?;
+        in_range("cluster.qps_per_node", c.qps_per_node.into())?;
         if let Some(m) = &c.link_delay_us {
             let n = c.nodes as usize;
             if m.len() != n || m.iter().any(|row| row.len() != n) {
@@ -606,9 +600,7 @@ impl Scenario {
             profile = profile.with_overrides(o).map_err(|(f, m)| (field(f), m))?;
         }
         if let Some(k) = c.nics_per_node {
-            if k == 0 || k > 16 {
-                return Err(("cluster.nics_per_node".into(), format!("must be 1..=16, got {k}")));
-            }
+            in_range("cluster.nics_per_node", k.into())?;
             profile.nics_per_node = k;
         }
         match &self.workload {
@@ -616,9 +608,7 @@ impl Scenario {
                 if self.protocol.is_some() {
                     return Err(("protocol".into(), "a Verbs workload runs no transactions: remove protocol".into()));
                 }
-                if v.outstanding == 0 || v.outstanding > 64 {
-                    return Err(("workload.outstanding".into(), format!("must be 1..=64, got {}", v.outstanding)));
-                }
+                in_range("workload.outstanding", v.outstanding.into())?;
                 match v.verb {
                     Verb::Atomic if v.payload != 8 => {
                         return Err((
@@ -676,7 +666,7 @@ impl Scenario {
             }
             proto.check_options(&p.options).map_err(|m| ("protocol.options".into(), m))?;
             let h = p.resolve(&profile).0;
-            h.check(proto.name(), proto.stages()).map_err(|m| ("protocol.mode".into(), m))?;
+            h.check(proto.name(), proto.stages()).map_err(|m| ("protocol.mode".into(), mode_hint(m, h, proto)))?;
             if p.replication == 0 || p.replication > c.nodes {
                 return Err((
                     "protocol.replication".into(),
@@ -697,13 +687,43 @@ impl Scenario {
         if self.run.measure_us == 0 {
             return Err(("run.measure_us".into(), "must be at least 1".into()));
         }
+        // Each part alone first, so the error blames the field that is too large.
+        in_range("run.warmup_us", self.run.warmup_us)?;
+        in_range("run.measure_us", self.run.measure_us)?;
         self.run.retry.check().map_err(|e| ("run.retry".to_string(), e))?;
-        if self.run.warmup_us.saturating_add(self.run.measure_us) > 10_000_000 {
+        if self.run.warmup_us + self.run.measure_us > fields::MAX_RUN_US {
             return Err((
                 "run.measure_us".into(),
-                "warm-up plus measured time must be at most 10 s of simulated time".into(),
+                format!(
+                    "warm-up ({} us) plus measured time ({} us) must be at most {} us (10 s) of simulated time",
+                    self.run.warmup_us,
+                    self.run.measure_us,
+                    fields::MAX_RUN_US
+                ),
             ));
         }
+        memory::check_estimate(self, &profile)?;
         Ok(profile)
     }
+}
+
+/// Checks a whole-number field against its range in `fields::RANGES`.
+fn in_range(path: &str, v: u64) -> Result<(), (String, String)> {
+    let (lo, hi) = fields::range(path).expect("a field of fields::RANGES");
+    if (lo..=hi).contains(&v) {
+        Ok(())
+    } else {
+        Err((path.to_string(), format!("must be {lo}..={hi}, got {v}")))
+    }
+}
+
+/// A hybrid code with bits the protocol lacks: the error says what to set instead.
+fn mode_hint(msg: String, h: Hybrid, proto: ProtocolRef) -> String {
+    let keep = Hybrid(h.0 & Hybrid::full(proto.stages()).0);
+    let e_g = if keep.0 != 0 {
+        format!(", e.g. Code({}) (the bits of Code({}) {} has)", keep.0, h.0, proto.name())
+    } else {
+        String::new()
+    };
+    format!("{msg}. Set protocol.mode to Rpc, Onesided or a code of those stages' bits{e_g}")
 }

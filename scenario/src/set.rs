@@ -19,24 +19,96 @@ use serde_json::{Map, Value};
 use crate::Scenario;
 
 /// Applies each `path=value` in order.
+///
+/// Switching protocol (`protocol.name`) when no edit of the same list sets `protocol.mode`,
+/// `protocol.preset` or `protocol.options`: a hybrid code or stage list (`Code(38)`,
+/// `Stages([..])`) names the old protocol's stages, so the mode becomes `Rpc`; `Rpc` and
+/// `Onesided` mean the same for every protocol and stay. The old protocol's preset and options
+/// are dropped.
 pub fn apply(s: &Scenario, sets: &[String]) -> Result<Scenario, String> {
     if sets.is_empty() {
         return Ok(s.clone());
     }
     let mut v = serde_json::to_value(s).map_err(|e| e.to_string())?;
+    let paths: Vec<&str> = sets.iter().map(|s| s.split_once('=').map_or("", |(p, _)| p.trim())).collect();
+    let sets_mode = paths.iter().any(|p| {
+        *p == "protocol"
+            || ["protocol.mode", "protocol.preset", "protocol.options"]
+                .iter()
+                .any(|f| p == f || p.starts_with(&format!("{f}.")))
+    });
     for set in sets {
         let (path, value) = set.split_once('=').ok_or_else(|| format!("--set {set}: expected path=value"))?;
         let (path, value) = (path.trim(), value.trim());
-        let parsed = parse_value(value).map_err(|e| format!("--set {set}: {e}"))?;
         let segs: Vec<&str> = path.split('.').collect();
         if segs.iter().any(|p| p.is_empty()) {
             return Err(format!("--set {set}: {path:?} is not a field path (e.g. cluster.nodes)"));
         }
-        set_path(&mut v, &segs, parsed).map_err(|e| format!("--set {set}: {e}"))?;
-        // Check after each edit so the error names the edit that broke it.
-        serde_json::from_value::<Scenario>(v.clone()).map_err(|e| format!("--set {set}: {e}"))?;
+        let old_protocol = protocol_of(&v);
+        edit(&mut v, &segs, value, &checked::<Scenario>).map_err(|e| format!("--set {set}: {e}"))?;
+        if path == "protocol.name" && !sets_mode {
+            if old_protocol.is_some() && old_protocol != protocol_of(&v) {
+                reset_for(&mut v["protocol"]);
+            }
+        }
     }
     serde_json::from_value(v).map_err(|e| e.to_string())
+}
+
+/// The protocol `v` names, by its registry name.
+fn protocol_of(v: &Value) -> Option<&'static str> {
+    txbed_protocols::named(v.get("protocol")?.get("name")?.as_str()?).map(|p| p.name())
+}
+
+/// After a protocol switch: drop the mode, preset and options that were the old one's.
+fn reset_for(p: &mut Value) {
+    if p.get("mode").is_some_and(Value::is_object) {
+        p["mode"] = Value::from("Rpc");
+    }
+    if let Value::Object(m) = p {
+        m.remove("preset");
+        m.remove("options");
+    }
+}
+
+/// Deserializes `v` as `T`; the error names the field (`cluster.nodes`) and, for numbers, what
+/// it takes, quoting `got` (the value as the user wrote it).
+fn checked<T: serde::de::DeserializeOwned>(v: &Value, got: &str) -> Result<(), String> {
+    serde_path_to_error::deserialize::<_, T>(v.clone()).map(|_| ()).map_err(|e| {
+        let path = crate::fields::dotted(e.path());
+        crate::fields::describe(&path, &e.into_inner().to_string(), got)
+    })
+}
+
+/// Sets `segs` to `value` in `v` and checks the result with `check`. A value that is not in
+/// the file's syntax, or does not fit, is tried as a bare string (paths, names: `--set
+/// cluster.nic=/tmp/my.ron`); if that does not fit either, the first error stands.
+fn edit(
+    v: &mut Value,
+    segs: &[&str],
+    value: &str,
+    check: &dyn Fn(&Value, &str) -> Result<(), String>,
+) -> Result<(), String> {
+    let first = match parse_value(value) {
+        Ok(parsed) => {
+            let mut w = v.clone();
+            match set_path(&mut w, segs, parsed).and_then(|()| check(&w, value)) {
+                Ok(()) => {
+                    *v = w;
+                    return Ok(());
+                }
+                Err(e) => e,
+            }
+        }
+        Err(e) => e,
+    };
+    let mut w = v.clone();
+    if !value.is_empty() && set_path(&mut w, segs, Value::String(value.to_string())).is_ok() && check(&w, value).is_ok()
+    {
+        *v = w;
+        return Ok(());
+    }
+    Err(first)
 }
 
 /// `PATH=VALUE` edits of a NIC profile alone (`txbed bench-verbs --set`): paths inside the
@@ -47,13 +119,11 @@ pub fn nic_overrides(sets: &[String]) -> Result<txbed_sim::profile::NicOverrides
         let (path, value) = set.split_once('=').ok_or_else(|| format!("--set {set}: expected path=value"))?;
         let path = path.trim();
         let path = path.strip_prefix("nic.").unwrap_or(path);
-        let parsed = parse_value(value.trim()).map_err(|e| format!("--set {set}: {e}"))?;
         let segs: Vec<&str> = path.split('.').collect();
         if segs.iter().any(|p| p.is_empty()) {
             return Err(format!("--set {set}: {path:?} is not a field path (e.g. host.rpc_dispatch_ns)"));
         }
-        set_path(&mut v, &segs, parsed).map_err(|e| format!("--set {set}: {e}"))?;
-        serde_json::from_value::<txbed_sim::profile::NicOverrides>(v.clone())
+        edit(&mut v, &segs, value.trim(), &checked::<txbed_sim::profile::NicOverrides>)
             .map_err(|e| format!("--set {set}: {e}"))?;
     }
     serde_json::from_value(v).map_err(|e| e.to_string())

@@ -19,13 +19,16 @@ fn rejected(text: &str) -> String {
 }
 
 /// warmup_us + measure_us overflowed u64: a panic with overflow checks, and without them a
-/// sum that wrapped to 0 and passed the 10 s limit.
+/// sum that wrapped to 0 and passed the 10 s limit. The error blames the field too large
+/// (issue 16: it used to blame measure_us for a huge warm-up).
 #[test]
 fn run_time_overflow_is_rejected() {
     let e = rejected("Scenario(workload: Verbs((verb: Read)), run: (warmup_us: 18446744073709551615, measure_us: 1))");
-    assert!(e.contains("run.measure_us") && e.contains("at most 10 s"), "{e}");
+    assert!(e.contains("run.warmup_us: must be 0..=10000000"), "{e}");
+    let e = rejected("Scenario(workload: Verbs((verb: Read)), run: (warmup_us: 9000000, measure_us: 2000000))");
+    assert!(e.contains("run.measure_us") && e.contains("at most 10000000 us (10 s)"), "{e}");
     let e = rejected(&std::fs::read_to_string(corpus().join("bad-huge-run.ron")).unwrap());
-    assert!(e.contains("run.measure_us"), "{e}");
+    assert!(e.contains("run.warmup_us"), "{e}");
 }
 
 /// SmallBank's mix summed in u32: a panic with overflow checks, and without them
