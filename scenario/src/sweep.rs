@@ -74,9 +74,7 @@ impl Sweep {
     pub fn load(path: &Path) -> Result<Sweep, ScenarioError> {
         let source = path.display().to_string();
         let text = crate::read_config(path, "sweep")?;
-        let sw: Sweep = ron::Options::default()
-            .from_str(&text)
-            .map_err(|e| ScenarioError(format!("{source}:{}:{}: {}", e.position.line, e.position.col, e.code)))?;
+        let sw: Sweep = crate::fields::parse_ron(&text, &source).map_err(ScenarioError)?;
         // The name becomes a directory under results/: one plain component, never a path.
         if !sw.name.is_empty() && !is_plain_name(&sw.name) {
             return Err(ScenarioError(format!(
