@@ -114,7 +114,7 @@ fn bad_input_exits_2_with_a_message() {
         (&["--range", "0%"], "--range 0%: must be above 0% and below 100%"),
         (&["--range", "thirty"], "expected a percentage"),
         (&["--compare", "protocol.name"], "expected PATH=V1,V2"),
-        (&["--compare", "protocol.name=occ,nosuch"], "--compare protocol.name=nosuch: unknown protocol"),
+        (&["--compare", "protocol.name=occ,nosuch"], "--compare protocol.name=nosuch: protocol.name: unknown protocol"),
         (
             // Through the loopback no transaction finishes in 1 us (on the local path a
             // read-only one of the coordinator's own accounts can).

@@ -97,7 +97,10 @@ fn set_switches_protocol_mode_and_workload_and_out_describes_the_run() {
 fn bad_sets_name_what_is_valid() {
     let cases = [
         ("protocol.nmae=occ", "unknown field `nmae`, expected one of `name`, `mode`"),
-        ("cluster.nodes=many", "--set cluster.nodes=many: invalid type: string \"many\", expected u16"),
+        (
+            "cluster.nodes=many",
+            "--set cluster.nodes=many: cluster.nodes: expected a whole number in 2..=1024, got many",
+        ),
         ("protocol.name=paxos", "unknown protocol `paxos`, expected one of NOWAIT"),
         ("cluster.nodes=1", "(with --set): cluster.nodes: must be at least 2"),
         ("cluster.nodes", "expected path=value"),

@@ -152,6 +152,6 @@ pub fn layout(spec: &TxnRunSpec) -> Layout {
         .iter()
         .map(|t| TableSpec { id: t.id, record_bytes: t.record_bytes, rows_per_node: t.rows_per_node })
         .collect();
-    Layout::for_run(&tables, spec.protocol, spec.nodes, spec.workers, spec.options.log_ring_bytes)
+    txbed_txn::protocol::run_layout(&tables, spec.protocol, spec.nodes, spec.workers, spec.options.log_ring_bytes)
         .expect("a store region of at most 2^64 bytes (Scenario::validate estimates it)")
 }

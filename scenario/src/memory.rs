@@ -2,7 +2,7 @@
 //! `run` refuse what the machine cannot hold instead of aborting on an allocation.
 //!
 //! Per node (docs/scenarios.md, "Memory"):
-//! - records and index, log rings: the registered region, `txbed_txn::store::Layout::for_run`
+//! - records and index, log rings: the registered region, `txbed_txn::protocol::run_layout`
 //!   exactly: per table buckets (rows / 0.9 / 8 x 128 B), the overflow pool, rows x tuple (24 B
 //!   of metadata, the record and the protocol's extension, each rounded up to 8); then one log
 //!   ring of `log_ring_kib` per (node, worker) and the protocol's own area;
@@ -18,7 +18,7 @@ use std::fmt;
 
 use txbed_sim::NicProfile;
 use txbed_txn::locate::LocationCache;
-use txbed_txn::store::{Layout, TableSpec};
+use txbed_txn::store::TableSpec;
 use txbed_workloads::Shape;
 
 use crate::{BackendName, Scenario, Workload};
@@ -79,14 +79,15 @@ pub fn estimate(s: &Scenario, profile: &NicProfile) -> Result<Estimate, (String,
             .map(|t| TableSpec { id: t.id, record_bytes: t.record_bytes, rows_per_node: t.rows_per_node })
             .collect();
         let proto = p.name.protocol();
-        let store = Layout::for_run(&specs, proto, c.nodes, c.workers, p.log_ring_kib << 10).ok_or_else(|| {
-            let rows: Vec<String> =
-                tables.iter().map(|t| format!("{} {} x {} B", t.name, t.rows_per_node, t.record_bytes)).collect();
-            (
-                "workload".to_string(),
-                format!("its tables ({} rows per node) need more than 2^64 bytes per node", rows.join(", ")),
-            )
-        })?;
+        let store = txbed_txn::protocol::run_layout(&specs, proto, c.nodes, c.workers, p.log_ring_kib << 10)
+            .ok_or_else(|| {
+                let rows: Vec<String> =
+                    tables.iter().map(|t| format!("{} {} x {} B", t.name, t.rows_per_node, t.record_bytes)).collect();
+                (
+                    "workload".to_string(),
+                    format!("its tables ({} rows per node) need more than 2^64 bytes per node", rows.join(", ")),
+                )
+            })?;
         per_node.push(("records and index", store.log_at, "workload"));
         per_node.push(("log rings", store.bytes - store.log_at, "protocol.log_ring_kib"));
         once = tables.iter().map(|t| t.rows_per_node).max().unwrap_or(0).saturating_mul(8);

@@ -108,7 +108,7 @@ fn bad_overrides_are_refused_with_the_field() {
     let e = err(&["nic.link.gbps=0"]);
     assert!(e.ends_with("nic.link.gbps: must be a positive number, got 0"), "{e}");
     let e = err(&["nic.host.mmio_ns=1.5"]);
-    assert!(e.contains("nic.host.mmio_ns") && e.contains("expected u64"), "{e}");
+    assert!(e.contains("nic.host.mmio_ns: expected a whole number") && e.contains("got 1.5"), "{e}");
     let e = err(&["nic.nics_per_node=1", "cluster.nics_per_node=1"]);
     assert!(e.contains("nic.nics_per_node: cluster.nics_per_node is set too"), "{e}");
 }

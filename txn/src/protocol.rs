@@ -221,6 +221,20 @@ pub const fn handler_id(i: usize) -> u16 {
 
 /// A name as scenarios may spell it: lower case, letters and digits only (`DrTM+H` and
 /// `drtmh`, `WAIT-DIE` and `waitdie` are the same).
+/// The store layout a run of `protocol` uses (the runner's, and memory estimates'): tuples
+/// with its metadata, log rings for every sender, its own area. None if a size overflows.
+pub fn run_layout(
+    tables: &[crate::store::TableSpec],
+    protocol: ProtocolRef,
+    nodes: u16,
+    workers: u16,
+    log_ring_bytes: u64,
+) -> Option<crate::store::Layout> {
+    crate::store::Layout::try_with_ext(tables, crate::store::LOAD_FACTOR, &|r| protocol.ext_bytes(r))?
+        .try_with_log(nodes, workers, log_ring_bytes)?
+        .try_with_area(protocol.area_bytes(nodes))
+}
+
 pub fn fold_name(name: &str) -> String {
     name.chars().filter(|c| c.is_ascii_alphanumeric()).map(|c| c.to_ascii_lowercase()).collect()
 }

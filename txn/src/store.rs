@@ -213,20 +213,6 @@ impl Layout {
         Some(self)
     }
 
-    /// The layout a run of `protocol` uses (the runner's, and memory estimates'): tuples with
-    /// its metadata, log rings for every sender, its own area. None if a size overflows.
-    pub fn for_run(
-        tables: &[TableSpec],
-        protocol: crate::protocol::ProtocolRef,
-        nodes: u16,
-        workers: u16,
-        log_ring_bytes: u64,
-    ) -> Option<Layout> {
-        Self::try_with_ext(tables, LOAD_FACTOR, &|r| protocol.ext_bytes(r))?
-            .try_with_log(nodes, workers, log_ring_bytes)?
-            .try_with_area(protocol.area_bytes(nodes))
-    }
-
     pub fn table(&self, id: u16) -> Option<&TablePlace> {
         self.tables.iter().find(|t| t.spec.id == id)
     }
