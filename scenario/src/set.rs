@@ -46,10 +46,8 @@ pub fn apply(s: &Scenario, sets: &[String]) -> Result<Scenario, String> {
         }
         let old_protocol = protocol_of(&v);
         edit(&mut v, &segs, value, &checked::<Scenario>).map_err(|e| format!("--set {set}: {e}"))?;
-        if path == "protocol.name" && !sets_mode {
-            if old_protocol.is_some() && old_protocol != protocol_of(&v) {
-                reset_for(&mut v["protocol"]);
-            }
+        if path == "protocol.name" && !sets_mode && old_protocol.is_some() && old_protocol != protocol_of(&v) {
+            reset_for(&mut v["protocol"]);
         }
     }
     serde_json::from_value(v).map_err(|e| e.to_string())
