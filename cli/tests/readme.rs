@@ -1,15 +1,16 @@
 //! Every command README.md shows runs as written and exits 0 (issue 16: the tour's protocol
 //! switch had stopped working and nothing noticed).
 //!
-//! The ```sh blocks are read from README.md itself, so a command added there is covered. `$T`
-//! (as the tour defines it) and `cargo run --release -p txbed --` become the built binary. The
-//! commands run in a fresh temporary directory where `scenarios` links to the repository's,
-//! so `runs/`, `results/` and other outputs land there and the checkout stays clean.
+//! The ```sh blocks are read from README.md itself, so a command added there is covered. Each
+//! line runs in bash as written, with `cargo run --release -p txbed --` (directly or through
+//! the tour's `$T`) running the built binary, in a fresh temporary directory where `scenarios`
+//! and `python` link to the repository's, so `runs/`, `results/` and other outputs land there
+//! and the checkout stays clean.
 
 use std::path::{Path, PathBuf};
 
 /// Commands not run here, each with the reason (matched as the start of the command line as
-/// README writes it, after `$T` or `cargo run ... --`).
+/// README writes it, without `$T ` or `cargo run --release -p txbed -- `).
 const SKIP: &[(&str, &str)] = &[
     ("cargo test --workspace", "the test suite itself"),
     ("sensitivity scenarios/quickstart.ron", "76 simulations, 1-2 minutes; cli/tests/sensitivity.rs runs it on less"),
@@ -21,41 +22,6 @@ const SKIP: &[(&str, &str)] = &[
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
-}
-
-/// Splits a command line into words: whitespace-separated, double or single quotes group,
-/// `#` after whitespace starts a comment. Enough for README's commands; anything fancier
-/// (pipes, redirections) fails the test rather than being run wrongly.
-fn words(line: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut cur = String::new();
-    let (mut quote, mut in_word) = (None, false);
-    for c in line.chars() {
-        match (quote, c) {
-            (Some(q), c) if c == q => quote = None,
-            (Some(_), c) => cur.push(c),
-            (None, '"' | '\'') => {
-                quote = Some(c);
-                in_word = true;
-            }
-            (None, '#') if !in_word => break,
-            (None, c) if c.is_whitespace() => {
-                if in_word {
-                    out.push(std::mem::take(&mut cur));
-                    in_word = false;
-                }
-            }
-            (None, c) => {
-                assert!(!"|<>;&`".contains(c), "README command uses shell syntax this test does not run: {line}");
-                cur.push(c);
-                in_word = true;
-            }
-        }
-    }
-    if in_word {
-        out.push(cur);
-    }
-    out
 }
 
 /// The lines of every ```sh block.
@@ -88,38 +54,44 @@ fn every_readme_command_runs() {
     let dir = std::env::temp_dir().join(format!("txbed-readme-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    link(&root().join("scenarios"), &dir.join("scenarios"));
+    for d in ["scenarios", "python"] {
+        link(&root().join(d), &dir.join(d));
+    }
+    // Each line runs in bash as written (redirections, `&&`, python3 included), after the
+    // README's own variable lines (`T="cargo run --release -p txbed --"`), with `cargo run
+    // --release -p txbed --` turned into the built binary by a shell function.
     let bin = assert_cmd::cargo::cargo_bin("txbed");
-    let prefix = ["cargo", "run", "--release", "-p", "txbed", "--"];
-    let mut vars: Vec<(String, Vec<String>)> = Vec::new();
+    let mut prelude = format!(
+        "set -eo pipefail\ncargo() {{ if [ \"$1 $2 $3 $4 $5\" = \"run --release -p txbed --\" ]; then shift 5; {:?} \"$@\"; \
+         else echo \"not a txbed command: cargo $*\" >&2; return 97; fi; }}\n",
+        bin.display().to_string()
+    );
     let (mut ran, mut skipped) = (Vec::new(), Vec::new());
     for line in sh_lines(&readme) {
-        let mut w = words(&line);
-        // `T="cargo run --release -p txbed --"`
-        if w.len() == 1 && w[0].contains('=') && !w[0].starts_with('-') {
-            let (name, value) = w[0].split_once('=').unwrap();
-            vars.push((format!("${name}"), words(value)));
+        let is_var = line
+            .split_once('=')
+            .is_some_and(|(n, _)| !n.is_empty() && n.chars().all(|c| c.is_ascii_uppercase() || c == '_'));
+        if is_var {
+            prelude += &line;
+            prelude.push('\n');
             continue;
         }
-        if let Some((_, v)) = vars.iter().find(|(n, _)| *n == w[0]) {
-            w.splice(0..1, v.iter().cloned());
-        }
-        let args: Vec<String> =
-            if w.starts_with(&prefix.map(String::from)) { w[prefix.len()..].to_vec() } else { w.clone() };
-        let shown = args.join(" ");
-        if let Some((_, why)) =
-            SKIP.iter().find(|(s, _)| shown.starts_with(s) || (w[0] == "cargo" && w.join(" ").starts_with(s)))
-        {
+        let shown = line.replace("cargo run --release -p txbed -- ", "").replace("$T ", "");
+        if let Some((_, why)) = SKIP.iter().find(|(s, _)| shown.starts_with(s)) {
             skipped.push(format!("{shown} ({why})"));
             continue;
         }
-        assert!(w.starts_with(&prefix.map(String::from)), "README command is not a txbed command: {line}");
         // `check history.jsonl` checks the reader's own history: give it the tour's.
-        if args.iter().any(|a| a == "history.jsonl") && !dir.join("history.jsonl").exists() {
+        if shown.contains(" history.jsonl") && !dir.join("history.jsonl").exists() {
             std::fs::copy(dir.join("runs/a/history.jsonl"), dir.join("history.jsonl"))
                 .unwrap_or_else(|e| panic!("{line}: no tour history to check ({e})"));
         }
-        let out = std::process::Command::new(&bin).args(&args).current_dir(&dir).output().unwrap();
+        let out = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(format!("{prelude}{line}"))
+            .current_dir(&dir)
+            .output()
+            .unwrap();
         assert_eq!(
             out.status.code(),
             Some(0),
@@ -130,10 +102,17 @@ fn every_readme_command_runs() {
         ran.push(shown);
     }
     eprintln!("ran {} README commands; skipped {}:\n  {}", ran.len(), skipped.len(), skipped.join("\n  "));
-    // The tour: switch protocol and workload, replay, check, sweep, plot.
-    for want in
-        ["--set protocol.name=nowait --set workload.name=ycsb", "replay runs/a", "check runs/a", "sweep ", "plot "]
-    {
+    // The tour: switch protocol and workload, replay, check, sweep, plot, compare, list.
+    for want in [
+        "--set protocol.name=nowait --set workload.name=ycsb",
+        "replay runs/a",
+        "check runs/a",
+        "sweep ",
+        "plot ",
+        "compare ",
+        "list ",
+        "txbed_results",
+    ] {
         assert!(ran.iter().any(|c| c.contains(want)), "no README command with {want:?} ran: {ran:?}");
     }
     assert_eq!(skipped.len(), SKIP.len(), "an allow-listed command is gone from README: {skipped:?}");
