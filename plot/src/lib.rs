@@ -25,6 +25,7 @@ use statrs::statistics::Statistics;
 
 mod tornado;
 pub use tornado::{tornado, Tornado, TornadoBar};
+pub mod cdf;
 
 const WIDTH: u32 = 1000;
 const HEIGHT: u32 = 650;
@@ -372,6 +373,7 @@ fn read_table(csv: &Path) -> Result<Table, String> {
     }
     let summary = cols.iter().any(|c| c.ends_with("_mean"));
     let is_stage = |m: &str| m.starts_with("stage_") && m.ends_with("_us") && m.len() > "stage__us".len();
+    let is_per_txn = |m: &str| m.starts_with("per_txn_") && m.ends_with("_us");
     // (metric, mean column, ci column); results.csv has no ci column.
     let mut metric_cols: Vec<(String, usize, Option<usize>)> = Vec::new();
     for (i, c) in cols.iter().enumerate() {
@@ -380,7 +382,7 @@ fn read_table(csv: &Path) -> Result<Table, String> {
                 let ci = cols.iter().position(|d| *d == format!("{m}_ci95"));
                 metric_cols.push((m.to_string(), i, ci));
             }
-        } else if METRICS.contains(c) || is_stage(c) {
+        } else if METRICS.contains(c) || is_stage(c) || is_per_txn(c) {
             metric_cols.push((c.to_string(), i, None));
         }
     }
@@ -736,6 +738,9 @@ struct StackFig {
     stages: Vec<(String, RGBColor)>,
     /// Per table row with any stage data: (row, per-stage means in plot units).
     bars: Vec<(usize, Vec<f64>)>,
+    /// Per bar: the mean commit latency in plot units, drawn as a marker next to the stack
+    /// (only when the stack is per committed transaction).
+    latency: Vec<Option<f64>>,
 }
 
 /// Picks a unit so that tick labels stay short: the first (threshold, divisor, unit) whose
@@ -867,24 +872,41 @@ fn figures(t: &Table, l: &Layout) -> Vec<(&'static str, Figure)> {
     // Stages that ever took time; an all-zero stage would only clutter the legend.
     let stages: Vec<&String> = t.stages.iter().filter(|s| max_of(&format!("stage_{s}_us")) > 0.0).collect();
     if !stages.is_empty() {
-        let mean = |r: usize, s: &str| t.stat(r, &format!("stage_{s}_us")).map_or(0.0, |st| st.mean.max(0.0));
-        let max_total = (0..t.rows.len()).map(|r| stages.iter().map(|s| mean(r, s)).sum::<f64>()).fold(0.0, f64::max);
+        // Stage time per committed transaction (every execution, aborted attempts included) when
+        // the CSV has it: these add up to a transaction's time in stages, comparable with its
+        // mean latency (drawn as a marker). Older CSVs have only per-execution means, which do
+        // not add up to anything (a stage run by few transactions counts in full).
+        let per_txn = stages.iter().any(|s| t.has(&format!("per_txn_{s}_us")));
+        let col = |s: &str| if per_txn { format!("per_txn_{s}_us") } else { format!("stage_{s}_us") };
+        let mean = |r: usize, s: &str| t.stat(r, &col(s)).map_or(0.0, |st| st.mean.max(0.0));
+        let latency = |r: usize| if per_txn { t.stat(r, "mean_us").map(|s| s.mean) } else { None };
+        let max_total = (0..t.rows.len())
+            .map(|r| stages.iter().map(|s| mean(r, s)).sum::<f64>().max(latency(r).unwrap_or(0.0)))
+            .fold(0.0, f64::max);
         let (div, unit) = scale_unit(max_total, LATENCY_UNITS);
-        let bars = (0..t.rows.len())
-            .filter(|&r| stages.iter().any(|s| t.stat(r, &format!("stage_{s}_us")).is_some()))
-            .map(|r| (r, stages.iter().map(|s| mean(r, s) / div).collect()))
-            .collect();
+        let rows: Vec<usize> =
+            (0..t.rows.len()).filter(|&r| stages.iter().any(|s| t.stat(r, &col(s)).is_some())).collect();
+        let bars = rows.iter().map(|&r| (r, stages.iter().map(|s| mean(r, s) / div).collect())).collect();
+        let (title, y_desc) = if per_txn {
+            (
+                format!("Stage time per committed transaction {vs}"),
+                format!("time in stages per committed transaction ({unit})"),
+            )
+        } else {
+            (format!("Per-stage latency breakdown {vs}"), format!("mean time per stage execution ({unit})"))
+        };
         out.push((
             "stages",
             Figure::Stacked(StackFig {
-                title: format!("Per-stage latency breakdown {vs}"),
-                y_desc: format!("mean latency per stage ({unit})"),
+                title,
+                y_desc,
                 stages: stages
                     .iter()
                     .enumerate()
                     .map(|(i, s)| (s.to_string(), STAGE_COLORS[i % STAGE_COLORS.len()]))
                     .collect(),
                 bars,
+                latency: rows.iter().map(|&r| latency(r).map(|v| v / div)).collect(),
             }),
         ));
     }
@@ -1214,12 +1236,22 @@ fn render_lines<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, l: &Layout, f
 /// group per protocol, a bar per mode), a colour per stage.
 fn render_stacked<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, l: &Layout, f: &StackFig) -> DResult<()> {
     let body = draw_title(root, &f.title, &l.subtitle(false))?;
-    let legend: Vec<LegendEntry> = f
+    let mut legend: Vec<LegendEntry> = f
         .stages
         .iter()
         .rev() // top of the stack first, as it is drawn
         .map(|(name, color)| LegendEntry { sample: LegendSample::Box(*color), text: name.clone() })
         .collect();
+    if f.latency.iter().any(Option::is_some) {
+        legend.push(LegendEntry { sample: LegendSample::Space, text: String::new() });
+        legend.push(LegendEntry {
+            sample: LegendSample::Line { color: BLACK, dashed: false, marker: Some(Marker::Diamond), draw_line: false },
+            text: "mean latency".into(),
+        });
+        legend.push(LegendEntry { sample: LegendSample::Space, text: "stages: every execution,".into() });
+        legend.push(LegendEntry { sample: LegendSample::Space, text: "aborted attempts included,".into() });
+        legend.push(LegendEntry { sample: LegendSample::Space, text: "/ committed transactions".into() });
+    }
     let LegendSplit { chart: chart_area, legend: legend_area, title: legend_title } =
         split_legend(&body, "stage", &legend)?;
 
@@ -1246,7 +1278,7 @@ fn render_stacked<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, l: &Layout,
     let x_end = cursor - GAP;
     let pad = 0.2 + (5.0 - x_end).max(0.0) / 2.0;
     let (x0, x1) = (-pad, x_end + pad);
-    let y1 = y_max(f.bars.iter().map(|(_, v)| v.iter().sum::<f64>()));
+    let y1 = y_max(f.bars.iter().map(|(_, v)| v.iter().sum::<f64>()).chain(f.latency.iter().flatten().copied()));
 
     // Bar labels go under each bar, turned upright when they do not fit its width.
     let tick = font(TICK_PX);
@@ -1324,6 +1356,10 @@ fn render_stacked<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, l: &Layout,
             chart.draw_series([Rectangle::new(rect, f.stages[k].1.filled())]).map_err(de)?;
             chart.draw_series([Rectangle::new(rect, WHITE.stroke_width(1))]).map_err(de)?;
             base += v;
+        }
+        if let Some(Some(m)) = f.latency.get(b) {
+            let at = chart.plotting_area().map_coordinate(&(c + BAR_W / 2.0, *m));
+            draw_marker(root, at, Marker::Diamond, BLACK)?;
         }
     }
 

@@ -268,7 +268,7 @@ impl WorkerSeed {
             from: spec.warmup_ns,
             end: spec.warmup_ns + spec.duration_ns,
             retry: spec.retry,
-            measured: Rc::new(std::cell::RefCell::new(Measured::new(spec.duration_ns))),
+            measured: Rc::new(std::cell::RefCell::new(Measured::for_run(spec.warmup_ns, spec.duration_ns))),
             failures: Rc::default(),
         };
         Ok(WorkerActor {
@@ -605,6 +605,11 @@ fn merge_workers(results: Vec<NodeResult>) -> NodeResult {
         merged.measured_aborted += r.measured_aborted;
         merged.location.add(&r.location);
         merged.latency.extend(r.latency);
+        for (k, v) in r.per_kind_latency {
+            merged.per_kind_latency.entry(k).or_default().extend(v);
+        }
+        merged.per_worker.extend(r.per_worker);
+        merged.series.add(&r.series);
         merged.failures.extend(r.failures);
         for (m, v) in merged.verbs.iter_mut().zip(r.verbs) {
             *m += v;

@@ -10,10 +10,18 @@ use txbed_scenario::sweep::{Point, Sweep};
 
 use crate::provenance::Provenance;
 
-const METRICS: [&str; 6] = ["throughput_tps", "abort_rate", "p50_us", "p90_us", "p99_us", "mean_us"];
+const METRICS: [&str; 8] =
+    ["throughput_tps", "abort_rate", "p50_us", "p90_us", "p99_us", "mean_us", "p999_us", "max_us"];
 
-fn metrics(r: &TxnReport) -> [f64; 6] {
-    [r.throughput_tps, r.abort_rate, r.latency_us.p50, r.latency_us.p90, r.latency_us.p99, r.latency_us.mean]
+fn metrics(r: &TxnReport) -> [f64; 8] {
+    let l = &r.latency_us;
+    [r.throughput_tps, r.abort_rate, l.p50, l.p90, l.p99, l.mean, l.p999, l.max]
+}
+
+/// A stage's time per committed transaction (`StageReport::per_committed_us`; not named
+/// `stage_*_us`, which are per execution).
+fn per_txn_col(stage: &str) -> String {
+    format!("per_txn_{stage}_us")
 }
 
 /// What `write_csvs` wrote, and warnings for the user (stderr).
@@ -49,6 +57,8 @@ pub fn write_csvs(
     head.extend(METRICS.iter().map(|m| m.to_string()));
     head.extend(["committed", "aborted"].map(String::from));
     head.extend(stages.iter().map(|s| format!("stage_{s}_us")));
+    head.extend(stages.iter().map(|s| per_txn_col(s)));
+    head.push("warnings".into());
     head.extend(["serializable", "digest", "error"].map(String::from));
     head.extend(Provenance::csv_columns().map(String::from));
     w.write_record(&head).map_err(&err)?;
@@ -62,12 +72,16 @@ pub fn write_csvs(
                 row.push(r.committed.to_string());
                 row.push(r.aborted.to_string());
                 row.extend(stages.iter().map(|s| r.stages.get(s).map_or(String::new(), |x| format!("{}", x.mean_us))));
+                row.extend(
+                    stages.iter().map(|s| r.stages.get(s).map_or(String::new(), |x| format!("{}", x.per_committed_us))),
+                );
+                row.push(r.warnings.len().to_string());
                 row.push(r.clean().to_string());
                 row.push(r.digest.clone());
                 row.push(String::new());
             }
             Err(e) => {
-                row.extend(std::iter::repeat_n(String::new(), METRICS.len() + 2 + stages.len()));
+                row.extend(std::iter::repeat_n(String::new(), METRICS.len() + 2 + 2 * stages.len() + 1));
                 row.extend([String::new(), String::new(), e.clone()]);
             }
         }
@@ -82,8 +96,12 @@ pub fn write_csvs(
     let mut head: Vec<String> = axes.iter().map(|s| s.to_string()).collect();
     head.push("runs".into());
     head.push("n_seeds".into());
-    let names: Vec<String> =
-        METRICS.iter().map(|m| m.to_string()).chain(stages.iter().map(|s| format!("stage_{s}_us"))).collect();
+    let names: Vec<String> = METRICS
+        .iter()
+        .map(|m| m.to_string())
+        .chain(stages.iter().map(|s| format!("stage_{s}_us")))
+        .chain(stages.iter().map(|s| per_txn_col(s)))
+        .collect();
     for n in &names {
         head.push(format!("{n}_mean"));
         head.push(format!("{n}_ci95"));
@@ -122,6 +140,12 @@ pub fn write_csvs(
         }
         for s in &stages {
             let xs: Vec<f64> = group.iter().filter_map(|(_, r)| r.stages.get(s).map(|x| x.mean_us)).collect();
+            let (m, ci) = mean_ci95(&xs);
+            row.push(fmt_num(m));
+            row.push(fmt_num(ci));
+        }
+        for s in &stages {
+            let xs: Vec<f64> = group.iter().filter_map(|(_, r)| r.stages.get(s).map(|x| x.per_committed_us)).collect();
             let (m, ci) = mean_ci95(&xs);
             row.push(fmt_num(m));
             row.push(fmt_num(ci));

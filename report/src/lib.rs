@@ -7,6 +7,7 @@
 pub mod compare;
 pub mod csv;
 pub mod html;
+pub mod latency;
 pub mod output;
 pub mod provenance;
 pub mod rank;

@@ -101,7 +101,7 @@ pub fn txn_text(s: &Scenario, r: &TxnReport) -> String {
     let verbs: Vec<String> = r.verbs.iter().map(|(k, n)| format!("{k} {n}")).collect();
     let types: Vec<String> = r.per_type.iter().map(|(k, t)| format!("{k} {:.0}/s", t.tps)).collect();
     let mut out = format!(
-        "scenario {:?}, seed {}: {} ({}) on {}\n  cluster    {} nodes x {} workers x {} coroutines, NIC {}\n{}  throughput {:.0} transactions/s ({:.0} per node), {} committed in the window\n  latency    p50 {:.2} us  p90 {:.2} us  p99 {:.2} us  mean {:.2} us\n  aborts     {:.1}% ({} conflicts in the window), {} user aborts\n{}  types      {}\n  stages     {}\n  verbs      {}\n  locations  {}\n  log        {}\n{}  serializable: {}{}; {} transactions checked, invariants {}\n",
+        "scenario {:?}, seed {}: {} ({}) on {}\n  cluster    {} nodes x {} workers x {} coroutines, NIC {}\n{}  throughput {:.0} transactions/s ({:.0} per node), {} committed in the window\n  latency    p50 {:.2} us  p90 {:.2} us  p99 {:.2} us  p99.9 {:.2} us  max {:.2} us  mean {:.2} us\n  aborts     {:.1}% ({} conflicts in the window), {} user aborts\n{}  types      {}\n{}  stages     {}\n{}  verbs      {}\n  locations  {}\n  log        {}\n{}  serializable: {}{}; {} transactions checked, invariants {}\n",
         r.scenario,
         r.seed,
         r.protocol,
@@ -118,13 +118,17 @@ pub fn txn_text(s: &Scenario, r: &TxnReport) -> String {
         r.latency_us.p50,
         r.latency_us.p90,
         r.latency_us.p99,
+        r.latency_us.p999,
+        r.latency_us.max,
         r.latency_us.mean,
         r.abort_rate * 100.0,
         r.aborted,
         r.user_aborts,
         abort_causes(s, r),
         types.join(" | "),
+        crate::latency::breakdown_lines(r),
         stages.join(" | "),
+        crate::latency::stage_total_line(r),
         verbs.join(", "),
         {
             let l = &r.location_cache;
@@ -157,6 +161,9 @@ pub fn txn_text(s: &Scenario, r: &TxnReport) -> String {
         r.check.checked_txns,
         if r.check.invariants_ok { "hold" } else { "VIOLATED" }
     );
+    for w in &r.warnings {
+        out.push_str(&format!("  WARNING    {w}\n"));
+    }
     for e in r.check.explanations.iter().take(3) {
         out.push_str(&format!("\n{e}\n"));
     }

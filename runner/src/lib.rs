@@ -7,6 +7,7 @@
 //! The real runtime (txbed-real) hosts the same `node` on sockets or verbs.
 
 pub mod bench_verbs;
+pub mod breakdown;
 pub mod from_scenario;
 pub mod node;
 pub mod outcome;

@@ -139,17 +139,8 @@ pub async fn coordinator(ctx: Ctx, st: Rc<NodeState>, sh: Shared, c: u32) {
                 Attempt::Committed => {
                     st.stats.borrow_mut().committed += 1;
                     let now = ctx.now();
-                    if in_window(now) {
-                        let mut m = sh.measured.borrow_mut();
-                        m.committed += 1;
-                        match m.per_kind.get_mut(t.kind) {
-                            Some(k) => *k += 1,
-                            None => {
-                                m.per_kind.insert(t.kind.to_string(), 1);
-                            }
-                        }
-                        let _ = m.latency_ns.record((now - first).max(1));
-                    }
+                    let latency = (now - first).max(1);
+                    sh.measured.borrow_mut().commit((n, wk), t.kind, now, latency, in_window(now));
                     break;
                 }
                 Attempt::UserAbort => {
@@ -158,16 +149,8 @@ pub async fn coordinator(ctx: Ctx, st: Rc<NodeState>, sh: Shared, c: u32) {
                 }
                 Attempt::Conflict(why) => {
                     st.stats.borrow_mut().aborted_conflict += 1;
-                    if in_window(ctx.now()) {
-                        let mut m = sh.measured.borrow_mut();
-                        m.aborted += 1;
-                        match m.aborted_by.get_mut(why) {
-                            Some(k) => *k += 1,
-                            None => {
-                                m.aborted_by.insert(why.to_string(), 1);
-                            }
-                        }
-                    }
+                    let now = ctx.now();
+                    sh.measured.borrow_mut().abort((n, wk), why, now, in_window(now));
                     tries += 1;
                     if ctx.now() >= sh.end {
                         break;
@@ -242,6 +225,15 @@ pub struct NodeResult {
     /// This node's location cache and the READs its lookups issued.
     #[serde(default)]
     pub location: txbed_txn::locate::CacheStats,
+    /// Latency histograms in the window per transaction type, as (value ns, count) pairs.
+    #[serde(default)]
+    pub per_kind_latency: std::collections::BTreeMap<String, Vec<(u64, u64)>>,
+    /// Counts in the window per (node, worker).
+    #[serde(default)]
+    pub per_worker: Vec<crate::breakdown::WorkerCounts>,
+    /// Commits, aborts and latency over the run by time.
+    #[serde(default)]
+    pub series: crate::breakdown::Series,
 }
 
 /// Collects a node's history, final versions (its primaries and the replicas it keeps), and
@@ -353,4 +345,9 @@ pub fn add_measured(r: &mut NodeResult, m: &Measured) {
         *r.aborted_by.entry(k.clone()).or_default() += v;
     }
     r.latency.extend(m.latency_ns.iter_recorded().map(|v| (v.value_iterated_to(), v.count_at_value())));
+    for (k, h) in &m.per_kind_latency {
+        r.per_kind_latency.entry(k.clone()).or_default().extend(crate::outcome::histogram_pairs(h));
+    }
+    r.per_worker.extend(m.per_worker.values().copied());
+    r.series.add(&m.series);
 }

@@ -7,6 +7,7 @@ use txbed_transport::TraceEvent;
 use txbed_txn::node::TxnStats;
 use txbed_workloads::Consistency;
 
+use crate::breakdown::{Series, WorkerCounts};
 use crate::node::NodeResult;
 use crate::spec::TxnRunSpec;
 
@@ -22,6 +23,12 @@ pub struct Measured {
     pub per_kind: std::collections::BTreeMap<String, u64>,
     /// Aborted by a conflict in the window, per cause (`Attempt::Conflict`).
     pub aborted_by: std::collections::BTreeMap<String, u64>,
+    /// Commit latency in the window per transaction type, ns.
+    pub per_kind_latency: std::collections::BTreeMap<String, Histogram<u64>>,
+    /// Committed, aborted and latency in the window per (node, worker).
+    pub per_worker: std::collections::BTreeMap<(u16, u16), WorkerCounts>,
+    /// Commits, aborts and latency over the whole run (warm-up included), by simulated time.
+    pub series: Series,
 }
 
 impl Measured {
@@ -34,8 +41,65 @@ impl Measured {
             window_ns,
             per_kind: Default::default(),
             aborted_by: Default::default(),
+            per_kind_latency: Default::default(),
+            per_worker: Default::default(),
+            series: Series::default(),
         }
     }
+
+    /// Nothing measured yet, for a run of `warmup_ns` then a window of `window_ns`.
+    pub fn for_run(warmup_ns: u64, window_ns: u64) -> Measured {
+        Measured { series: Series::over(warmup_ns + window_ns), ..Measured::new(window_ns) }
+    }
+
+    /// A commit of a `kind` transaction by `who` (node, worker) at `now`, `latency_ns` after
+    /// its first attempt; `in_window`: inside the measured window.
+    pub fn commit(&mut self, who: (u16, u16), kind: &str, now: u64, latency_ns: u64, in_window: bool) {
+        self.series.commit(now, latency_ns);
+        if !in_window {
+            return;
+        }
+        self.committed += 1;
+        match self.per_kind.get_mut(kind) {
+            Some(k) => *k += 1,
+            None => {
+                self.per_kind.insert(kind.to_string(), 1);
+            }
+        }
+        let _ = self.latency_ns.record(latency_ns);
+        let h = self.per_kind_latency.entry(kind.to_string()).or_insert_with(new_histogram);
+        let _ = h.record(latency_ns);
+        let w = self.per_worker.entry(who).or_insert(WorkerCounts { node: who.0, worker: who.1, ..Default::default() });
+        w.committed += 1;
+        w.latency_ns_sum += latency_ns;
+    }
+
+    /// A conflict (`why`) of `who` (node, worker) at `now`.
+    pub fn abort(&mut self, who: (u16, u16), why: &str, now: u64, in_window: bool) {
+        self.series.abort(now);
+        if !in_window {
+            return;
+        }
+        self.aborted += 1;
+        match self.aborted_by.get_mut(why) {
+            Some(k) => *k += 1,
+            None => {
+                self.aborted_by.insert(why.to_string(), 1);
+            }
+        }
+        let w = self.per_worker.entry(who).or_insert(WorkerCounts { node: who.0, worker: who.1, ..Default::default() });
+        w.aborted += 1;
+    }
+}
+
+/// A latency histogram: nanoseconds, 3 significant digits.
+pub fn new_histogram() -> Histogram<u64> {
+    Histogram::new(3).expect("3 significant digits is a valid precision")
+}
+
+/// A histogram as (value, count) pairs (plain data: it crosses processes as JSON).
+pub fn histogram_pairs(h: &Histogram<u64>) -> Vec<(u64, u64)> {
+    h.iter_recorded().map(|v| (v.value_iterated_to(), v.count_at_value())).collect()
 }
 
 pub struct TxnRunResult {
@@ -100,6 +164,20 @@ pub fn assemble(spec: &TxnRunSpec, results: Vec<NodeResult>) -> (History, Report
         for (k, v) in r.aborted_by {
             *measured.aborted_by.entry(k).or_default() += v;
         }
+        for (k, pairs) in r.per_kind_latency {
+            let h = measured.per_kind_latency.entry(k).or_insert_with(new_histogram);
+            for (v, c) in pairs {
+                let _ = h.record_n(v.max(1), c);
+            }
+        }
+        for w in r.per_worker {
+            measured
+                .per_worker
+                .entry((w.node, w.worker))
+                .or_insert(WorkerCounts { node: w.node, worker: w.worker, ..Default::default() })
+                .add(&w);
+        }
+        measured.series.add(&r.series);
         for c in r.consistency {
             match consistency.iter_mut().find(|x| x.name == c.name) {
                 Some(x) => {

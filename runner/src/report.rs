@@ -10,6 +10,7 @@ use txbed_transport::Opcode;
 use txbed_txn::node::stage_index;
 use txbed_txn::stage::Stage;
 
+use crate::breakdown::{Series, WorkerCounts};
 use crate::outcome::TxnRunResult;
 use crate::spec::TxnRunSpec;
 
@@ -18,6 +19,10 @@ pub struct Latency {
     pub p50: f64,
     pub p90: f64,
     pub p99: f64,
+    /// The 99.9th percentile.
+    pub p999: f64,
+    /// The largest value recorded (to the histogram's 3 significant digits).
+    pub max: f64,
     pub mean: f64,
 }
 
@@ -29,10 +34,77 @@ impl Latency {
             p50: us(h.value_at_quantile(0.5)),
             p90: us(h.value_at_quantile(0.9)),
             p99: us(h.value_at_quantile(0.99)),
+            p999: us(h.value_at_quantile(0.999)),
+            max: us(h.max()),
             mean: h.mean() / 1000.0,
         }
     }
 }
+
+/// A transaction type's latency in the window, microseconds.
+#[derive(Debug, Serialize)]
+pub struct TypeLatency {
+    pub p50: f64,
+    pub p99: f64,
+    pub mean: f64,
+}
+
+/// One node's or one worker's counts in the measured window.
+#[derive(Debug, Serialize)]
+pub struct UnitReport {
+    pub node: u16,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worker: Option<u16>,
+    pub committed: u64,
+    pub aborted: u64,
+    /// Mean commit latency of its committed transactions, us (null when none).
+    pub mean_latency_us: Option<f64>,
+}
+
+/// Throughput, aborts and latency over the whole run (warm-up included) by simulated time.
+#[derive(Debug, Serialize)]
+pub struct TimeSeries {
+    /// Width of a bucket, us (the last may be shorter).
+    pub bucket_us: f64,
+    /// Where the measured window starts, us: buckets before it are warm-up.
+    pub window_from_us: f64,
+    pub buckets: Vec<TimeBucket>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct TimeBucket {
+    pub start_us: f64,
+    pub end_us: f64,
+    /// Transactions committed in the bucket, and per second of it.
+    pub committed: u64,
+    pub tps: f64,
+    pub aborted: u64,
+    pub abort_rate: f64,
+    /// Mean latency of the bucket's commits, us (null when none).
+    pub mean_latency_us: Option<f64>,
+}
+
+/// Buckets of `series` about `width_ns` wide, and where the window starts.
+pub fn time_series(series: &Series, width_ns: u64, window_from_ns: u64) -> TimeSeries {
+    let buckets: Vec<TimeBucket> = series
+        .coarse(width_ns)
+        .into_iter()
+        .map(|(start, end, b)| TimeBucket {
+            start_us: start as f64 / 1000.0,
+            end_us: end as f64 / 1000.0,
+            committed: b.committed,
+            tps: b.committed as f64 / ((end - start) as f64 * 1e-9).max(1e-12),
+            aborted: b.aborted,
+            abort_rate: b.aborted as f64 / (b.committed + b.aborted).max(1) as f64,
+            mean_latency_us: (b.committed > 0).then(|| b.latency_ns_sum as f64 / b.committed as f64 / 1000.0),
+        })
+        .collect();
+    let bucket_us = buckets.first().map_or(0.0, |b| b.end_us - b.start_us);
+    TimeSeries { bucket_us, window_from_us: window_from_ns as f64 / 1000.0, buckets }
+}
+
+/// Default time-series bucket: a twentieth of the run, warm-up included.
+pub const DEFAULT_BUCKETS: u64 = 20;
 
 #[derive(Debug, Serialize)]
 pub struct SimInfo {
@@ -102,6 +174,26 @@ pub struct TxnReport {
     pub check: CheckReport,
     /// Coordinators that stopped on an error (a failed verb or RPC), with the reason.
     pub failures: Vec<String>,
+    /// What makes the run's numbers suspect though it is clean: nothing committed in the
+    /// window, or a node or worker that committed nothing (`txbed run --strict` fails on any).
+    pub warnings: Vec<String>,
+    /// Transactions committed over the whole run (warm-up and the tail after the window
+    /// included): the denominator of the stages' `per_committed_us`.
+    pub run_committed: u64,
+    /// Sum of the stages' `per_committed_us`: the time a committed transaction spent in
+    /// stages, its aborted attempts included.
+    pub stage_us_per_committed: f64,
+    /// Committed, aborted and mean latency in the window per node.
+    pub per_node: Vec<UnitReport>,
+    /// The same per (node, worker).
+    pub per_worker: Vec<UnitReport>,
+    pub timeseries: TimeSeries,
+    /// The window's commit latency histogram, ns (for `latency.hgrm`; not in report.json).
+    #[serde(skip)]
+    pub latency_hist: hdrhistogram::Histogram<u64>,
+    /// The run's fine time series (re-bucket it with `time_series`; not in report.json).
+    #[serde(skip)]
+    pub series: Series,
 }
 
 #[derive(Debug, Serialize)]
@@ -117,6 +209,8 @@ pub struct LogReport {
 pub struct TypeReport {
     pub committed: u64,
     pub tps: f64,
+    /// Commit latency of this type in the window, us.
+    pub latency_us: TypeLatency,
 }
 
 #[derive(Debug, Serialize)]
@@ -130,6 +224,9 @@ pub struct StageReport {
     pub executions: u64,
     /// Location-lookup bucket READs per execution (round trips apart from `round_trips`).
     pub lookup_reads: f64,
+    /// Time in this stage per committed transaction, us: every execution over the run,
+    /// aborted attempts included, divided by `run_committed`.
+    pub per_committed_us: f64,
 }
 
 #[derive(Debug, Serialize)]
@@ -149,6 +246,44 @@ impl TxnReport {
     pub fn clean(&self) -> bool {
         self.failures.is_empty() && self.check.clean
     }
+}
+
+/// Workers named one by one in a warning before the rest are counted.
+const NAMED_WORKERS: usize = 8;
+
+/// The warnings of a run's per-worker counts (`TxnReport::warnings`).
+pub fn warnings(committed: u64, aborted: u64, per_node: &[UnitReport], per_worker: &[UnitReport]) -> Vec<String> {
+    if committed == 0 {
+        return vec![format!(
+            "no transaction committed in the measured window ({aborted} conflicts): throughput and latency describe nothing"
+        )];
+    }
+    let mut out = Vec::new();
+    let idle_nodes: Vec<u16> = per_node.iter().filter(|u| u.committed == 0).map(|u| u.node).collect();
+    for u in per_node.iter().filter(|u| u.committed == 0) {
+        out.push(format!("node {} committed nothing in the measured window ({} conflicts)", u.node, u.aborted));
+    }
+    let idle: Vec<&UnitReport> =
+        per_worker.iter().filter(|u| u.committed == 0 && !idle_nodes.contains(&u.node)).collect();
+    if !idle.is_empty() {
+        let named: Vec<String> = idle
+            .iter()
+            .take(NAMED_WORKERS)
+            .map(|u| format!("node {} worker {} ({} conflicts)", u.node, u.worker.unwrap_or(0), u.aborted))
+            .collect();
+        let more = if idle.len() > NAMED_WORKERS {
+            format!(" and {} more", idle.len() - NAMED_WORKERS)
+        } else {
+            String::new()
+        };
+        out.push(format!(
+            "{} of {} workers committed nothing in the measured window: {}{more}",
+            idle.len(),
+            per_worker.len(),
+            named.join(", ")
+        ));
+    }
+    out
 }
 
 /// The report of a finished run of `s`.
@@ -175,6 +310,7 @@ pub fn txn_report(
                     local: r.stats.stage_local[i] as f64 / n as f64,
                     executions: n,
                     lookup_reads: r.stats.stage_lookup_reads[i] as f64 / n as f64,
+                    per_committed_us: r.stats.stage_ns[i] as f64 / r.stats.committed.max(1) as f64 / 1000.0,
                 },
             );
         }
@@ -187,7 +323,36 @@ pub fn txn_report(
     }
     let (committed, aborted) = (r.measured.committed, r.measured.aborted);
     let window_s = (r.measured.window_ns as f64 * 1e-9).max(1e-12);
+    let unit = |node: u16, worker: Option<u16>, c: WorkerCounts| UnitReport {
+        node,
+        worker,
+        committed: c.committed,
+        aborted: c.aborted,
+        mean_latency_us: (c.committed > 0).then(|| c.latency_ns_sum as f64 / c.committed as f64 / 1000.0),
+    };
+    // Every node and worker, those that never committed or aborted included.
+    let mut per_worker = Vec::new();
+    let mut per_node = Vec::new();
+    for node in 0..spec.nodes {
+        let mut sum = WorkerCounts::default();
+        for wk in 0..spec.workers {
+            let c = r.measured.per_worker.get(&(node, wk)).copied().unwrap_or_default();
+            sum.add(&c);
+            per_worker.push(unit(node, Some(wk), c));
+        }
+        per_node.push(unit(node, None, sum));
+    }
+    let end_ns = spec.warmup_ns + spec.duration_ns;
+    let stage_us_per_committed = stages.values().map(|s: &StageReport| s.per_committed_us).sum();
     TxnReport {
+        warnings: warnings(committed, aborted, &per_node, &per_worker),
+        run_committed: r.stats.committed,
+        stage_us_per_committed,
+        per_node,
+        per_worker,
+        timeseries: time_series(&r.measured.series, end_ns.div_ceil(DEFAULT_BUCKETS), spec.warmup_ns),
+        latency_hist: h.clone(),
+        series: r.measured.series.clone(),
         scenario: s.name.clone(),
         resolved_scenario: s.to_ron(),
         backend,
@@ -207,7 +372,17 @@ pub fn txn_report(
             .measured
             .per_kind
             .iter()
-            .map(|(k, &n)| (k.clone(), TypeReport { committed: n, tps: n as f64 / window_s }))
+            .map(|(k, &n)| {
+                let latency_us = match r.measured.per_kind_latency.get(k) {
+                    Some(h) => TypeLatency {
+                        p50: h.value_at_quantile(0.5) as f64 / 1000.0,
+                        p99: h.value_at_quantile(0.99) as f64 / 1000.0,
+                        mean: h.mean() / 1000.0,
+                    },
+                    None => TypeLatency { p50: 0.0, p99: 0.0, mean: 0.0 },
+                };
+                (k.clone(), TypeReport { committed: n, tps: n as f64 / window_s, latency_us })
+            })
             .collect(),
         stages,
         verbs,

@@ -63,7 +63,7 @@ pub fn run_txns_with(spec: &TxnRunSpec, progress: &mut dyn FnMut(u64, u64)) -> R
         from: spec.warmup_ns,
         end: spec.warmup_ns + spec.duration_ns,
         retry: spec.retry,
-        measured: Rc::new(RefCell::new(Measured::new(spec.duration_ns))),
+        measured: Rc::new(RefCell::new(Measured::for_run(spec.warmup_ns, spec.duration_ns))),
         failures: Rc::default(),
     };
     for n in 0..spec.nodes {

@@ -71,6 +71,14 @@ pub struct Args {
     /// GID index on port 1 for --backend verbs (default: first RoCE v2 IPv4 GID, else 0).
     #[arg(long)]
     pub gid_index: Option<u32>,
+    /// Exit 1 when the report has warnings (nothing committed in the window, or a node or
+    /// worker that committed nothing), not only when the checker rejects the run.
+    #[arg(long)]
+    pub strict: bool,
+    /// Width of the report's time-series buckets, simulated us (default: a twentieth of
+    /// warm-up plus window; rounded to a thousandth of the run).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub bucket_us: Option<u64>,
 }
 
 pub fn run(a: Args) -> ExitCode {
@@ -123,20 +131,28 @@ pub fn run(a: Args) -> ExitCode {
         provenance: Some(&provenance),
     };
     match real {
-        None => run_sim(&s, &profile, seed, out),
+        None => run_sim(&s, &profile, seed, out, &Extras { strict: a.strict, bucket_us: a.bucket_us }),
         Some(backend) => {
             txbed_real::run::run_real(&s, &profile, seed, a.rank, a.size, a.coordinator.as_deref(), backend, out)
         }
     }
 }
 
+/// `--strict` and `--bucket-us`.
+struct Extras {
+    strict: bool,
+    bucket_us: Option<u64>,
+}
+
 /// `txbed run` on the simulator: the report, files, and exit code.
-fn run_sim(s: &Scenario, profile: &NicProfile, seed: u64, out: RunOutput<'_>) -> ExitCode {
+fn run_sim(s: &Scenario, profile: &NicProfile, seed: u64, out: RunOutput<'_>, x: &Extras) -> ExitCode {
     if let Err(e) = out.prepare() {
         return fail(e);
     }
     if matches!(s.workload, Workload::Verbs(_)) {
-        let done = txbed_runner::run_verbs(s, profile, seed).and_then(|r| out.finish(s, &r, &verbs_text(s, &r)));
+        let done = txbed_runner::run_verbs(s, profile, seed)
+            .and_then(|r| out.finish(s, &r, &verbs_text(s, &r)))
+            .and_then(|()| out.dir.map_or(Ok(()), |d| super::html_page(d, out.quiet)));
         return match done {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(e),
@@ -151,14 +167,24 @@ fn run_sim(s: &Scenario, profile: &NicProfile, seed: u64, out: RunOutput<'_>) ->
     if let Err(e) = write_history(s, seed, &mut run.result.history, out.history_path().as_deref()) {
         return fail(e);
     }
-    let r = run.report(s, seed);
+    let mut r = run.report(s, seed);
+    if let Some(us) = x.bucket_us {
+        r.timeseries = txbed_runner::report::time_series(&r.series, us * 1000, run.spec.warmup_ns);
+    }
     if let Err(e) = out.finish(s, &r, &txn_text(s, &r)) {
         return fail(e);
     }
     if let Some(dir) = out.dir {
+        if let Err(e) = write_run_figures(dir, &r) {
+            return fail(e);
+        }
         if let Err(e) = super::html_page(dir, out.quiet) {
             return fail(e);
         }
+    }
+    if x.strict && !r.warnings.is_empty() {
+        eprintln!("--strict: {} warning(s): {}", r.warnings.len(), r.warnings.join("; "));
+        return ExitCode::from(1);
     }
     if !r.failures.is_empty() {
         return fail(failure_summary(&r.failures));
@@ -169,4 +195,21 @@ fn run_sim(s: &Scenario, profile: &NicProfile, seed: u64, out: RunOutput<'_>) ->
     } else {
         ExitCode::from(1)
     }
+}
+
+/// DIR/latency.hgrm (the window's latency distribution) and DIR/timeseries.{svg,png}.
+fn write_run_figures(dir: &std::path::Path, r: &txbed_runner::report::TxnReport) -> Result<(), String> {
+    txbed_report::latency::write_hgrm(&dir.join("latency.hgrm"), &r.latency_hist)?;
+    let buckets: Vec<_> =
+        r.timeseries.buckets.iter().map(|b| (b.start_us, b.end_us, b.tps, b.abort_rate, b.mean_latency_us)).collect();
+    let subtitle =
+        format!("{} ({}), seed {}, buckets of {:.0} us", r.protocol, r.hybrid, r.seed, r.timeseries.bucket_us);
+    let title = format!("{}: over simulated time", r.scenario);
+    let plot = txbed_plot::cdf::TimeSeriesPlot {
+        title: &title,
+        subtitle: &subtitle,
+        buckets: &buckets,
+        window_from_us: r.timeseries.window_from_us,
+    };
+    txbed_plot::cdf::timeseries(&plot, dir, "timeseries").map(|_| ())
 }

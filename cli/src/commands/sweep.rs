@@ -30,6 +30,10 @@ pub struct Args {
     /// No progress bar, no table.
     #[arg(short, long)]
     pub quiet: bool,
+    /// Count a run with warnings (nothing committed in its window, or a node or worker that
+    /// committed nothing) as failed: exit 1.
+    #[arg(long)]
+    pub strict: bool,
 }
 
 pub fn run(a: Args) -> ExitCode {
@@ -76,6 +80,9 @@ pub fn run(a: Args) -> ExitCode {
         eprintln!("warning: {w}");
     }
     let (results, summary) = (written.results, written.summary);
+    if let Err(e) = write_hgrms(&points, &reports, &dir.join("latency")) {
+        return fail(e);
+    }
     let plots = match txbed_plot::plot_csv(&summary, &dir, sw.x.as_deref()) {
         Ok(p) => p,
         Err(e) => return fail(format!("plotting {}: {e}", summary.display())),
@@ -90,6 +97,10 @@ pub fn run(a: Args) -> ExitCode {
             Ok(r) if !r.failures.is_empty() => {
                 bad += 1;
                 eprintln!("run {label}: {}", failure_summary(&r.failures));
+            }
+            Ok(r) if a.strict && !r.warnings.is_empty() => {
+                bad += 1;
+                eprintln!("run {label}: --strict: {}", r.warnings.join("; "));
             }
             Ok(r) if r.check.clean => {}
             Ok(_) => {
@@ -115,4 +126,26 @@ pub fn run(a: Args) -> ExitCode {
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// DIR/latency/<axis values>-seed<N>.hgrm per run: each run's latency distribution, for
+/// `txbed plot --cdf DIR/latency`.
+fn write_hgrms(
+    points: &[txbed_scenario::sweep::Point],
+    reports: &[Result<txbed_runner::report::TxnReport, String>],
+    dir: &std::path::Path,
+) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    for (p, r) in points.iter().zip(reports) {
+        if let Ok(r) = r {
+            let label: String = p
+                .values
+                .join("-")
+                .chars()
+                .map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '-' { c } else { '_' })
+                .collect();
+            txbed_report::latency::write_hgrm(&dir.join(format!("{label}-seed{}.hgrm", p.seed)), &r.latency_hist)?;
+        }
+    }
+    Ok(())
 }
