@@ -34,11 +34,13 @@ pub fn read_hgrm(path: &Path) -> Result<Vec<(f64, f64)>, String> {
         let parse = |k: usize| cols.get(k).and_then(|c| c.parse::<f64>().ok()).filter(|v| v.is_finite());
         match (parse(0), parse(1)) {
             (Some(v), Some(p)) if (0.0..=1.0).contains(&p) && v >= 0.0 => points.push((v, p)),
-            _ => return Err(format!(
+            _ => {
+                return Err(format!(
                 "{}:{}: not a percentile distribution row (value, percentile 0..1, count, 1/(1-percentile)): {line:?}",
                 path.display(),
                 i + 1
-            )),
+            ))
+            }
         }
     }
     if points.is_empty() {

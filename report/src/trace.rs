@@ -245,3 +245,87 @@ pub fn write_chrome_trace(events: &[TraceEvent], nodes: u16, workers: u16, mut w
     w.write_all(b"\n],\"displayTimeUnit\":\"ns\"}\n")?;
     w.flush()
 }
+
+/// Which recorded events a trace file keeps (`txbed replay --trace-window`, `--trace-filter`):
+/// recording is unchanged (and so is the run's digest); only the file shrinks.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TraceSelect {
+    /// Keep slices that overlap [from, to) ns of simulated time.
+    pub window_ns: Option<(u64, u64)>,
+    /// Keep only these categories (`txbed_transport::trace::CATEGORIES`).
+    pub categories: Option<Vec<&'static str>>,
+}
+
+impl TraceSelect {
+    pub fn keeps(&self, e: &TraceEvent) -> bool {
+        let in_window = self.window_ns.is_none_or(|(from, to)| e.start_ns < to && e.end_ns.max(e.start_ns) >= from);
+        let in_filter = self.categories.as_ref().is_none_or(|c| c.contains(&e.category));
+        in_window && in_filter
+    }
+}
+
+/// The events `sel` keeps, in their order.
+pub fn select(events: Vec<TraceEvent>, sel: &TraceSelect) -> Vec<TraceEvent> {
+    if *sel == TraceSelect::default() {
+        return events;
+    }
+    events.into_iter().filter(|e| sel.keeps(e)).collect()
+}
+
+/// `FROM..TO` in simulated microseconds (either end may be omitted: `..500`, `200..`).
+pub fn parse_window(s: &str) -> Result<(u64, u64), String> {
+    let (a, b) = s
+        .split_once("..")
+        .ok_or_else(|| format!("--trace-window {s:?}: expected FROM..TO in simulated microseconds, e.g. 100..200"))?;
+    let num = |x: &str, default: u64| -> Result<u64, String> {
+        let x = x.trim();
+        if x.is_empty() {
+            return Ok(default);
+        }
+        x.parse::<u64>()
+            .ok()
+            .and_then(|v| v.checked_mul(1000))
+            .ok_or_else(|| format!("--trace-window {s:?}: {x:?} is not a whole number of microseconds"))
+    };
+    let (from, to) = (num(a, 0)?, num(b, u64::MAX)?);
+    if from >= to {
+        return Err(format!("--trace-window {s:?}: FROM must be below TO"));
+    }
+    Ok((from, to))
+}
+
+/// A comma-separated list of trace categories; an unknown one is an error naming the valid ones.
+pub fn parse_categories(s: &str) -> Result<Vec<&'static str>, String> {
+    let all = txbed_transport::trace::CATEGORIES;
+    let mut out = Vec::new();
+    for c in s.split(',').map(str::trim).filter(|c| !c.is_empty()) {
+        match all.iter().find(|k| k.eq_ignore_ascii_case(c)) {
+            Some(k) => out.push(*k),
+            None => {
+                return Err(format!("--trace-filter: unknown category {c:?}; the categories are {}", all.join(", ")))
+            }
+        }
+    }
+    if out.is_empty() {
+        return Err(format!("--trace-filter: no category given; the categories are {}", all.join(", ")));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod select_tests {
+    use super::*;
+
+    #[test]
+    fn windows_and_categories_parse_or_are_refused() {
+        assert_eq!(parse_window("100..200"), Ok((100_000, 200_000)));
+        assert_eq!(parse_window("..5"), Ok((0, 5000)));
+        assert_eq!(parse_window("7.."), Ok((7000, u64::MAX)));
+        assert!(parse_window("200..100").is_err());
+        assert!(parse_window("12").is_err());
+        assert!(parse_window("a..b").is_err());
+        assert_eq!(parse_categories("stage, TXN"), Ok(vec!["stage", "txn"]));
+        let e = parse_categories("stage,bogus").unwrap_err();
+        assert!(e.contains("\"bogus\"") && e.contains("verb, rpc, local, stage, txn"), "{e}");
+    }
+}

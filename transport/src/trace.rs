@@ -34,6 +34,8 @@ pub const RPC: &str = "rpc";
 pub const LOCAL: &str = "local";
 pub const STAGE: &str = "stage";
 pub const TXN: &str = "txn";
+/// Every category, as `--trace-filter` takes them.
+pub const CATEGORIES: [&str; 5] = [VERB, RPC, LOCAL, STAGE, TXN];
 
 /// One traced slice. `start_ns == end_ns` for instants.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -65,15 +65,13 @@ pub fn run(a: Args) -> ExitCode {
         payloads,
         multi_object: !no_multi_object,
     };
-    let quiet = json;
+    // A bar on a terminal only: logs and pipes get no carriage returns.
+    let bar = crate::progress::counted_bar(0, "simulations", json);
     let report = txbed_runner::bench_verbs::run(&o, |done, total| {
-        if !quiet {
-            eprint!("\rsimulations {done}/{total}");
-        }
+        bar.set_length(total as u64);
+        bar.set_position(done as u64);
     });
-    if !quiet {
-        eprintln!();
-    }
+    bar.finish_and_clear();
     match report {
         Ok(r) => {
             if json {

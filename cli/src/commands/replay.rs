@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use txbed_report::replay::load;
-use txbed_report::trace::write_chrome_trace;
+use txbed_report::trace::{parse_categories, parse_window, write_chrome_trace, TraceSelect};
 use txbed_scenario::{Scenario, Workload};
 use txbed_sim::NicProfile;
 
@@ -18,10 +18,30 @@ pub struct Args {
     /// Also write a Chrome/Perfetto trace of the run (open it in ui.perfetto.dev).
     #[arg(long)]
     pub trace: Option<PathBuf>,
+    /// Keep only the trace's slices that overlap FROM..TO, simulated microseconds (either end
+    /// may be left out: ..500, 200..).
+    #[arg(long, requires = "trace", value_name = "FROM..TO")]
+    pub trace_window: Option<String>,
+    /// Keep only these categories of slices, comma-separated: verb, rpc, local, stage, txn.
+    #[arg(long, requires = "trace", value_name = "CATEGORY,...")]
+    pub trace_filter: Option<String>,
 }
 
 pub fn run(a: Args) -> ExitCode {
     let (report, trace) = (a.report.as_path(), a.trace.as_deref());
+    let mut select = TraceSelect::default();
+    if let Some(w) = &a.trace_window {
+        match parse_window(w) {
+            Ok(w) => select.window_ns = Some(w),
+            Err(e) => return fail(e),
+        }
+    }
+    if let Some(f) = &a.trace_filter {
+        match parse_categories(f) {
+            Ok(c) => select.categories = Some(c),
+            Err(e) => return fail(e),
+        }
+    }
     let rec = match load(report) {
         Ok(r) => r,
         Err(e) => {
@@ -55,7 +75,7 @@ pub fn run(a: Args) -> ExitCode {
             Err(e) => return fail(e),
         }
     } else {
-        match replay_txn(&rec.scenario, &rec.profile, rec.seed, trace) {
+        match replay_txn(&rec.scenario, &rec.profile, rec.seed, trace, &select) {
             Ok(d) => d,
             Err(e) => {
                 eprintln!("error: {e}");
@@ -85,8 +105,15 @@ pub fn run(a: Args) -> ExitCode {
 }
 
 /// Re-runs a transactional scenario (optionally writing a Chrome trace); returns the digest.
-fn replay_txn(s: &Scenario, profile: &NicProfile, seed: u64, trace: Option<&Path>) -> Result<String, String> {
-    let run = txbed_runner::run_txn(s, profile, seed, trace.is_some(), &mut |_, _| {})?;
+fn replay_txn(
+    s: &Scenario,
+    profile: &NicProfile,
+    seed: u64,
+    trace: Option<&Path>,
+    select: &TraceSelect,
+) -> Result<String, String> {
+    let mut run = txbed_runner::run_txn(s, profile, seed, trace.is_some(), &mut |_, _| {})?;
+    run.result.trace = txbed_report::trace::select(std::mem::take(&mut run.result.trace), select);
     if let Some(path) = trace {
         let f = std::fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let (nodes, workers) = (run.spec.nodes, run.spec.workers);
