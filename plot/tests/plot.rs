@@ -164,7 +164,7 @@ fn summary_csv_plots_all_four_figures() {
     check_svg(&svg("abort"), &[&["Abort rate vs cluster.coroutines", "abort rate (%)"][..], &series].concat());
     check_svg(
         &svg("stages"),
-        &[&["Per-stage latency breakdown", "mean latency per stage (µs)", "nowait"][..], &STAGES].concat(),
+        &[&["Per-stage latency breakdown", "mean time per stage execution (µs)", "nowait"][..], &STAGES].concat(),
     );
     clean_up(&dir);
 }
