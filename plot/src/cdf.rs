@@ -138,12 +138,19 @@ fn render_cdf<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, series: &[CdfSe
     Ok(())
 }
 
+/// One bucket of a time series: (start us, end us, committed per second, abort rate, mean
+/// latency us if anything committed).
+pub type TimeBucket = (f64, f64, f64, f64, Option<f64>);
+
+/// A panel of the time-series figure: its y description and the value it plots per bucket.
+type Panel = (&'static str, fn(&TimeBucket) -> Option<f64>);
+
 /// A run's time series: per bucket (start us, end us, committed per second, abort rate,
 /// mean latency us if anything committed).
 pub struct TimeSeriesPlot<'a> {
     pub title: &'a str,
     pub subtitle: &'a str,
-    pub buckets: &'a [(f64, f64, f64, f64, Option<f64>)],
+    pub buckets: &'a [TimeBucket],
     /// Where the measured window starts (drawn as a dashed line; before it is warm-up).
     pub window_from_us: f64,
 }
@@ -161,10 +168,10 @@ fn render_timeseries<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, t: &Time
     let body = draw_title(root, t.title, t.subtitle)?;
     let panels = body.split_evenly((3, 1));
     let x1 = t.buckets.last().map_or(1.0, |b| b.1).max(1e-9);
-    let metrics: [(&str, Box<dyn Fn(&(f64, f64, f64, f64, Option<f64>)) -> Option<f64>>); 3] = [
-        ("committed per second (M)", Box::new(|b| Some(b.2 / 1e6))),
-        ("abort rate", Box::new(|b| Some(b.3))),
-        ("mean latency (us)", Box::new(|b| b.4)),
+    let metrics: [Panel; 3] = [
+        ("committed per second (M)", |b| Some(b.2 / 1e6)),
+        ("abort rate", |b| Some(b.3)),
+        ("mean latency (us)", |b| b.4),
     ];
     for (k, (panel, (desc, value))) in panels.iter().zip(metrics.iter()).enumerate() {
         let ys: Vec<f64> = t.buckets.iter().filter_map(value).collect();

@@ -20,7 +20,7 @@ pub fn hgrm(h: &Histogram<u64>) -> String {
     let us = |ns: f64| ns / 1000.0;
     let mut out = format!("{:>12} {:>14} {:>10} {:>14}\n\n", "Value", "Percentile", "TotalCount", "1/(1-Percentile)");
     let mut total = 0u64;
-    if h.len() > 0 {
+    if !h.is_empty() {
         for v in h.iter_quantiles(TICKS) {
             total += v.count_since_last_iteration();
             let q = v.quantile_iterated_to();
