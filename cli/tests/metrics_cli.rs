@@ -82,7 +82,7 @@ fn a_worker_that_committed_nothing_is_a_warning() {
     .unwrap();
     let run = |strict: bool| {
         let mut c = txbed();
-        c.args(["sweep", "-q", "--out"]).arg(dir.join("out")).arg(&sweep);
+        c.args(["sweep", "-q", "--force", "--out"]).arg(dir.join("out")).arg(&sweep);
         if strict {
             c.arg("--strict");
         }

@@ -262,6 +262,13 @@ fn out_into_a_non_empty_directory_needs_force() {
     assert!(err(&o).contains("--force") && !err(&o).contains("runs on"), "{}", err(&o));
     let o = txbed(&["sweep", s(&f), "--out", s(&o_dir), "-q", "--force"]);
     assert!(o.status.success(), "{}", err(&o));
+    assert!(o_dir.join("latency").is_dir() && o_dir.join("report.html").is_file());
+    // The sweep's latency/ goes whole under --force, unless it holds something else.
+    std::fs::write(o_dir.join("latency/mine.txt"), "mine").unwrap();
+    let o = txbed(&["sweep", s(&f), "--out", s(&o_dir), "-q", "--force"]);
+    assert_eq!(o.status.code(), Some(2), "{}", err(&o));
+    assert!(err(&o).contains("did not write (latency)") && o_dir.join("latency/mine.txt").exists(), "{}", err(&o));
+    std::fs::remove_file(o_dir.join("latency/mine.txt")).unwrap();
     for cmd in [&["sensitivity", "scenarios/quickstart.ron"][..], &["hybrid-search", "scenarios/quickstart.ron"]] {
         let mut a = cmd.to_vec();
         a.extend(["--out", s(&o_dir)]);

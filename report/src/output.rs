@@ -13,9 +13,10 @@ use crate::provenance::Provenance;
 /// sensitivity analysis's CSVs, provenance, traces and plots (`summary-throughput.svg`,
 /// `tornado-throughput.png`). `--force` removes these and nothing else.
 pub fn is_txbed_output(name: &str) -> bool {
-    const FILES: [&str; 9] = [
+    const FILES: [&str; 10] = [
         "report.json",
         "report.html",
+        "latency.hgrm",
         "history.jsonl",
         "scenario.ron",
         "trace.json",
@@ -25,8 +26,26 @@ pub fn is_txbed_output(name: &str) -> bool {
         "provenance.json",
     ];
     let plot = (name.ends_with(".svg") || name.ends_with(".png"))
-        && ["summary-", "results-", "tornado-"].iter().any(|p| name.starts_with(p));
+        && (["summary-", "results-", "tornado-"].iter().any(|p| name.starts_with(p))
+            || ["timeseries", "cdf"].iter().any(|p| name.strip_prefix(p).is_some_and(|x| x == ".svg" || x == ".png")));
     FILES.contains(&name) || plot
+}
+
+/// A sweep's per-run latency distributions (`latency/*.hgrm`).
+pub const LATENCY_DIR: &str = "latency";
+
+/// Whether `dir` is a real directory (not a link) holding only `.hgrm` files, so `--force` may
+/// remove it whole.
+fn only_hgrms(dir: &Path) -> bool {
+    let real_dir = std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir());
+    real_dir
+        && std::fs::read_dir(dir).is_ok_and(|entries| {
+            entries.into_iter().all(|e| {
+                e.is_ok_and(|e| {
+                    e.file_type().is_ok_and(|t| t.is_file()) && e.path().extension().is_some_and(|x| x == "hgrm")
+                })
+            })
+        })
 }
 
 /// Readies an output directory: created if missing; an existing one must be empty, so a new
@@ -64,8 +83,11 @@ pub fn prepare_dir(dir: &Path, force: bool) -> Result<(), String> {
             list(&all)
         ));
     }
-    let foreign: Vec<&str> =
-        names.iter().filter(|(n, f)| !(*f && is_txbed_output(n))).map(|(n, _)| n.as_str()).collect();
+    let foreign: Vec<&str> = names
+        .iter()
+        .filter(|(n, f)| !((*f && is_txbed_output(n)) || (!*f && n == LATENCY_DIR && only_hgrms(&dir.join(n)))))
+        .map(|(n, _)| n.as_str())
+        .collect();
     if !foreign.is_empty() {
         return Err(format!(
             "--force: output directory {d} holds files txbed did not write ({}); refusing to delete them, and \
@@ -73,9 +95,10 @@ pub fn prepare_dir(dir: &Path, force: bool) -> Result<(), String> {
             list(&foreign)
         ));
     }
-    for (n, _) in &names {
+    for (n, is_file) in &names {
         let p = dir.join(n);
-        std::fs::remove_file(&p).map_err(|e| format!("--force: cannot remove {}: {e}", p.display()))?;
+        let removed = if *is_file { std::fs::remove_file(&p) } else { std::fs::remove_dir_all(&p) };
+        removed.map_err(|e| format!("--force: cannot remove {}: {e}", p.display()))?;
     }
     Ok(())
 }

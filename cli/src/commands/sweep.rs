@@ -80,7 +80,7 @@ pub fn run(a: Args) -> ExitCode {
         eprintln!("warning: {w}");
     }
     let (results, summary) = (written.results, written.summary);
-    if let Err(e) = write_hgrms(&points, &reports, &dir.join("latency")) {
+    if let Err(e) = write_hgrms(&points, &reports, &dir.join(txbed_report::output::LATENCY_DIR)) {
         return fail(e);
     }
     let plots = match txbed_plot::plot_csv(&summary, &dir, sw.x.as_deref()) {
