@@ -222,7 +222,7 @@ fn verdict(s: &Sensitivity) -> String {
     }
 }
 
-/// CSV fields never hold commas or line breaks: replaced, so the file needs no quoting.
+/// A CSV number; empty where there is none (NaN: no abort rate on verbs runs, no base).
 fn num(x: f64) -> String {
     if x.is_nan() {
         String::new()
