@@ -30,8 +30,13 @@ fn free_port() -> u16 {
 
 /// Starts rank `rank` of 3 with Open MPI's environment variables, as `mpirun -n 3` would.
 fn start(path: &PathBuf, rank: u32, port: u16) -> Child {
+    start_with(path, rank, port, &[])
+}
+
+fn start_with(path: &PathBuf, rank: u32, port: u16, extra: &[&str]) -> Child {
     Command::new(env!("CARGO_BIN_EXE_txbed"))
         .args(["run", path.to_str().unwrap(), "--backend", "sockets"])
+        .args(extra)
         .env("OMPI_COMM_WORLD_RANK", rank.to_string())
         .env("OMPI_COMM_WORLD_SIZE", "3")
         .env("TXBED_COORDINATOR", format!("127.0.0.1:{port}"))
@@ -74,6 +79,19 @@ fn three_processes_run_check_and_report() {
         .unwrap_or_else(|| panic!("no commit count in\n{report}"));
     assert!(committed > 0, "{report}");
     assert!(outs[1].stdout.is_empty() && outs[2].stdout.is_empty(), "only rank 0 reports");
+}
+
+/// A 1 us wall-clock window commits nothing: rank 0 warns, and fails under --strict.
+#[test]
+fn strict_fails_a_real_run_that_committed_nothing() {
+    let path = scenario("strict", 1);
+    let port = free_port();
+    let children: Vec<Child> = (0..3).map(|r| start_with(&path, r, port, &["--strict"])).collect();
+    let outs: Vec<Output> = children.into_iter().map(|c| finish(c, Duration::from_secs(90))).collect();
+    let report = String::from_utf8_lossy(&outs[0].stdout);
+    assert!(report.contains("WARNING"), "{report}");
+    assert_eq!(outs[0].status.code(), Some(1), "{}", String::from_utf8_lossy(&outs[0].stderr));
+    assert!(String::from_utf8_lossy(&outs[0].stderr).contains("--strict: "));
 }
 
 #[test]

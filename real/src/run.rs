@@ -81,6 +81,10 @@ pub fn run_real(
             if !r.failures.is_empty() {
                 return fail(failure_summary(&r.failures));
             }
+            if out.strict && !rep.warnings.is_empty() {
+                eprintln!("--strict: {} warning(s): {}", rep.warnings.len(), rep.warnings.join("; "));
+                return ExitCode::from(1);
+            }
             if r.clean() {
                 ExitCode::SUCCESS
             } else {

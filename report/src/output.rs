@@ -124,6 +124,8 @@ pub struct RunOutput<'a> {
     pub force: bool,
     /// Added to report.json as `provenance`.
     pub provenance: Option<&'a Provenance>,
+    /// `--strict`: a report with warnings fails the run (exit 1).
+    pub strict: bool,
 }
 
 impl RunOutput<'_> {

@@ -129,6 +129,7 @@ pub fn run(a: Args) -> ExitCode {
         quiet: a.quiet,
         force: a.force,
         provenance: Some(&provenance),
+        strict: a.strict,
     };
     match real {
         None => run_sim(&s, &profile, seed, out, &Extras { strict: a.strict, bucket_us: a.bucket_us }),
