@@ -8,6 +8,11 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 fn scenario(name: &str, measure_us: u64) -> PathBuf {
+    scenario_with(name, measure_us, "")
+}
+
+/// `run_extra`: more fields of `run`, e.g. `failure_timeout_ms: 500,`.
+fn scenario_with(name: &str, measure_us: u64, run_extra: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("txbed-sockets-cli-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("s.ron");
@@ -17,7 +22,7 @@ fn scenario(name: &str, measure_us: u64) -> PathBuf {
             "Scenario(name: \"{name}\", cluster: (nodes: 3, workers: 1, coroutines: 4, nic: \"cx4\"),\n\
              protocol: Some((name: Occ, mode: Code(38), replication: 3)),\n\
              workload: SmallBank((accounts_per_node: 2000)),\n\
-             run: (warmup_us: 20000, measure_us: {measure_us}, seed: 7))\n"
+             run: ({run_extra} warmup_us: 20000, measure_us: {measure_us}, seed: 7))\n"
         ),
     )
     .unwrap();
@@ -94,21 +99,45 @@ fn strict_fails_a_real_run_that_committed_nothing() {
     assert!(String::from_utf8_lossy(&outs[0].stderr).contains("--strict: "));
 }
 
-#[test]
-fn a_killed_peer_makes_the_others_fail_cleanly() {
-    let path = scenario("kill", 3_000_000);
+/// The bound docs/cluster.md states: every survivor names a dead or hung rank within
+/// `run.failure_timeout_ms` plus a fifth of it (one heartbeat interval); the rest is process
+/// start-up and exit slack.
+const FAILURE_TIMEOUT_MS: u64 = 500;
+const SLACK: Duration = Duration::from_millis(2500);
+
+/// Kills (SIGKILL) or stops (SIGSTOP) rank 2 of 3 mid-run; ranks 0 and 1 must each exit 2
+/// naming rank 2, and only rank 2, within the bound.
+fn peer_failure(signal: &str) {
+    let path = scenario_with(signal, 9_000_000, &format!("failure_timeout_ms: {FAILURE_TIMEOUT_MS},"));
     let port = free_port();
     let mut children: Vec<Child> = (0..3).map(|r| start(&path, r, port)).collect();
     std::thread::sleep(Duration::from_millis(1500));
-    children[2].kill().unwrap(); // SIGKILL: no goodbye on any socket
     let victim = children.pop().unwrap();
-    let _ = finish(victim, Duration::from_secs(5));
+    let status = Command::new("kill").args([&format!("-{signal}"), &victim.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    let t = Instant::now();
+    let bound = Duration::from_millis(FAILURE_TIMEOUT_MS * 6 / 5) + SLACK;
     for (r, c) in children.into_iter().enumerate() {
-        let o = finish(c, Duration::from_secs(90));
+        let o = finish(c, bound.saturating_sub(t.elapsed()) + Duration::from_millis(100));
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "rank {r}: {:?}\n{err}", o.status);
-        assert!(err.contains("error: rank") && err.contains("rank 2 died"), "rank {r} names the dead rank: {err}");
+        assert!(err.contains("rank 2 died"), "rank {r} names the failed rank: {err}");
+        assert!(!err.contains("rank 0 died") && !err.contains("rank 1 died"), "rank {r} blames a survivor: {err}");
     }
+    assert!(t.elapsed() < bound, "survivors took {:?}", t.elapsed());
+    let mut victim = victim;
+    let _ = victim.kill();
+    let _ = victim.wait();
+}
+
+#[test]
+fn a_killed_peer_makes_the_others_fail_cleanly() {
+    peer_failure("KILL");
+}
+
+#[test]
+fn a_stopped_peer_is_named_by_every_survivor_in_bounded_time() {
+    peer_failure("STOP");
 }
 
 /// `txbed selftest` over loopback sockets: WRITE_WITH_IMM arrives after its data and the WRITE

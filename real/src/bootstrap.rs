@@ -133,6 +133,38 @@ pub struct Bootstrap {
     /// Rank 0: a connection per other rank (index = rank); others: the one to rank 0.
     links: Vec<Option<TcpStream>>,
     timeout: Duration,
+    /// This rank's heartbeat socket and every rank's heartbeat address (`crate::liveness`),
+    /// exchanged with the descriptors.
+    liveness: Option<(crate::liveness::Socket, Vec<SocketAddr>)>,
+}
+
+/// Prefixes `descriptor` with this rank's heartbeat address.
+fn wrap(addr: SocketAddr, descriptor: &[u8]) -> Vec<u8> {
+    let a = addr.to_string();
+    let mut b = (a.len() as u16).to_le_bytes().to_vec();
+    b.extend_from_slice(a.as_bytes());
+    b.extend_from_slice(descriptor);
+    b
+}
+
+/// Splits a wrapped descriptor into the heartbeat address and the descriptor.
+fn unwrap(b: &[u8]) -> Result<(SocketAddr, Vec<u8>), BootstrapError> {
+    let bad = || BootstrapError("a rank's descriptor has no valid heartbeat address".into());
+    let n = u16::from_le_bytes(b.get(..2).ok_or_else(bad)?.try_into().expect("2 bytes")) as usize;
+    let a = std::str::from_utf8(b.get(2..2 + n).ok_or_else(bad)?).map_err(|_| bad())?;
+    Ok((a.parse().map_err(|_| bad())?, b[2 + n..].to_vec()))
+}
+
+/// Unwraps every rank's descriptor: (heartbeat addresses, descriptors).
+fn unwrap_all(all: Vec<Vec<u8>>) -> Result<(Vec<SocketAddr>, Vec<Vec<u8>>), BootstrapError> {
+    let mut addrs = Vec::new();
+    let mut descriptors = Vec::new();
+    for d in all {
+        let (a, d) = unwrap(&d)?;
+        addrs.push(a);
+        descriptors.push(d);
+    }
+    Ok((addrs, descriptors))
 }
 
 impl Bootstrap {
@@ -151,7 +183,10 @@ impl Bootstrap {
             listener.set_nonblocking(true).map_err(|e| BootstrapError(e.to_string()))?;
             let mut links: Vec<Option<TcpStream>> = (0..me.size).map(|_| None).collect();
             let mut descriptors = vec![Vec::new(); me.size as usize];
-            descriptors[0] = descriptor.to_vec();
+            let hb = crate::liveness::Socket::bind(coordinator.ip())
+                .map_err(|e| BootstrapError(format!("rank 0: heartbeat socket on {}: {e}", coordinator.ip())))?;
+            let hb_addr = hb.local_addr().map_err(|e| BootstrapError(e.to_string()))?;
+            descriptors[0] = wrap(hb_addr, descriptor);
             let mut arrived = 1;
             while arrived < me.size {
                 match listener.accept() {
@@ -194,7 +229,8 @@ impl Bootstrap {
                         .map_err(|e| BootstrapError(format!("rank {r} dropped during the exchange: {e}")))?;
                 }
             }
-            Ok(Bootstrap { me, descriptors, links, timeout })
+            let (addrs, descriptors) = unwrap_all(descriptors)?;
+            Ok(Bootstrap { me, descriptors, links, timeout, liveness: Some((hb, addrs)) })
         } else {
             // The coordinator may not be up yet: retry until the deadline.
             let mut s = loop {
@@ -208,8 +244,13 @@ impl Bootstrap {
                 }
             };
             s.set_read_timeout(Some(timeout)).map_err(|e| BootstrapError(e.to_string()))?;
+            // Heartbeats leave from the address this rank reaches the coordinator from.
+            let ip = s.local_addr().map_err(|e| BootstrapError(e.to_string()))?.ip();
+            let hb = crate::liveness::Socket::bind(ip)
+                .map_err(|e| BootstrapError(format!("rank {}: heartbeat socket on {ip}: {e}", me.rank)))?;
+            let hb_addr = hb.local_addr().map_err(|e| BootstrapError(e.to_string()))?;
             let mut hello = me.rank.to_le_bytes().to_vec();
-            hello.extend_from_slice(descriptor);
+            hello.extend_from_slice(&wrap(hb_addr, descriptor));
             send(&mut s, &hello)
                 .map_err(|e| BootstrapError(format!("rank {}: sending to rank 0 failed: {e}", me.rank)))?;
             let table =
@@ -228,8 +269,16 @@ impl Bootstrap {
             }
             let mut links: Vec<Option<TcpStream>> = (0..me.size).map(|_| None).collect();
             links[0] = Some(s);
-            Ok(Bootstrap { me, descriptors, links, timeout })
+            let (addrs, descriptors) = unwrap_all(descriptors)?;
+            Ok(Bootstrap { me, descriptors, links, timeout, liveness: Some((hb, addrs)) })
         }
+    }
+
+    /// Starts failure detection (`crate::liveness`): from now on a rank silent for `timeout`
+    /// makes `on_dead` run in every survivor. Once per bootstrap.
+    pub fn watch(&mut self, timeout: Duration, on_dead: crate::liveness::OnDead) -> Option<crate::liveness::Watch> {
+        let (sock, addrs) = self.liveness.take()?;
+        Some(crate::liveness::Watch::start(sock, self.me.rank, addrs, timeout, on_dead))
     }
 
     /// Waits until every rank reaches the barrier named `tag`; an error names the rank that

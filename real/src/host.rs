@@ -308,8 +308,11 @@ pub fn run_sockets_node(
     coordinator_addr: SocketAddr,
     bind: IpAddr,
 ) -> Result<Option<TxnRunResult>, String> {
-    run_real_node(spec, me, coordinator_addr, RealBackend::Sockets { bind })
+    run_real_node(spec, me, coordinator_addr, RealBackend::Sockets { bind }, DEFAULT_FAILURE_TIMEOUT)
 }
+
+/// The scenario's default `run.failure_timeout_ms`.
+pub const DEFAULT_FAILURE_TIMEOUT: Duration = Duration::from_millis(1000);
 
 /// A store region as bytes, for the rendezvous.
 #[cfg(feature = "verbs")]
@@ -339,6 +342,7 @@ pub fn run_real_node(
     me: Rank,
     coordinator_addr: SocketAddr,
     backend: RealBackend,
+    failure_timeout: Duration,
 ) -> Result<Option<TxnRunResult>, String> {
     check_spec(spec)?;
     if spec.warm_cache {
@@ -366,6 +370,14 @@ pub fn run_real_node(
     ];
     let Connected { regions, mut boot, store_regions, links, datagram_mtu, _device } =
         connect(spec, me, coordinator_addr, backend, &layout, &keys)?;
+    // From here to the final gather, a dead or hung rank ends every survivor, named.
+    let watch = boot.watch(
+        failure_timeout,
+        Box::new(|m| {
+            eprintln!("error: {m}");
+            std::process::exit(2)
+        }),
+    );
     let start = Instant::now();
     let end = spec.warmup_ns + spec.duration_ns;
 
@@ -437,6 +449,9 @@ pub fn run_real_node(
     // Replicas of one key kept by several workers: keep the newest.
     dedup_replicas(&mut merged.finals);
     let all = boot.gather(&serde_json::to_vec(&merged).map_err(|e| e.to_string())?).map_err(|e| e.0)?;
+    if let Some(w) = watch {
+        w.finish();
+    }
     let Some(all) = all else { return Ok(None) };
     let results: Vec<NodeResult> =
         all.iter().map(|b| serde_json::from_slice(b).map_err(|e| e.to_string())).collect::<Result<_, _>>()?;

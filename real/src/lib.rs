@@ -5,6 +5,7 @@
 
 pub mod bootstrap;
 pub mod host;
+pub mod liveness;
 pub mod run;
 pub mod selftest;
 pub mod sockets;

@@ -58,7 +58,8 @@ pub fn run_real(
         #[cfg(feature = "verbs")]
         crate::host::RealBackend::Verbs { .. } => "verbs",
     };
-    match crate::host::run_real_node(&spec, me, addr, backend) {
+    let failure_timeout = std::time::Duration::from_millis(s.run.failure_timeout_ms);
+    match crate::host::run_real_node(&spec, me, addr, backend, failure_timeout) {
         Ok(None) => ExitCode::SUCCESS,
         Ok(Some(mut r)) => {
             if let Err(e) = write_history(s, seed, &mut r.history, out.history_path().as_deref()) {

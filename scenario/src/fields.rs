@@ -17,6 +17,7 @@ pub const RANGES: &[(&str, u64, u64)] = &[
     ("workload.outstanding", 1, 64),
     ("run.warmup_us", 0, MAX_RUN_US),
     ("run.measure_us", 1, MAX_RUN_US),
+    ("run.failure_timeout_ms", 10, 600_000),
 ];
 
 /// Simulated time a run may cover, warm-up plus measurement (us).

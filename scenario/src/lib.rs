@@ -491,11 +491,14 @@ pub struct RunSpec {
     pub seed: u64,
     /// The wait before retrying a transaction a conflict aborted.
     pub retry: Retry,
+    /// Real backends: a rank that sends no heartbeat for this long (wall-clock ms) is declared
+    /// dead or hung, and every survivor ends naming it.
+    pub failure_timeout_ms: u64,
 }
 
 impl Default for RunSpec {
     fn default() -> Self {
-        RunSpec { warmup_us: 20, measure_us: 200, seed: 1, retry: Retry::DEFAULT }
+        RunSpec { warmup_us: 20, measure_us: 200, seed: 1, retry: Retry::DEFAULT, failure_timeout_ms: 1000 }
     }
 }
 
@@ -690,6 +693,7 @@ impl Scenario {
         // Each part alone first, so the error blames the field that is too large.
         in_range("run.warmup_us", self.run.warmup_us)?;
         in_range("run.measure_us", self.run.measure_us)?;
+        in_range("run.failure_timeout_ms", self.run.failure_timeout_ms)?;
         self.run.retry.check().map_err(|e| ("run.retry".to_string(), e))?;
         if self.run.warmup_us + self.run.measure_us > fields::MAX_RUN_US {
             return Err((

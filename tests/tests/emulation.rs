@@ -63,6 +63,8 @@ fn real_backends_refuse_the_emulation() {
     let me = txbed_real::bootstrap::Rank { rank: 0, size: 2 };
     let addr = "127.0.0.1:1".parse().unwrap();
     let backend = txbed_real::host::RealBackend::Sockets { bind: "127.0.0.1".parse().unwrap() };
-    let err = txbed_real::host::run_real_node(&spec, me, addr, backend).err().expect("refused");
+    let err = txbed_real::host::run_real_node(&spec, me, addr, backend, txbed_real::host::DEFAULT_FAILURE_TIMEOUT)
+        .err()
+        .expect("refused");
     assert!(err.contains("qps_per_node") && err.contains("simulator-only"), "{err}");
 }
