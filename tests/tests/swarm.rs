@@ -1,0 +1,126 @@
+//! Swarm testing (issue 17 item 7), in the spirit of TigerBeetle's VOPR: each case draws, from
+//! its own seed, every protocol of the registry, a mode (RPC, one-sided or any hybrid code), a
+//! workload, a cluster shape, and fault settings (UD loss, per-link extra delays), runs it on
+//! the simulator and requires the checker's verdict clean (serializable, nothing lost,
+//! invariants) with no failed coordinator. A failure prints the `txbed run` command that
+//! replays it exactly. Crashes, partitions, reordering and clock offsets join the draw when the
+//! scenario's `faults` section exists.
+//!
+//! `TXBED_SWARM_CASES=N` runs more cases (default 36, CI-sized), `TXBED_SWARM_FROM=K` starts at
+//! case K.
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use txbed_scenario::Scenario;
+use txbed_txn::stage::Hybrid;
+
+const BASE: &str = "scenarios/quickstart.ron";
+
+fn root() -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+/// The `--set` edits of swarm case `case`.
+fn draw(case: u64) -> Vec<String> {
+    let mut rng = ChaCha8Rng::seed_from_u64(case ^ 0x5a5a_0017);
+    let protocols = txbed_protocols::REGISTRY;
+    let p = protocols[rng.gen_range(0..protocols.len())];
+    let codes = Hybrid::all_codes(p.stages());
+    let mode = match rng.gen_range(0..4) {
+        0 => "rpc".to_string(),
+        1 => "onesided".to_string(),
+        _ => format!("Code({})", codes[rng.gen_range(0..codes.len())].0),
+    };
+    // Mostly small clusters; one case in five is larger and busier, where contention and
+    // loss meet (the shapes earlier bugs needed).
+    let big = rng.gen_bool(0.2);
+    let nodes: u16 = if big { rng.gen_range(4..=8) } else { rng.gen_range(2..=5) };
+    let (workers, coroutines) =
+        if big { (rng.gen_range(2..=4), rng.gen_range(4..=16)) } else { (rng.gen_range(1..=3), rng.gen_range(1..=6)) };
+    let mut sets = vec![
+        format!("protocol.name={}", p.name().to_lowercase()),
+        format!("protocol.mode={mode}"),
+        // One NIC per node: one-sided locking needs atomics atomic across the node's NICs.
+        "cluster.nics_per_node=1".into(),
+        format!("cluster.nodes={nodes}"),
+        format!("cluster.workers={workers}"),
+        format!("cluster.coroutines={coroutines}"),
+        format!("protocol.replication={}", rng.gen_range(1..=nodes.min(3))),
+        "run.warmup_us=20".into(),
+        "run.measure_us=200".into(),
+        format!("run.seed={}", rng.gen::<u32>()),
+    ];
+    if rng.gen_bool(0.5) {
+        sets.push("workload.name=ycsb".into());
+        sets.push(format!("workload.hot_probability={}", [0.0, 0.9, 0.99][rng.gen_range(0..3)]));
+    }
+    // Faults: UD loss, and long or uneven links.
+    if rng.gen_bool(0.4) {
+        sets.push(format!("nic.reliability.ud_drop_probability={}", [0.001, 0.01, 0.02][rng.gen_range(0..3)]));
+    }
+    if rng.gen_bool(0.4) {
+        let rows: Vec<String> = (0..nodes)
+            .map(|i| {
+                let row: Vec<String> = (0..nodes)
+                    .map(|j| if i == j || rng.gen_bool(0.5) { "0".into() } else { rng.gen_range(1..=50).to_string() })
+                    .collect();
+                format!("[{}]", row.join(", "))
+            })
+            .collect();
+        sets.push(format!("cluster.link_delay_us=Some([{}])", rows.join(", ")));
+    }
+    sets
+}
+
+/// The command that replays case `sets`, as a user types it.
+fn command(sets: &[String]) -> String {
+    let args: Vec<String> = sets.iter().map(|s| format!("--set '{s}'")).collect();
+    format!("cargo run --release -p txbed -- run {BASE} {}", args.join(" "))
+}
+
+fn env(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+#[test]
+fn swarm_of_protocols_modes_shapes_and_faults_is_checked_clean() {
+    let (from, cases) = (env("TXBED_SWARM_FROM", 0), env("TXBED_SWARM_CASES", 36));
+    let mut failed = Vec::new();
+    let mut protocols = std::collections::BTreeSet::new();
+    for case in from..from + cases {
+        let sets = draw(case);
+        let (s, profile) = Scenario::load_with(&root().join(BASE), &sets)
+            .unwrap_or_else(|e| panic!("case {case} drew an invalid scenario: {e}\n{}", command(&sets)));
+        protocols.insert(sets[0].clone());
+        let run = match txbed_runner::run_txn(&s, &profile, s.run.seed, false, &mut |_, _| {}) {
+            Ok(r) => r,
+            Err(e) => {
+                failed.push(format!("case {case}: {e}\n  {}", command(&sets)));
+                continue;
+            }
+        };
+        let r = &run.result;
+        if !r.clean() {
+            let why = if r.failures.is_empty() {
+                let rep = &r.report;
+                let first = rep.anomalies.first().map_or(String::new(), |a| a.explanation.clone());
+                format!(
+                    "checker: serializable {}, nothing lost {:?}, invariants {}, {:?}; {first}",
+                    rep.serializable, rep.nothing_lost, rep.invariants_ok, rep.counts
+                )
+            } else {
+                format!("{} failed coordinators, e.g. {}", r.failures.len(), r.failures[0])
+            };
+            failed.push(format!("case {case}: {why}\n  {}", command(&sets)));
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "{} of {cases} swarm cases failed; replay each with its command:\n{}",
+        failed.len(),
+        failed.join("\n")
+    );
+    if cases >= 36 {
+        assert_eq!(protocols.len(), txbed_protocols::REGISTRY.len(), "the draw missed a protocol: {protocols:?}");
+    }
+}
