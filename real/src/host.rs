@@ -712,6 +712,8 @@ impl SpecForThread {
             bug: self.bug,
             allow_unsafe_atomics: true,
             link_delay_ns: self.link_delay_ns,
+            // `crate::run` turned what sockets can emulate into link delays, or refused.
+            wan: None,
             retry: self.retry,
             trace: false,
         }

@@ -1,7 +1,7 @@
 //! The real runtime: one process per node, started by the launcher a cluster has (`mpirun`,
 //! `srun`; `bootstrap`), hosting the runner's nodes as actix actors (`host`) over real sockets
 //! (`sockets`) or RDMA verbs (`verbs`, feature "verbs"); `run` is `txbed run` on them and
-//! `selftest` checks a backend's verbs. `words` is registered memory as both backends hold it.
+//! `selftest` checks a backend's verbs; `wan` emulates data centers or refuses. `words` is registered memory as both backends hold it.
 
 pub mod bootstrap;
 pub mod host;
@@ -11,4 +11,5 @@ pub mod selftest;
 pub mod sockets;
 #[cfg(feature = "verbs")]
 pub mod verbs;
+pub mod wan;
 pub mod words;

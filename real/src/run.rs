@@ -42,10 +42,14 @@ pub fn run_real(
     if matches!(s.workload, Workload::Verbs(_)) {
         return fail("real backends run transactional scenarios; Verbs workloads run on the simulator".into());
     }
-    let spec = match txbed_runner::txn_spec(s, profile, seed) {
+    let mut spec = match txbed_runner::txn_spec(s, profile, seed) {
         Ok(x) => x,
         Err(e) => return fail(e),
     };
+    let verbs = !matches!(backend, crate::host::RealBackend::Sockets { .. });
+    if let Err(e) = crate::wan::emulate(s, &mut spec, verbs) {
+        return fail(e);
+    }
     // Rank 0 writes the files: its output directory is readied before anything runs.
     if me.rank == 0 {
         if let Err(e) = out.prepare() {

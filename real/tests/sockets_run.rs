@@ -21,6 +21,7 @@ fn spec(protocol: ProtocolRef, hybrid: Hybrid) -> TxnRunSpec {
     p.nics_per_node = 1;
     TxnRunSpec {
         link_delay_ns: Vec::new(),
+        wan: None,
         protocol,
         protocol_options: Default::default(),
         nodes: 3,

@@ -45,6 +45,7 @@ fn spec(protocol: ProtocolRef, hybrid: Hybrid, options: Options, trace: bool) ->
         bug: None,
         allow_unsafe_atomics: false,
         link_delay_ns: Vec::new(),
+        wan: None,
         trace,
     }
 }

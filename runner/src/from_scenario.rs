@@ -48,6 +48,7 @@ pub fn txn_spec(s: &Scenario, profile: &NicProfile, seed: u64) -> Result<TxnRunS
         bug: None,
         allow_unsafe_atomics: false,
         link_delay_ns: c.link_delay_us.iter().flatten().flatten().map(|&d| d as u64 * 1000).collect(),
+        wan: c.wan(),
         trace: false,
     })
 }

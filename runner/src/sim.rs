@@ -30,6 +30,13 @@ pub fn run_txns_with(spec: &TxnRunSpec, progress: &mut dyn FnMut(u64, u64)) -> R
     cfg.scratch_per_coroutine = scratch_per_coroutine(spec, &layout(spec));
     cfg.loopback = true;
     cfg.link_delay_ps = spec.link_delay_ns.iter().map(|d| d * 1000).collect();
+    cfg.wan = spec.wan.clone();
+    if let Some(w) = &spec.wan {
+        // The RPC timeout is a fixed 2 ms, shorter than a round trip between far data
+        // centers: add four slow one-way trips so a call is not resent while its reply is on
+        // the way. (An RTO derived from the measured round trip will replace this.)
+        cfg.rpc.timeout_ns += (4.0 * w.high_one_way_us() * 1000.0) as u64;
+    }
     // Two-sided passive ACK piggybacks replies on requests; doorbell batching applies to the
     // RPC layer's datagrams too.
     cfg.rpc.piggyback = spec.options.passive_ack;

@@ -74,6 +74,9 @@ pub struct TxnRunSpec {
     pub allow_unsafe_atomics: bool,
     /// Extra one-way delay from node i to node j at `[i * nodes + j]`, ns; empty for none.
     pub link_delay_ns: Vec<u64>,
+    /// Data centers and the links between them (`cluster.datacenters`, `cluster.inter_dc`);
+    /// `None`: one data center.
+    pub wan: Option<txbed_sim::wan::Wan>,
     /// The wait before retrying a conflict (`run.retry`).
     pub retry: Retry,
     /// Record trace events on every simulated worker (`TxnRunResult::trace`); changes nothing
@@ -110,6 +113,7 @@ impl TxnRunSpec {
             bug: None,
             allow_unsafe_atomics: false,
             link_delay_ns: Vec::new(),
+            wan: None,
             trace: false,
         }
     }

@@ -17,6 +17,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use txbed_sim::bench_verbs::{rpc_max_payload, RawVerb};
 use txbed_sim::profile::{Atomicity, NicOverrides};
+use txbed_sim::wan::{Delay, Wan, WanLink, WanTransport};
 use txbed_sim::NicProfile;
 use txbed_txn::protocol::{fold_name, OptionValues, Preset, ProtocolRef, Rdma};
 use txbed_txn::retry::Retry;
@@ -346,6 +347,212 @@ pub struct Cluster {
     /// data centers, on the simulator and the sockets backend alike. nodes x nodes, zero
     /// diagonal.
     pub link_delay_us: Option<Vec<Vec<u32>>>,
+    /// Data centers, in node order: the first `nodes` nodes are in the first one, and so on.
+    /// Empty: one data center of all nodes.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub datacenters: Vec<Datacenter>,
+    /// The links between data centers (required with two or more).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inter_dc: Option<InterDc>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Datacenter {
+    /// Names it in `inter_dc.pairs`; empty: `dc0`, `dc1`, ... by position.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name: String,
+    /// Nodes it holds.
+    pub nodes: u16,
+}
+
+/// The link between every two data centers (each direction alike), and per-pair overrides.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InterDc {
+    /// One-way delay, us: `Constant(us)`, `Uniform(lo, hi)`, `Normal(mean, sd)` or
+    /// `Cdf([(us, p), ..])`.
+    pub delay: Delay,
+    /// Extra delay per message, uniform in [0, jitter_us].
+    #[serde(default)]
+    pub jitter_us: f64,
+    /// Probability one transmission is lost.
+    #[serde(default)]
+    pub loss: f64,
+    /// Link bandwidth, Gbit/s each way; `None`: only the NICs limit.
+    #[serde(default)]
+    pub gbps: Option<f64>,
+    #[serde(default)]
+    pub transport: WanTransport,
+    /// Wait before RC or TCP resends a lost message, us; `None`: one round trip.
+    #[serde(default)]
+    pub retransmit_us: Option<f64>,
+    /// Links between two named data centers (both directions) that differ from the above.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pairs: Vec<DcPair>,
+}
+
+/// The link between two data centers, where it differs from `inter_dc`'s: fields left out
+/// keep `inter_dc`'s value.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DcPair {
+    pub between: (String, String),
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay: Option<Delay>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jitter_us: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gbps: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transport: Option<WanTransport>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retransmit_us: Option<f64>,
+}
+
+impl InterDc {
+    /// The link every pair without an override uses.
+    pub fn base(&self) -> WanLink {
+        WanLink {
+            delay: self.delay.clone(),
+            jitter_us: self.jitter_us,
+            loss: self.loss,
+            gbps: self.gbps,
+            transport: self.transport.clone(),
+            retransmit_us: self.retransmit_us,
+        }
+    }
+}
+
+impl DcPair {
+    /// `base` with this pair's overrides.
+    pub fn link(&self, base: &WanLink) -> WanLink {
+        WanLink {
+            delay: self.delay.clone().unwrap_or_else(|| base.delay.clone()),
+            jitter_us: self.jitter_us.unwrap_or(base.jitter_us),
+            loss: self.loss.unwrap_or(base.loss),
+            gbps: self.gbps.or(base.gbps),
+            transport: self.transport.clone().unwrap_or_else(|| base.transport.clone()),
+            retransmit_us: self.retransmit_us.or(base.retransmit_us),
+        }
+    }
+}
+
+impl Cluster {
+    /// Data center names, by position (`dc0`... where none is given).
+    pub fn dc_names(&self) -> Vec<String> {
+        let name = |i: usize, d: &Datacenter| if d.name.is_empty() { format!("dc{i}") } else { d.name.clone() };
+        self.datacenters.iter().enumerate().map(|(i, d)| name(i, d)).collect()
+    }
+
+    /// The simulator's view of the data centers, if there are two or more (a checked
+    /// scenario's names and counts are valid).
+    pub fn wan(&self) -> Option<Wan> {
+        let inter = self.inter_dc.as_ref()?;
+        let dcs = self.datacenters.len();
+        if dcs < 2 {
+            return None;
+        }
+        let dc_of = self
+            .datacenters
+            .iter()
+            .enumerate()
+            .flat_map(|(i, d)| std::iter::repeat_n(i as u16, d.nodes as usize))
+            .collect();
+        let base = inter.base();
+        let mut links = vec![base.clone(); dcs * dcs];
+        let names = self.dc_names();
+        let at = |n: &str| names.iter().position(|x| x == n);
+        for p in &inter.pairs {
+            if let (Some(a), Some(b)) = (at(&p.between.0), at(&p.between.1)) {
+                links[a * dcs + b] = p.link(&base);
+                links[b * dcs + a] = p.link(&base);
+            }
+        }
+        Some(Wan { dcs: dcs as u16, dc_of, links })
+    }
+
+    /// Checks `datacenters` and `inter_dc`; the error is (field path, problem).
+    fn check_topology(&self) -> Result<(), (String, String)> {
+        let dcs = self.datacenters.len();
+        if dcs == 0 {
+            if self.inter_dc.is_some() {
+                return Err((
+                    "cluster.inter_dc".into(),
+                    "there is one data center: list two or more in cluster.datacenters, or remove inter_dc".into(),
+                ));
+            }
+            return Ok(());
+        }
+        if dcs > self.nodes as usize {
+            return Err(("cluster.datacenters".into(), format!("{dcs} data centers for {} nodes", self.nodes)));
+        }
+        for (i, d) in self.datacenters.iter().enumerate() {
+            if d.nodes == 0 {
+                return Err((format!("cluster.datacenters[{i}].nodes"), "must be at least 1".into()));
+            }
+        }
+        let sum: u32 = self.datacenters.iter().map(|d| d.nodes as u32).sum();
+        if sum != self.nodes as u32 {
+            return Err((
+                "cluster.datacenters".into(),
+                format!("the data centers hold {sum} nodes, but cluster.nodes is {}", self.nodes),
+            ));
+        }
+        let names = self.dc_names();
+        for (i, n) in names.iter().enumerate() {
+            if names[..i].contains(n) {
+                return Err((format!("cluster.datacenters[{i}].name"), format!("`{n}` names two data centers")));
+            }
+        }
+        let Some(inter) = &self.inter_dc else {
+            if dcs == 1 {
+                return Ok(());
+            }
+            return Err((
+                "cluster.inter_dc".into(),
+                format!(
+                    "{dcs} data centers need the links between them, e.g. inter_dc: Some((delay: Normal(1000, 100)))"
+                ),
+            ));
+        };
+        if dcs == 1 {
+            return Err((
+                "cluster.inter_dc".into(),
+                "one data center has no links to other ones: remove inter_dc".into(),
+            ));
+        }
+        let base = inter.base();
+        base.check().map_err(|(f, m)| (format!("cluster.inter_dc.{f}"), m))?;
+        let mut seen = Vec::new();
+        for (i, p) in inter.pairs.iter().enumerate() {
+            let path = |f: &str| format!("cluster.inter_dc.pairs[{i}].{f}");
+            for n in [&p.between.0, &p.between.1] {
+                if !names.contains(n) {
+                    return Err((
+                        path("between"),
+                        format!("no data center is named `{n}` (there are {})", names.join(", ")),
+                    ));
+                }
+            }
+            if p.between.0 == p.between.1 {
+                return Err((
+                    path("between"),
+                    format!("`{}` to itself is not a link between data centers", p.between.0),
+                ));
+            }
+            let key =
+                if p.between.0 < p.between.1 { (&p.between.0, &p.between.1) } else { (&p.between.1, &p.between.0) };
+            if seen.contains(&key) {
+                return Err((path("between"), format!("{} and {} are given twice", key.0, key.1)));
+            }
+            seen.push(key);
+            p.link(&base).check().map_err(|(f, m)| (path(f), m))?;
+        }
+        Ok(())
+    }
 }
 
 impl Default for Cluster {
@@ -358,6 +565,8 @@ impl Default for Cluster {
             qps_per_node: 1,
             nics_per_node: None,
             link_delay_us: None,
+            datacenters: Vec::new(),
+            inter_dc: None,
         }
     }
 }
@@ -594,6 +803,7 @@ impl Scenario {
                 return Err(("cluster.link_delay_us".into(), format!("at most 1000000 us (1 s) per link, got {d}")));
             }
         }
+        c.check_topology()?;
         let mut profile = NicProfile::load(&c.nic).map_err(|e| ("cluster.nic".into(), e.to_string()))?;
         if let Some(o) = &self.nic {
             if c.nics_per_node.is_some() && o.fields().iter().any(|(f, _)| f == "nics_per_node") {
@@ -610,6 +820,19 @@ impl Scenario {
             Workload::Verbs(v) => {
                 if self.protocol.is_some() {
                     return Err(("protocol".into(), "a Verbs workload runs no transactions: remove protocol".into()));
+                }
+                // The verb loops build a cluster of their own, without long-haul links.
+                if !c.datacenters.is_empty() {
+                    return Err((
+                        "cluster.datacenters".into(),
+                        "Verbs workloads run in one data center; data centers need a transactional workload".into(),
+                    ));
+                }
+                if c.link_delay_us.is_some() {
+                    return Err((
+                        "cluster.link_delay_us".into(),
+                        "Verbs workloads do not model link delays; they need a transactional workload".into(),
+                    ));
                 }
                 in_range("workload.outstanding", v.outstanding.into())?;
                 match v.verb {

@@ -29,6 +29,7 @@ use txbed_transport::*;
 use crate::engine::EventQueue;
 use crate::memory::{NodeMemory, CACHE_LINE};
 use crate::profile::{headers as h, Atomicity, NicModel, NicProfile, VerbClass};
+use crate::wan::{unit, Wan, WanTransport};
 
 /// How a simulated cluster is built.
 #[derive(Clone, Debug)]
@@ -50,6 +51,8 @@ pub struct SimConfig {
     /// Extra one-way delay from node i to node j at `[i * nodes + j]`, picoseconds (long-haul
     /// links between data centers); empty for none.
     pub link_delay_ps: Vec<u64>,
+    /// Data centers and the links between them (`crate::wan`); `None`: one data center.
+    pub wan: Option<Wan>,
 }
 
 impl SimConfig {
@@ -66,6 +69,7 @@ impl SimConfig {
             rpc,
             loopback: false,
             link_delay_ps: Vec::new(),
+            wan: None,
         }
     }
 }
@@ -77,6 +81,8 @@ pub enum ConfigError {
     Empty,
     /// `link_delay_ps` is neither empty nor one entry per ordered pair of nodes.
     LinkDelays { entries: usize, pairs: usize },
+    /// `wan` does not fit the cluster (a node without a data center, a missing link).
+    Wan(String),
 }
 
 impl std::fmt::Display for ConfigError {
@@ -86,6 +92,7 @@ impl std::fmt::Display for ConfigError {
             ConfigError::LinkDelays { entries, pairs } => {
                 write!(f, "link_delay_ps has {entries} entries, not nodes x nodes = {pairs}")
             }
+            ConfigError::Wan(m) => write!(f, "wan: {m}"),
         }
     }
 }
@@ -110,6 +117,12 @@ pub struct SimStats {
     pub qp_cache_lookups: u64,
     pub ud_dropped: u64,
     pub torn_lines: u64,
+    /// Messages (requests and responses) that crossed a link between data centers.
+    pub wan_messages: u64,
+    /// Datagrams lost on a link between data centers (RDMA transport).
+    pub wan_lost: u64,
+    /// Transmissions a reliable transport (RC, TCP) repeated on such a link.
+    pub wan_retransmits: u64,
 }
 
 #[derive(Copy, Clone, Debug)]
@@ -146,6 +159,12 @@ enum Ev {
     },
     Kill {
         node: u16,
+    },
+    /// A TCP-like inter-DC message costs the receiving worker CPU time.
+    Charge {
+        node: u16,
+        worker: u16,
+        ns: u32,
     },
 }
 
@@ -270,6 +289,9 @@ struct SimQp {
     /// Responder side: requests deferred behind an atomic, in arrival order; only the head
     /// has an event scheduled, later arrivals queue behind it (per-QP FIFO).
     waiting: std::collections::VecDeque<u32>,
+    /// Sender side (RC over an inter-DC RDMA link): when its last packet reached the far DC;
+    /// a later one may not overtake it.
+    wan_order: u64,
 }
 
 struct Worker {
@@ -366,6 +388,14 @@ pub struct Sim {
     spare_wrs: Vec<Vec<WorkRequest>>,
     stats: SimStats,
     cfg: SimConfig,
+    /// Inter-DC links: when each (DC a -> DC b) link is next free, at `[a * dcs + b]`.
+    wan_free: Vec<u64>,
+    /// TCP-like links: when the last message of each (node i -> node j) connection reached
+    /// the far DC, at `[i * nodes + j]`.
+    wan_conn_order: Vec<u64>,
+    /// Inter-DC draws (delay, jitter, loss): a stream of their own, so runs without data
+    /// centers draw exactly as before.
+    wan_rng: ChaCha8Rng,
 }
 
 fn ceil_ns(ps: u64) -> u64 {
@@ -433,6 +463,21 @@ impl Sim {
         let pairs = cfg.nodes as usize * cfg.nodes as usize;
         if !cfg.link_delay_ps.is_empty() && cfg.link_delay_ps.len() != pairs {
             return Err(ConfigError::LinkDelays { entries: cfg.link_delay_ps.len(), pairs });
+        }
+        if let Some(w) = &cfg.wan {
+            if w.dc_of.len() != cfg.nodes as usize || w.dc_of.iter().any(|&d| d >= w.dcs) {
+                return Err(ConfigError::Wan(format!(
+                    "dc_of must name one of {} DCs for each of {} nodes",
+                    w.dcs, cfg.nodes
+                )));
+            }
+            if w.links.len() != w.dcs as usize * w.dcs as usize {
+                return Err(ConfigError::Wan(format!(
+                    "{} links, not dcs x dcs = {}",
+                    w.links.len(),
+                    w.dcs as usize * w.dcs as usize
+                )));
+            }
         }
         let m = NicModel::new(&cfg.profile);
         let clock_ps = Rc::new(Cell::new(0));
@@ -528,6 +573,9 @@ impl Sim {
             drained: Vec::new(),
             spare_wrs: Vec::new(),
             stats: SimStats::default(),
+            wan_free: vec![0; cfg.wan.as_ref().map_or(0, |w| w.links.len())],
+            wan_conn_order: if cfg.wan.is_some() { vec![0; nn * nn] } else { Vec::new() },
+            wan_rng: ChaCha8Rng::seed_from_u64(cfg.seed ^ 0x3a4e_d1a7),
             cfg,
         })
     }
@@ -680,6 +728,27 @@ impl Sim {
                 self.q.record(7, node as u64, 0);
                 self.nodes[node as usize].alive = false;
             }
+            Ev::Charge { node, worker, ns } => {
+                self.q.record(9, ((node as u64) << 16) | worker as u64, ns as u64);
+                let now = self.q.now();
+                self.charge_cpu(node, worker, now, ns as u64);
+            }
+        }
+    }
+
+    /// Makes `worker` of `node` busy for `ns` more from `from` (or from when it is next
+    /// free), moving a wake-up that falls inside that time to its end.
+    fn charge_cpu(&mut self, node: u16, worker: u16, from: Nanos, ns: u64) {
+        if !self.nodes[node as usize].alive {
+            return;
+        }
+        let w = &mut self.nodes[node as usize].workers[worker as usize];
+        w.busy_until = w.busy_until.max(from) + ns;
+        if w.wake_at.is_some_and(|t| t < w.busy_until) {
+            w.wake_at = None;
+            w.gen = w.gen.wrapping_add(1);
+            let busy = w.busy_until;
+            self.ensure_wake(node, worker, busy);
         }
     }
 
@@ -745,25 +814,123 @@ impl Sim {
     }
 
     /// Sends a packet of `bytes` from (src node, src nic) to (dst node, dst nic), ready at
-    /// `ready`; returns the arrival time of its last bit.
-    fn transmit(&mut self, src: u16, snic: usize, dst: u16, dnic: usize, ready: u64, bytes: u64) -> u64 {
+    /// `ready`, from QP `from_qp` of `src` to QP `to_qp` of `dst`; returns the arrival time
+    /// of its last bit, or `None` if a link between data centers lost it (UD over RDMA).
+    #[allow(clippy::too_many_arguments)]
+    fn transmit(
+        &mut self,
+        src: u16,
+        snic: usize,
+        dst: u16,
+        dnic: usize,
+        ready: u64,
+        bytes: u64,
+        (from_qp, to_qp): (u32, u32),
+    ) -> Option<u64> {
         self.stats.wire_bytes += bytes;
         let ser = self.m.wire_ps(bytes);
         if src == dst && snic == dnic {
             // NIC loopback: no wire.
-            return ready + self.m.pipeline_ps;
+            return Some(ready + self.m.pipeline_ps);
         }
+        let tcp_cpu = self.wan_tcp_cpu_ns(src, dst);
+        // TCP-like: the sender's CPU hands the message to its stack first.
+        let ready = match tcp_cpu {
+            Some(ns) => {
+                let worker = self.nodes[src as usize].qps[from_qp as usize].worker;
+                let now = self.q.now();
+                self.charge_cpu(src, worker, now, ns);
+                ready.max(now * 1000) + ns * 1000
+            }
+            None => ready,
+        };
         let s = &mut self.nodes[src as usize].nics[snic];
         let start = ready.max(s.tx_free);
         s.tx_free = start + ser;
         // Cut-through switch: the head reaches the output port after one hop and the switch.
         let long_haul =
             self.cfg.link_delay_ps.get(src as usize * self.nodes.len() + dst as usize).copied().unwrap_or(0);
-        let head = start + self.m.propagation_ps + self.m.switch_ps + long_haul;
+        let mut head = start + self.m.propagation_ps + self.m.switch_ps + long_haul;
+        if self.cfg.wan.is_some() {
+            head = self.cross_wan(src, dst, head, bytes, from_qp)?;
+        }
         let d = &mut self.nodes[dst as usize].nics[dnic];
         let out = head.max(d.port_free);
         d.port_free = out + ser;
-        out + ser + self.m.propagation_ps
+        let arrive = out + ser + self.m.propagation_ps;
+        Some(match tcp_cpu {
+            // ... and the receiver's stack hands it on.
+            Some(ns) => {
+                let worker = self.nodes[dst as usize].qps[to_qp as usize].worker;
+                self.q.schedule(ceil_ns(arrive), Ev::Charge { node: dst, worker, ns: ns as u32 });
+                arrive + ns * 1000
+            }
+            None => arrive,
+        })
+    }
+
+    /// The per-message CPU cost, ns, of a TCP-like link from `src`'s DC to `dst`'s.
+    fn wan_tcp_cpu_ns(&self, src: u16, dst: u16) -> Option<u64> {
+        match &self.cfg.wan.as_ref()?.link(src, dst)?.1.transport {
+            WanTransport::Tcp(c) => Some(c.per_message_cpu_ns as u64),
+            WanTransport::Rdma => None,
+        }
+    }
+
+    /// A packet whose head reaches its DC's border at `head` crosses to `dst`'s DC, if that
+    /// is another: it queues for the link's bandwidth, each transmission may be lost (a
+    /// datagram over RDMA is then gone: `None`; RC and TCP send it again after the
+    /// retransmission wait), and it takes the drawn delay plus jitter. RC keeps its QP's
+    /// order, TCP its connection's. Returns when the head reaches the far DC.
+    fn cross_wan(&mut self, src: u16, dst: u16, head: u64, bytes: u64, from_qp: u32) -> Option<u64> {
+        let wan = self.cfg.wan.as_ref().expect("called with a wan");
+        let Some((k, link)) = wan.link(src, dst) else {
+            return Some(head);
+        };
+        self.stats.wan_messages += 1;
+        let ud = self.nodes[src as usize].qps[from_qp as usize].kind == QpType::Ud;
+        let tcp = matches!(link.transport, WanTransport::Tcp(_));
+        // Bandwidth: the link carries one message after another (ps = bytes * 8000 / Gbit/s).
+        let mut t = head;
+        if let Some(g) = link.gbps {
+            let ser = (bytes as f64 * 8000.0 / g).ceil() as u64;
+            t = t.max(self.wan_free[k]) + ser;
+            self.wan_free[k] = t;
+        }
+        let us_to_ps = |us: f64| (us * 1e6).round() as u64;
+        let delay = us_to_ps(link.delay.quantile(unit(self.wan_rng.next_u64())));
+        let jitter = if link.jitter_us > 0.0 { us_to_ps(link.jitter_us * unit(self.wan_rng.next_u64())) } else { 0 };
+        if link.loss > 0.0 {
+            let lost = |rng: &mut ChaCha8Rng| unit(rng.next_u64()) < link.loss;
+            if ud && !tcp {
+                if lost(&mut self.wan_rng) {
+                    self.stats.wan_lost += 1;
+                    return None;
+                }
+            } else {
+                let wait = link.retransmit_us.map_or(2 * delay, us_to_ps);
+                while lost(&mut self.wan_rng) {
+                    self.stats.wan_retransmits += 1;
+                    t += wait;
+                }
+            }
+        }
+        t += delay + jitter;
+        // In-order delivery: RC per QP, TCP per node-pair connection; RDMA datagrams may
+        // overtake each other.
+        let n = self.nodes.len();
+        let last = if tcp {
+            Some(&mut self.wan_conn_order[src as usize * n + dst as usize])
+        } else if !ud {
+            Some(&mut self.nodes[src as usize].qps[from_qp as usize].wan_order)
+        } else {
+            None
+        };
+        if let Some(last) = last {
+            t = t.max(*last);
+            *last = t;
+        }
+        Some(t)
     }
 
     fn qp_miss(&mut self, node: u16, nic: usize, qp: u32) -> (u64, u64) {
@@ -1224,7 +1391,7 @@ impl Sim {
                 self.schedule_completion(id, t.max(ready));
                 return;
             }
-            let arrive = self.transmit(dst, dnic, src, snic, ready, bytes);
+            let arrive = self.transmit(dst, dnic, src, snic, ready, bytes, (dq, sq)).expect("RC is never lost");
             // Requester: data DMA-write (READ, atomic result) and CQE.
             let landed =
                 arrive + self.m.pipeline_ps + self.m.pcie_write_ps + self.m.pcie_ps(self.ops[id as usize].resp_payload);
@@ -1235,19 +1402,22 @@ impl Sim {
             self.release(id);
             return;
         }
-        let arrive = self.transmit(src, snic, dst, dnic, ready, bytes);
+        let arrive = self.transmit(src, snic, dst, dnic, ready, bytes, (sq, dq));
         let is_ud = self.nodes[src as usize].qps[sq as usize].kind == QpType::Ud;
         if is_ud {
             let (signaled, dropped) = (self.ops[id as usize].wr.signaled, self.ops[id as usize].dropped);
-            if !dropped {
-                self.q.schedule(ceil_ns(arrive), Ev::ReqArrive { op: id });
+            match arrive {
+                _ if dropped => {}
+                Some(arrive) => self.q.schedule(ceil_ns(arrive), Ev::ReqArrive { op: id }),
+                // Lost between data centers: the arrival's reference goes.
+                None => self.release(id),
             }
             if signaled {
                 let c = ready + self.m.wire_ps(bytes) + self.m.pcie_write_ps;
                 self.q.schedule(ceil_ns(c), Ev::RespArrive { op: id });
             }
         } else {
-            self.q.schedule(ceil_ns(arrive), Ev::ReqArrive { op: id });
+            self.q.schedule(ceil_ns(arrive.expect("RC is never lost")), Ev::ReqArrive { op: id });
         }
     }
 
@@ -1388,6 +1558,7 @@ impl SimQp {
             last_completion: 0,
             posted: 0,
             executed: 0,
+            wan_order: 0,
         }
     }
 }

@@ -5,6 +5,7 @@
 //! - [`memory`]: a node's registered memory, with cache-line-granular READ sampling.
 //! - [`fabric`]: nodes, worker CPUs, NICs, PCIe, links and the switch; drives the
 //!   transport's `WorkerCore`s.
+//! - [`wan`]: links between data centers (delay distributions, loss, bandwidth, TCP-like).
 //! - [`bench_verbs`]: the primitive microbenchmarks (DrTM+H Fig. 5 and 6).
 
 pub mod bench_verbs;
@@ -12,6 +13,7 @@ pub mod engine;
 pub mod fabric;
 pub mod memory;
 pub mod profile;
+pub mod wan;
 
 pub use fabric::{ConfigError, Sim, SimConfig, SimStats};
 pub use profile::NicProfile;

@@ -145,6 +145,7 @@ impl<L: Load> Shape<L> {
     pub fn spec_with(&self, workload: Arc<dyn Workload>) -> TxnRunSpec {
         TxnRunSpec {
             link_delay_ns: Vec::new(),
+            wan: None,
             protocol: self.protocol,
             protocol_options: self.protocol_options.clone(),
             nodes: self.nodes,
