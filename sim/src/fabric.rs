@@ -850,14 +850,19 @@ impl Sim {
         // Cut-through switch: the head reaches the output port after one hop and the switch.
         let long_haul =
             self.cfg.link_delay_ps.get(src as usize * self.nodes.len() + dst as usize).copied().unwrap_or(0);
-        let mut head = start + self.m.propagation_ps + self.m.switch_ps + long_haul;
-        if self.cfg.wan.is_some() {
-            head = self.cross_wan(src, dst, head, bytes, from_qp)?;
-        }
-        let d = &mut self.nodes[dst as usize].nics[dnic];
-        let out = head.max(d.port_free);
-        d.port_free = out + ser;
-        let arrive = out + ser + self.m.propagation_ps;
+        let head = start + self.m.propagation_ps + self.m.switch_ps + long_haul;
+        let crosses = self.cfg.wan.as_ref().is_some_and(|w| w.link(src, dst).is_some());
+        let arrive = if crosses {
+            // The far DC's switch port is not reserved: packets reach it in the order of
+            // their delay draws, not of these calls, and reserving it now would hold local
+            // traffic back for the whole delay. The inter-DC link is the bottleneck.
+            self.cross_wan(src, dst, head, bytes, from_qp)? + ser + self.m.propagation_ps
+        } else {
+            let d = &mut self.nodes[dst as usize].nics[dnic];
+            let out = head.max(d.port_free);
+            d.port_free = out + ser;
+            out + ser + self.m.propagation_ps
+        };
         Some(match tcp_cpu {
             // ... and the receiver's stack hands it on.
             Some(ns) => {
@@ -877,16 +882,12 @@ impl Sim {
         }
     }
 
-    /// A packet whose head reaches its DC's border at `head` crosses to `dst`'s DC, if that
-    /// is another: it queues for the link's bandwidth, each transmission may be lost (a
+    /// A packet whose head reaches its DC's border at `head` crosses to `dst`'s DC: it queues for the link's bandwidth, each transmission may be lost (a
     /// datagram over RDMA is then gone: `None`; RC and TCP send it again after the
     /// retransmission wait), and it takes the drawn delay plus jitter. RC keeps its QP's
     /// order, TCP its connection's. Returns when the head reaches the far DC.
     fn cross_wan(&mut self, src: u16, dst: u16, head: u64, bytes: u64, from_qp: u32) -> Option<u64> {
-        let wan = self.cfg.wan.as_ref().expect("called with a wan");
-        let Some((k, link)) = wan.link(src, dst) else {
-            return Some(head);
-        };
+        let (k, link) = self.cfg.wan.as_ref().and_then(|w| w.link(src, dst)).expect("a link between two DCs");
         self.stats.wan_messages += 1;
         let ud = self.nodes[src as usize].qps[from_qp as usize].kind == QpType::Ud;
         let tcp = matches!(link.transport, WanTransport::Tcp(_));
