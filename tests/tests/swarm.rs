@@ -1,6 +1,7 @@
 //! Swarm testing (issue 17 item 7), in the spirit of TigerBeetle's VOPR: each case draws, from
 //! its own seed, every protocol of the registry, a mode (RPC, one-sided or any hybrid code), a
-//! workload, a cluster shape, and fault settings (UD loss, per-link extra delays), runs it on
+//! workload, a cluster shape, and fault settings (UD loss, per-link extra delays, two data
+//! centers joined by a lossy RDMA or TCP-like link with a delay distribution), runs it on
 //! the simulator and requires the checker's verdict clean (serializable, nothing lost,
 //! invariants) with no failed coordinator. A failure prints the `txbed run` command that
 //! replays it exactly. Crashes, partitions, reordering and clock offsets join the draw when the
@@ -21,7 +22,7 @@ fn root() -> std::path::PathBuf {
 }
 
 /// The `--set` edits of swarm case `case`.
-fn draw(case: u64) -> Vec<String> {
+fn draw(case: u64, data_centers: bool) -> Vec<String> {
     let mut rng = ChaCha8Rng::seed_from_u64(case ^ 0x5a5a_0017);
     let protocols = txbed_protocols::REGISTRY;
     let p = protocols[rng.gen_range(0..protocols.len())];
@@ -69,6 +70,26 @@ fn draw(case: u64) -> Vec<String> {
             .collect();
         sets.push(format!("cluster.link_delay_us=Some([{}])", rows.join(", ")));
     }
+    // Two data centers joined by a slower, lossy link (RDMA or TCP-like).
+    if data_centers && rng.gen_bool(0.25) {
+        let east = rng.gen_range(1..nodes);
+        let delay = match rng.gen_range(0..3) {
+            0 => format!("Constant({})", rng.gen_range(5..=60)),
+            1 => format!("Uniform(5, {})", rng.gen_range(10..=80)),
+            _ => format!("Normal({}, 10)", rng.gen_range(20..=60)),
+        };
+        let transport = if rng.gen_bool(0.5) {
+            "Rdma".to_string()
+        } else {
+            format!("Tcp((per_message_cpu_ns: {}))", rng.gen_range(0..=2000))
+        };
+        sets.push(format!("cluster.datacenters=[(nodes: {east}), (nodes: {})]", nodes - east));
+        sets.push(format!(
+            "cluster.inter_dc=Some((delay: {delay}, jitter_us: {}, loss: {}, transport: {transport}))",
+            rng.gen_range(0..=10),
+            [0.0, 0.001, 0.01][rng.gen_range(0..3)]
+        ));
+    }
     sets
 }
 
@@ -82,20 +103,29 @@ fn env(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
-#[test]
-fn swarm_of_protocols_modes_shapes_and_faults_is_checked_clean() {
+fn swarm(data_centers: bool) {
     let (from, cases) = (env("TXBED_SWARM_FROM", 0), env("TXBED_SWARM_CASES", 36));
     let mut failed = Vec::new();
     let mut protocols = std::collections::BTreeSet::new();
     for case in from..from + cases {
-        let sets = draw(case);
+        let sets = draw(case, data_centers);
         let (s, profile) = Scenario::load_with(&root().join(BASE), &sets)
             .unwrap_or_else(|e| panic!("case {case} drew an invalid scenario: {e}\n{}", command(&sets)));
         protocols.insert(sets[0].clone());
-        let run = match txbed_runner::run_txn(&s, &profile, s.run.seed, false, &mut |_, _| {}) {
-            Ok(r) => r,
-            Err(e) => {
+        // A panic is a failure of its case, reported with the command like any other.
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            txbed_runner::run_txn(&s, &profile, s.run.seed, false, &mut |_, _| {})
+        }));
+        let run = match ran {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => {
                 failed.push(format!("case {case}: {e}\n  {}", command(&sets)));
+                continue;
+            }
+            Err(p) => {
+                let msg =
+                    p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()));
+                failed.push(format!("case {case}: PANIC {}\n  {}", msg.unwrap_or_default(), command(&sets)));
                 continue;
             }
         };
@@ -123,4 +153,19 @@ fn swarm_of_protocols_modes_shapes_and_faults_is_checked_clean() {
     if cases >= 36 {
         assert_eq!(protocols.len(), txbed_protocols::REGISTRY.len(), "the draw missed a protocol: {protocols:?}");
     }
+}
+
+#[test]
+fn swarm_of_protocols_modes_shapes_and_faults_is_checked_clean() {
+    swarm(false);
+}
+
+/// The same swarm with two data centers in one case of four. Ignored until three bugs it found
+/// are fixed (issue 17; docs/checker.md, "Swarm testing"): CALVIN panics on a short message
+/// when inter-DC delays reorder messages, and MVCC one-sided fails a CAS over a lossy RDMA
+/// inter-DC link. `cargo test --release -p txbed-tests --test swarm -- --ignored`.
+#[test]
+#[ignore]
+fn swarm_with_data_centers_is_checked_clean() {
+    swarm(true);
 }
