@@ -328,6 +328,8 @@ pub(crate) struct RpcState {
     partials: BTreeMap<(Endpoint, CallId, u8), Partial>,
     /// Partials started so far (their age, for dropping the oldest).
     partials_started: u64,
+    /// Calls retransmitted so far.
+    pub(crate) retransmits: u64,
 }
 
 /// Calls served for one caller: when, and the reply (`None` while deferred).
@@ -359,6 +361,7 @@ impl RpcState {
             spare_bufs: Vec::new(),
             partials: BTreeMap::new(),
             partials_started: 0,
+            retransmits: 0,
         }
     }
 
@@ -575,6 +578,7 @@ impl RpcState {
                     p.attempts += 1;
                     p.deadline = now + timeout + p.patience;
                     let (dst, handler, d) = (p.dst, p.handler, p.deadline);
+                    self.retransmits += 1;
                     self.deadlines.insert((d, id));
                     self.enqueue(dst, FrameKind::Request, STATUS_OK, handler, id, &payload, now);
                     continue;

@@ -498,10 +498,14 @@ impl Shared {
         true
     }
 
-    /// A handler's reply to an earlier, deferred request: to its local caller, or queued.
+    /// A handler's reply to an earlier, deferred request: to its local caller, or queued and
+    /// remembered, so a retransmission of the call (its first reply may be lost) gets it
+    /// again. Unremembered, the duplicate found the call still marked deferred and was
+    /// dropped: the caller retried until it gave up (WAITDIE over lossy UD, issue 17).
     fn send_reply(&mut self, token: ReplyToken, payload: &[u8]) {
         if !self.deliver_local(token, payload) {
             let now = self.now;
+            self.rpc.remember(now, token, Some(payload));
             self.rpc.queue_reply(now, token, payload);
         }
     }
@@ -806,6 +810,7 @@ impl WorkerCore {
             s.fire_timers();
             let now = s.now;
             let expired = s.rpc.expire(now);
+            s.stats.rpc_retransmits = s.rpc.retransmits;
             for (coro, call_id, err) in expired {
                 s.stats.rpc_timeouts += 1;
                 if let Some(t) = s.trace.as_mut() {
