@@ -222,12 +222,15 @@ impl WorkerSeed {
             nodes: spec.nodes,
             workers: spec.workers,
             costs: CpuCosts::zero(),
-            // Real threads can be descheduled for milliseconds (more so when oversubscribed):
-            // retransmit after 50 ms, give up after ~0.5 s.
+            // Real threads can be descheduled for milliseconds (more so when oversubscribed),
+            // far longer than a round trip: a fixed 50 ms RTO (floor = cap), giving up after
+            // ~0.5 s of silence.
             rpc: RpcConfig {
                 piggyback: spec.options.passive_ack,
                 doorbell_batching: spec.options.doorbell,
                 timeout_ns: 50_000_000,
+                rto_min_ns: 50_000_000,
+                rto_max_ns: 50_000_000,
                 retries: 10,
                 mtu: self.datagram_mtu.unwrap_or(RpcConfig::default().mtu),
                 max_patience_ns: spec.protocol.rpc_patience_ns(&spec.protocol_options),

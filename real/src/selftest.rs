@@ -169,7 +169,13 @@ fn core(node: u16, mem: &(impl HostMemory + Clone + 'static)) -> WorkerCore {
         nodes: NODES,
         workers: 1,
         costs: CpuCosts::zero(),
-        rpc: RpcConfig { timeout_ns: 50_000_000, retries: 10, ..RpcConfig::default() },
+        rpc: RpcConfig {
+            timeout_ns: 50_000_000,
+            rto_min_ns: 50_000_000,
+            rto_max_ns: 50_000_000,
+            retries: 10,
+            ..RpcConfig::default()
+        },
         seed: node as u64,
         scratch: LocalBuf { lkey: scratch.lkey, addr: scratch.addr, len: scratch.len as u32 },
         scratch_per_coroutine: SCRATCH_LEN as u32,

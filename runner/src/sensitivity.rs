@@ -10,9 +10,15 @@ use txbed_sim::NicProfile;
 
 use crate::parallel::map_parallel;
 
-/// Fields that matter only when a node dies (the RC retry budget before `RetryExceeded`); no
-/// scenario kills nodes yet (issue 17), so they are varied only when named with `params`.
-pub const FAULT_ONLY: [&str; 2] = ["reliability.rc_timeout_ns", "reliability.rc_retry_count"];
+/// Fields that matter only when a node dies (the RC retry budget before `RetryExceeded`) or
+/// datagrams are lost (the RPC layer's RTO); varied only when named with `params`.
+pub const FAULT_ONLY: [&str; 5] = [
+    "reliability.rc_timeout_ns",
+    "reliability.rc_retry_count",
+    "reliability.rpc_rto_initial_ns",
+    "reliability.rpc_rto_min_ns",
+    "reliability.rpc_rto_max_ns",
+];
 
 pub struct Options {
     /// Profile fields to vary by path (`host.rpc_dispatch_ns`; a `nic.` prefix is accepted);

@@ -57,7 +57,14 @@ pub struct SimConfig {
 
 impl SimConfig {
     pub fn new(nodes: u16, workers: u16, profile: NicProfile, seed: u64) -> Self {
-        let rpc = RpcConfig { mtu: profile.mtu, ..RpcConfig::default() };
+        let r = &profile.reliability;
+        let rpc = RpcConfig {
+            mtu: profile.mtu,
+            timeout_ns: r.rpc_rto_initial_ns,
+            rto_min_ns: r.rpc_rto_min_ns,
+            rto_max_ns: r.rpc_rto_max_ns,
+            ..RpcConfig::default()
+        };
         SimConfig {
             nodes,
             workers,

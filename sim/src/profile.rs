@@ -82,6 +82,29 @@ pub struct Reliability {
     pub rc_timeout_ns: u64,
     /// RC retransmissions before `RetryExceeded`.
     pub rc_retry_count: u32,
+    /// RPC over UD: the retransmission timeout before any round trip to a peer is measured
+    /// (RFC 6298's initial RTO, scaled to the fabric; transport/src/rpc.rs).
+    #[serde(default = "default_rto_initial")]
+    pub rpc_rto_initial_ns: u64,
+    /// RPC over UD: the floor of the measured RTO (SRTT + 4 RTTVAR).
+    #[serde(default = "default_rto_min")]
+    pub rpc_rto_min_ns: u64,
+    /// RPC over UD: the cap of the RTO and of its exponential backoff (the floor, if higher).
+    #[serde(default = "default_rto_max")]
+    pub rpc_rto_max_ns: u64,
+}
+
+// Defaults of the RPC layer's RTO (docs/fidelity.md, "RPC retransmission"): the initial value
+// and cap are the fixed timeout the RPC layer used before it measured round trips; the floor
+// is about ten unloaded RPC round trips on these NICs, so load swings seldom fire it.
+fn default_rto_initial() -> u64 {
+    2_000_000
+}
+fn default_rto_min() -> u64 {
+    50_000
+}
+fn default_rto_max() -> u64 {
+    2_000_000
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -242,6 +265,9 @@ impl NicProfile {
             ("link.propagation_ns", l.propagation_ns),
             ("link.switch_ns", l.switch_ns),
             ("reliability.rc_timeout_ns", r.rc_timeout_ns),
+            ("reliability.rpc_rto_initial_ns", r.rpc_rto_initial_ns),
+            ("reliability.rpc_rto_min_ns", r.rpc_rto_min_ns),
+            ("reliability.rpc_rto_max_ns", r.rpc_rto_max_ns),
             ("host.coroutine_switch_ns", h.coroutine_switch_ns),
             ("host.mmio_ns", h.mmio_ns),
             ("host.wqe_ns", h.wqe_ns),
@@ -283,6 +309,11 @@ impl NicProfile {
         ];
         if let Some((name, v, max)) = counts.iter().find(|(_, v, max)| v > max) {
             return Err((name.to_string(), format!("must be at most {max}, got {v}")));
+        }
+        // A floor above the cap is allowed (the RTO is then fixed at the floor), so that
+        // scaling one of them alone stays valid.
+        if r.rpc_rto_min_ns == 0 {
+            return Err(("reliability.rpc_rto_min_ns".into(), "must be at least 1 ns, got 0".into()));
         }
         if self.wqe_bytes == 0 {
             return Err(("wqe_bytes".into(), "must be at least 1".into()));
@@ -343,7 +374,10 @@ overrides!(PcieOverrides as "Pcie" {
     gbps: f64, tlp_payload: u32, tlp_overhead: u32, read_latency_ns: u64, write_latency_ns: u64, mmio_latency_ns: u64,
 });
 overrides!(LinkOverrides as "Link" { gbps: f64, packet_overhead_bytes: u32, propagation_ns: u64, switch_ns: u64 });
-overrides!(ReliabilityOverrides as "Reliability" { ud_drop_probability: f64, rc_timeout_ns: u64, rc_retry_count: u32 });
+overrides!(ReliabilityOverrides as "Reliability" {
+    ud_drop_probability: f64, rc_timeout_ns: u64, rc_retry_count: u32, rpc_rto_initial_ns: u64, rpc_rto_min_ns: u64,
+    rpc_rto_max_ns: u64,
+});
 overrides!(HostOverrides as "Host" {
     coroutine_switch_ns: u64, mmio_ns: u64, wqe_ns: u64, poll_cqe_ns: u64, recv_ns: u64, rpc_dispatch_ns: u64,
     copy_ps_per_byte: u64, memory_miss_ns: u64,
@@ -460,9 +494,14 @@ impl NicProfile {
             "reliability.ud_drop_probability" => v.clamp(0.0, 1.0),
             "pcie.gbps" | "link.gbps" => v.clamp(0.1, 100_000.0),
             "nics_per_node" => v.clamp(1.0, 16.0),
-            "processing_units" | "qp_cache.entries" | "send_queue_depth" | "pcie.tlp_payload" | "wqe_bytes" => {
-                v.max(1.0)
-            }
+            "processing_units"
+            | "qp_cache.entries"
+            | "send_queue_depth"
+            | "pcie.tlp_payload"
+            | "wqe_bytes"
+            | "reliability.rpc_rto_initial_ns"
+            | "reliability.rpc_rto_min_ns"
+            | "reliability.rpc_rto_max_ns" => v.max(1.0),
             _ => v.max(0.0),
         }
     }

@@ -15,7 +15,10 @@ fn mixed(seed: u64) -> (u64, u64) {
     let mut sim = small_sim_with(3, 2, seed, |c| {
         c.profile.reliability.ud_drop_probability = 0.05;
         c.rpc.retries = 20;
+        // A fixed 20 us RTO (floor = cap): the digest pinned below predates the measured RTO.
         c.rpc.timeout_ns = 20_000;
+        c.rpc.rto_min_ns = 20_000;
+        c.rpc.rto_max_ns = 20_000;
     });
     let mrs: Rc<Vec<MemoryRegion>> = Rc::new((0..3).map(|n| sim.register_region(n, 1 << 16)).collect());
     for n in 0..3u16 {

@@ -73,3 +73,94 @@ fn a_lost_deferred_reply_is_sent_again_on_retransmission() {
         assert!(stats.rpc_retransmits > 0, "seed {seed}: no loss exercised");
     }
 }
+
+/// Echo calls from node 0 to node 1 under `drop` loss with the default RTO settings (50 us
+/// floor, 2 ms initial and cap): each call's latency, and the RTO and SRTT node 0 ends with.
+fn echo_latencies(drop: f64, seed: u64, calls: u32) -> (Vec<u64>, (u64, Option<(u64, u64)>), WorkerStats) {
+    let mut sim = small_sim_with(2, 1, seed, |c| c.profile.reliability.ud_drop_probability = drop);
+    let echo: Rc<HandlerFn> = Rc::new(|h: &mut HandlerCtx<'_>, req: &[u8]| {
+        h.reply.extend_from_slice(req);
+        Handled::Reply
+    });
+    sim.worker(1, 0).register_handler(1, echo);
+    let dst = Endpoint { node: NodeId(1), worker: 0 };
+    let lat: Rc<RefCell<Vec<u64>>> = Rc::default();
+    let l = lat.clone();
+    sim.spawn(0, 0, move |ctx| async move {
+        for i in 0..calls {
+            let t0 = ctx.now();
+            ctx.rpc(dst, 1, &i.to_le_bytes()).await.expect("reply");
+            l.borrow_mut().push(ctx.now() - t0);
+        }
+    });
+    sim.run_until(10_000_000_000);
+    let rto = sim.worker(0, 0).rpc_rto(dst);
+    let lat = lat.borrow().clone();
+    (lat, rto, sim.worker_stats())
+}
+
+/// Under 5% loss a lost call is sent again after about the measured RTO (SRTT + 4 RTTVAR,
+/// at its 50 us floor here), not after the 2 ms a fixed timeout waited; the RTO was learnt
+/// from the round trips (a few us).
+#[test]
+fn under_loss_a_call_is_retransmitted_after_about_the_rto() {
+    let (lossless, (rto0, est0), _) = echo_latencies(0.0, 1, 500);
+    let rtt = *lossless.iter().max().unwrap();
+    let (srtt, _) = est0.expect("measured");
+    assert!(srtt <= rtt && rtt < 20_000, "round trip {rtt} ns, SRTT {srtt} ns");
+    assert_eq!(rto0, 50_000, "the RTO sits at its floor");
+    let (lossy, _, stats) = echo_latencies(0.05, 1, 2000);
+    assert_eq!(lossy.len(), 2000);
+    assert!(stats.rpc_retransmits > 50, "{} retransmissions", stats.rpc_retransmits);
+    // Calls answered after one retransmission (the first 10 may still use the initial RTO).
+    let retried: Vec<u64> = lossy[10..].iter().copied().filter(|&l| l > 2 * rtt && l < 2 * rto0).collect();
+    assert!(retried.len() > 40, "only {} calls retried once", retried.len());
+    for l in &retried {
+        assert!(*l >= rto0 && *l <= rto0 + 2 * rtt, "a once-retried call took {l} ns (RTO {rto0})");
+    }
+    let worst = lossy[10..].iter().max().unwrap();
+    assert!(*worst < 1_000_000, "a call waited {worst} ns: a fixed 2 ms timeout is back");
+}
+
+/// A call its server holds far longer than the caller's RTO and all its retries (a lock wait)
+/// is not mistaken for loss: each retransmission gets PENDING, the call completes, and the
+/// handler runs once.
+#[test]
+fn a_long_deferred_call_does_not_time_out() {
+    let (got, runs, stats) = {
+        let mut sim = small_sim_with(2, 1, 3, |_| {});
+        let parked: Rc<RefCell<Vec<ReplyToken>>> = Rc::default();
+        let runs = Rc::new(Cell::new(0u32));
+        let (p, r) = (parked.clone(), runs.clone());
+        let park: Rc<HandlerFn> = Rc::new(move |h: &mut HandlerCtx<'_>, _req: &[u8]| {
+            r.set(r.get() + 1);
+            p.borrow_mut().push(h.token());
+            Handled::Defer
+        });
+        sim.worker(1, 0).register_handler(1, park);
+        let dst = Endpoint { node: NodeId(1), worker: 0 };
+        let got: Rc<RefCell<Vec<Result<Vec<u8>, RpcError>>>> = Rc::default();
+        let g = got.clone();
+        sim.spawn(0, 0, move |ctx| async move {
+            // Warm the RTO down to its floor first.
+            for _ in 0..20 {
+                let _ = ctx.rpc(dst, 2, b"").await;
+            }
+            g.borrow_mut().push(ctx.rpc(dst, 1, b"wait").await);
+        });
+        sim.spawn(1, 0, move |ctx| async move {
+            // Replies 5 ms later: 100 x the RTO floor, past 4 silent attempts by far.
+            ctx.sleep(5_000_000).await;
+            for t in parked.borrow_mut().drain(..) {
+                ctx.send_deferred_reply(t, b"granted".to_vec());
+            }
+        });
+        sim.run_until(100_000_000);
+        let got = got.borrow().clone();
+        (got, runs.get(), sim.worker_stats())
+    };
+    assert_eq!(got, [Ok(b"granted".to_vec())]);
+    assert_eq!(runs, 1);
+    assert!(stats.rpc_retransmits >= 3, "the caller probed {} times", stats.rpc_retransmits);
+    assert_eq!(stats.rpc_timeouts, 0);
+}

@@ -5,8 +5,16 @@
 //! off. With `piggyback` on, frames for the same worker are coalesced into as few datagrams as
 //! the MTU allows, and replies wait (up to `piggyback_flush_ns`) to ride on the next request
 //! to that worker: DrTM+H's passive ACK for two-sided primitives (Fig. 4). UD may lose datagrams, so a call that gets
-//! no reply within `timeout_ns` is retransmitted up to `retries` times; servers remember recent
+//! no reply within its retransmission timeout (RTO) is sent again; servers remember recent
 //! replies per caller and answer duplicates from that memory, so handlers run at most once.
+//!
+//! The RTO follows RFC 6298 per peer endpoint: SRTT and RTTVAR from measured round trips,
+//! RTO = SRTT + 4 RTTVAR clamped to `[rto_min_ns, rto_max_ns]` (`timeout_ns` before the first
+//! sample), doubled on each retransmission of a call (up to `rto_max_ns`). Karn's rule: only a
+//! call answered on its first transmission gives a sample, and never one whose reply the server
+//! deferred on purpose (a lock wait is not a round trip). A server that still holds a deferred
+//! call answers its retransmission with a PENDING frame: the caller then knows the peer is
+//! alive and waiting, so `retries` bounds transmissions left unanswered, not waiting.
 //!
 //! A call or reply larger than a datagram travels as fragments (eRPC's multi-packet messages):
 //! frames of kind `FRAGMENT | kind`, each `offset u32 | total u32 | bytes`, which the receiver
@@ -29,6 +37,8 @@ pub const FRAME_HEADER: usize = 16;
 pub const MAX_MESSAGE: usize = 1 << 20;
 /// Kind bit of a fragment frame.
 const FRAGMENT: u8 = 0x10;
+/// Kind bit of a reply the server deferred (not a round-trip sample for the caller's RTO).
+const DEFERRED: u8 = 0x20;
 /// A fragment's payload header: offset u32 | total u32.
 const FRAGMENT_HEADER: usize = 8;
 /// Messages being reassembled per worker; the oldest is dropped beyond this (its sender
@@ -39,9 +49,16 @@ const MAX_PARTIALS: usize = 256;
 pub struct RpcConfig {
     /// Largest datagram payload (the UD MTU).
     pub mtu: u32,
+    /// RTO towards a peer before any round trip to it is measured (RFC 6298's initial RTO).
     pub timeout_ns: Nanos,
-    /// Retransmissions before a call fails with `Timeout`. 0 disables retransmission and
-    /// the servers' duplicate memory.
+    /// Floor of the measured RTO: round trips vary with the server's load more than
+    /// RTTVAR shows at first, and a spurious retransmission costs a datagram each way.
+    pub rto_min_ns: Nanos,
+    /// Cap of the RTO and of its exponential backoff (the floor, if that is higher).
+    pub rto_max_ns: Nanos,
+    /// Transmissions of a call left unanswered (neither reply nor PENDING) after the first,
+    /// before it fails with `Timeout`. 0 disables retransmission and the servers' duplicate
+    /// memory.
     pub retries: u32,
     pub piggyback: bool,
     pub piggyback_flush_ns: Nanos,
@@ -59,6 +76,8 @@ impl Default for RpcConfig {
         RpcConfig {
             mtu: 4096,
             timeout_ns: 2_000_000,
+            rto_min_ns: 50_000,
+            rto_max_ns: 2_000_000,
             retries: 3,
             piggyback: false,
             piggyback_flush_ns: 5_000,
@@ -203,6 +222,8 @@ const STATUS_OK: u8 = 0;
 const STATUS_UNKNOWN_HANDLER: u8 = 1;
 /// The reply exceeded `MAX_MESSAGE`; the payload is `length u64 | limit u64`.
 const STATUS_REPLY_TOO_LARGE: u8 = 2;
+/// The server holds the call (its handler deferred the reply): the caller keeps waiting.
+pub(crate) const STATUS_PENDING: u8 = 3;
 
 /// A one-way RPC message to `handler` as raw bytes, for carrying an RPC over something other
 /// than the RPC layer's own datagrams (an RC SEND: the receiving worker serves it the same way).
@@ -216,6 +237,8 @@ pub(crate) struct Frame<'a> {
     pub kind: FrameKind,
     /// A piece of a larger message (payload `offset u32 | total u32 | bytes`).
     pub fragment: bool,
+    /// A reply the server deferred.
+    pub deferred: bool,
     pub status: u8,
     pub handler: u16,
     pub call_id: CallId,
@@ -262,7 +285,8 @@ impl<'a> Frame<'a> {
     pub(crate) fn decode(buf: &'a [u8], off: usize) -> Option<(Frame<'a>, usize)> {
         let h = buf.get(off..off + FRAME_HEADER)?;
         let fragment = h[0] & FRAGMENT != 0;
-        let kind = match h[0] & !FRAGMENT {
+        let deferred = h[0] & DEFERRED != 0;
+        let kind = match h[0] & !(FRAGMENT | DEFERRED) {
             1 => FrameKind::Request,
             2 => FrameKind::Reply,
             3 => FrameKind::OneWay,
@@ -273,7 +297,7 @@ impl<'a> Frame<'a> {
         let call_id = u64::from_le_bytes(h[8..16].try_into().ok()?);
         let start = off + FRAME_HEADER;
         let payload = buf.get(start..start.checked_add(len)?)?;
-        Some((Frame { kind, fragment, status: h[1], handler, call_id, payload }, start + len))
+        Some((Frame { kind, fragment, deferred, status: h[1], handler, call_id, payload }, start + len))
     }
 
     pub(crate) fn error(&self, dst: Endpoint) -> Option<RpcError> {
@@ -297,8 +321,38 @@ struct PendingCall {
     payload: Option<Vec<u8>>,
     deadline: Nanos,
     attempts: u32,
+    /// Transmissions since the last answer (reply or PENDING).
+    unanswered: u32,
+    /// When the first transmission was queued (for the round-trip sample).
+    sent_at: Nanos,
+    /// This attempt's RTO (backed off on each retransmission).
+    rto: Nanos,
     /// Added to every attempt's timeout: how long the server may defer the reply on purpose.
     patience: Nanos,
+}
+
+/// RFC 6298's round-trip state towards one peer.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) struct RttEstimate {
+    pub srtt: Nanos,
+    pub rttvar: Nanos,
+}
+
+impl RttEstimate {
+    /// RFC 6298 Sec. 2: the first sample sets SRTT = R, RTTVAR = R/2; later ones
+    /// RTTVAR = 3/4 RTTVAR + 1/4 |SRTT - R|, then SRTT = 7/8 SRTT + 1/8 R.
+    fn update(e: Option<Self>, r: Nanos) -> Self {
+        match e {
+            None => RttEstimate { srtt: r, rttvar: r / 2 },
+            Some(RttEstimate { srtt, rttvar }) => {
+                RttEstimate { rttvar: (3 * rttvar + srtt.abs_diff(r)) / 4, srtt: (7 * srtt + r) / 8 }
+            }
+        }
+    }
+    /// SRTT + max(G, 4 RTTVAR), with a 1 ns clock granularity G.
+    fn rto(&self) -> Nanos {
+        self.srtt + (4 * self.rttvar).max(1)
+    }
 }
 
 #[derive(Default)]
@@ -319,8 +373,13 @@ pub(crate) struct RpcState {
     pending: VecDeque<Option<PendingCall>>,
     pending_base: CallId,
     deadlines: BTreeSet<(Nanos, CallId)>,
-    /// Per caller, the calls served recently: when, and the reply (`None` while deferred).
+    /// Per caller, the calls answered recently: when, and the reply.
     served: BTreeMap<Endpoint, Served>,
+    /// Calls whose handler deferred the reply and has not sent it yet: kept until it does,
+    /// however long that takes (a retransmission must never run the handler again).
+    deferred: BTreeSet<(Endpoint, CallId)>,
+    /// Round-trip estimates per peer.
+    rtt: BTreeMap<Endpoint, RttEstimate>,
     requeued: Vec<(Endpoint, Vec<u8>)>,
     /// Byte buffers of received datagrams, reused for outgoing ones.
     spare_bufs: Vec<Vec<u8>>,
@@ -332,8 +391,8 @@ pub(crate) struct RpcState {
     pub(crate) retransmits: u64,
 }
 
-/// Calls served for one caller: when, and the reply (`None` while deferred).
-type Served = BTreeMap<CallId, (Nanos, Option<Vec<u8>>)>;
+/// Calls answered for one caller: when, and the reply.
+type Served = BTreeMap<CallId, (Nanos, Vec<u8>)>;
 
 /// A message being reassembled from fragments.
 struct Partial {
@@ -357,6 +416,8 @@ impl RpcState {
             pending_base: 1,
             deadlines: BTreeSet::new(),
             served: BTreeMap::new(),
+            deferred: BTreeSet::new(),
+            rtt: BTreeMap::new(),
             requeued: Vec::new(),
             spare_bufs: Vec::new(),
             partials: BTreeMap::new(),
@@ -443,10 +504,12 @@ impl RpcState {
         self.cfg.mtu as usize - FRAME_HEADER
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn enqueue(
         &mut self,
         dst: Endpoint,
         kind: FrameKind,
+        flags: u8,
         status: u8,
         handler: u16,
         id: CallId,
@@ -456,13 +519,14 @@ impl RpcState {
         let mtu = self.cfg.mtu as usize;
         let q = self.out.entry(dst).or_default();
         if FRAME_HEADER + payload.len() <= mtu {
-            Frame::encode(&mut q.bytes, kind, status, handler, id, payload);
+            Frame::encode_header(&mut q.bytes, kind, flags, status, handler, id, payload.len());
+            q.bytes.extend_from_slice(payload);
             q.ends.push(q.bytes.len());
         } else {
             let chunk = mtu - FRAME_HEADER - FRAGMENT_HEADER;
             for (i, c) in payload.chunks(chunk).enumerate() {
                 let len = FRAGMENT_HEADER + c.len();
-                Frame::encode_header(&mut q.bytes, kind, FRAGMENT, status, handler, id, len);
+                Frame::encode_header(&mut q.bytes, kind, FRAGMENT | flags, status, handler, id, len);
                 q.bytes.extend_from_slice(&((i * chunk) as u32).to_le_bytes());
                 q.bytes.extend_from_slice(&(payload.len() as u32).to_le_bytes());
                 q.bytes.extend_from_slice(c);
@@ -501,62 +565,115 @@ impl RpcState {
             return Err((id, RpcError::TooLarge { len: payload.len(), max: MAX_MESSAGE }));
         }
         let kind = if want_reply { FrameKind::Request } else { FrameKind::OneWay };
-        self.enqueue(dst, kind, STATUS_OK, handler, id, payload, now);
+        self.enqueue(dst, kind, 0, STATUS_OK, handler, id, payload, now);
         if want_reply {
-            let deadline = now + self.cfg.timeout_ns + patience;
+            let rto = self.rto(dst);
+            let deadline = now + rto + patience;
             let keep = (self.cfg.retries > 0).then(|| payload.to_vec());
-            self.insert_pending(id, PendingCall { coro, dst, handler, payload: keep, deadline, attempts: 1, patience });
+            let p = PendingCall {
+                coro,
+                dst,
+                handler,
+                payload: keep,
+                deadline,
+                attempts: 1,
+                unanswered: 1,
+                sent_at: now,
+                rto,
+                patience,
+            };
+            self.insert_pending(id, p);
             self.deadlines.insert((deadline, id));
         }
         Ok(id)
     }
 
-    /// Queues a reply, or, if it cannot fit a datagram, an error the caller reports.
-    pub(crate) fn queue_reply(&mut self, now: Nanos, token: ReplyToken, payload: &[u8]) {
+    /// Queues a reply (`deferred`: its handler deferred it), or, if it cannot fit a
+    /// datagram, an error the caller reports.
+    pub(crate) fn queue_reply(&mut self, now: Nanos, token: ReplyToken, payload: &[u8], deferred: bool) {
+        let flags = if deferred { DEFERRED } else { 0 };
         if payload.len() > MAX_MESSAGE {
             let err = [(payload.len() as u64).to_le_bytes(), (MAX_MESSAGE as u64).to_le_bytes()].concat();
-            self.enqueue(token.to, FrameKind::Reply, STATUS_REPLY_TOO_LARGE, 0, token.call_id, &err, now);
+            self.enqueue(token.to, FrameKind::Reply, flags, STATUS_REPLY_TOO_LARGE, 0, token.call_id, &err, now);
             return;
         }
-        self.enqueue(token.to, FrameKind::Reply, STATUS_OK, 0, token.call_id, payload, now);
+        self.enqueue(token.to, FrameKind::Reply, flags, STATUS_OK, 0, token.call_id, payload, now);
     }
 
     pub(crate) fn queue_unknown(&mut self, now: Nanos, token: ReplyToken, handler: u16) {
-        self.enqueue(token.to, FrameKind::Reply, STATUS_UNKNOWN_HANDLER, handler, token.call_id, &[], now);
+        self.enqueue(token.to, FrameKind::Reply, 0, STATUS_UNKNOWN_HANDLER, handler, token.call_id, &[], now);
     }
 
-    /// A reply arrived: the coroutine that waits for it, if the call is still pending.
-    pub(crate) fn on_reply(&mut self, call_id: CallId) -> Option<(u32, Endpoint)> {
+    /// The RTO of a new call to `dst`.
+    pub(crate) fn rto(&self, dst: Endpoint) -> Nanos {
+        let raw = self.rtt.get(&dst).map_or(self.cfg.timeout_ns, |e| e.rto());
+        raw.clamp(self.cfg.rto_min_ns, self.cfg.rto_max_ns.max(self.cfg.rto_min_ns))
+    }
+
+    /// The round-trip estimate towards `dst`, if measured.
+    pub(crate) fn rtt_estimate(&self, dst: Endpoint) -> Option<RttEstimate> {
+        self.rtt.get(&dst).copied()
+    }
+
+    /// A reply arrived at `now`: the coroutine that waits for it, if the call is still
+    /// pending. A reply to a call sent once and not deferred by its server is a round-trip
+    /// sample (Karn's rule: a retransmitted call's reply may answer either transmission).
+    pub(crate) fn on_reply(&mut self, now: Nanos, call_id: CallId, deferred: bool) -> Option<(u32, Endpoint)> {
         let p = self.remove_pending(call_id)?;
         self.deadlines.remove(&(p.deadline, call_id));
+        if p.attempts == 1 && !deferred && p.patience == 0 {
+            let e = RttEstimate::update(self.rtt.get(&p.dst).copied(), now.saturating_sub(p.sent_at));
+            self.rtt.insert(p.dst, e);
+        }
         Some((p.coro, p.dst))
     }
 
-    /// Whether a request is a duplicate; re-sends the remembered reply if there is one.
+    /// The server holds the call: it is alive and the handler is waiting, so the call's
+    /// transmissions so far count as answered (the backoff stays).
+    pub(crate) fn on_pending(&mut self, call_id: CallId) {
+        if let Some(p) = self.pending_mut(call_id) {
+            p.unanswered = 0;
+        }
+    }
+
+    /// Whether a request is a duplicate; re-sends the remembered reply, or PENDING for a
+    /// call whose handler has not replied yet.
     pub(crate) fn duplicate(&mut self, now: Nanos, token: ReplyToken) -> bool {
         if self.cfg.retries == 0 {
             return false;
         }
-        let Some((_, seen)) = self.served.get(&token.to).and_then(|m| m.get(&token.call_id)) else {
+        if self.deferred.contains(&(token.to, token.call_id)) {
+            self.enqueue(token.to, FrameKind::Reply, 0, STATUS_PENDING, 0, token.call_id, &[], now);
+            return true;
+        }
+        let Some((_, reply)) = self.served.get(&token.to).and_then(|m| m.get(&token.call_id)) else {
             return false;
         };
-        if let Some(reply) = seen.clone() {
-            self.queue_reply(now, token, &reply);
-        }
+        let reply = reply.clone();
+        self.queue_reply(now, token, &reply, false);
         true
     }
 
-    /// Remembers a served request (and its reply, `None` while deferred) for as long as its
-    /// caller may retransmit it: a duplicate of a forgotten call would run its handler again
-    /// (a second COMMIT could overwrite a later transaction's write). A count-bounded memory
-    /// forgot calls a descheduled caller retransmitted; the bound is now time.
+    /// Remembers a served request: deferred (`None`) until its handler replies, then with its
+    /// reply for as long as its caller may retransmit it: a duplicate of a forgotten call
+    /// would run its handler again (a second COMMIT could overwrite a later transaction's
+    /// write). A count-bounded memory forgot calls a descheduled caller retransmitted; the
+    /// bound is now time.
     pub(crate) fn remember(&mut self, now: Nanos, token: ReplyToken, reply: Option<&[u8]>) {
         if self.cfg.retries == 0 {
             return;
         }
-        let horizon = (self.cfg.timeout_ns + self.cfg.max_patience_ns).saturating_mul(self.cfg.retries as u64 + 1);
+        let Some(reply) = reply else {
+            self.deferred.insert((token.to, token.call_id));
+            return;
+        };
+        self.deferred.remove(&(token.to, token.call_id));
+        // After the reply, the caller sends at most `retries` + 1 more transmissions, each
+        // at most an RTO (capped) plus its patience apart.
+        let rto_cap = self.cfg.rto_max_ns.max(self.cfg.rto_min_ns);
+        let horizon = (rto_cap + self.cfg.max_patience_ns).saturating_mul(self.cfg.retries as u64 + 1);
         let m = self.served.entry(token.to).or_default();
-        m.insert(token.call_id, (now, reply.map(|r| r.to_vec())));
+        m.insert(token.call_id, (now, reply.to_vec()));
         // Call ids grow per caller, so the oldest calls are first.
         while m.first_key_value().is_some_and(|(_, (at, _))| at.saturating_add(horizon) < now) {
             m.pop_first();
@@ -566,21 +683,23 @@ impl RpcState {
     /// Calls whose deadline passed: retransmitted, or failed after the last attempt.
     pub(crate) fn expire(&mut self, now: Nanos) -> Vec<(u32, CallId, RpcError)> {
         let mut failed = Vec::new();
-        let (retries, timeout) = (self.cfg.retries, self.cfg.timeout_ns);
+        let (retries, cap) = (self.cfg.retries, self.cfg.rto_max_ns.max(self.cfg.rto_min_ns));
         while let Some(&(at, id)) = self.deadlines.first() {
             if at > now {
                 break;
             }
             self.deadlines.pop_first();
             let p = self.pending_mut(id).expect("deadline without call");
-            if p.attempts <= retries {
+            if p.unanswered <= retries {
                 if let Some(payload) = p.payload.clone() {
                     p.attempts += 1;
-                    p.deadline = now + timeout + p.patience;
+                    p.unanswered += 1;
+                    p.rto = p.rto.saturating_mul(2).min(cap);
+                    p.deadline = now + p.rto + p.patience;
                     let (dst, handler, d) = (p.dst, p.handler, p.deadline);
                     self.retransmits += 1;
                     self.deadlines.insert((d, id));
-                    self.enqueue(dst, FrameKind::Request, STATUS_OK, handler, id, &payload, now);
+                    self.enqueue(dst, FrameKind::Request, 0, STATUS_OK, handler, id, &payload, now);
                     continue;
                 }
             }
@@ -662,7 +781,8 @@ mod tests {
     /// since (a count bound once let a late duplicate COMMIT run twice), and forgets it after.
     #[test]
     fn duplicates_are_recognised_for_the_whole_retransmission_horizon() {
-        let cfg = RpcConfig { timeout_ns: 1_000, retries: 3, ..RpcConfig::default() };
+        let cfg =
+            RpcConfig { timeout_ns: 1_000, rto_min_ns: 1_000, rto_max_ns: 1_000, retries: 3, ..RpcConfig::default() };
         let mut s = RpcState::new(cfg);
         let to = Endpoint { node: NodeId(1), worker: 0 };
         let token = |call_id| ReplyToken { to, call_id };
@@ -677,13 +797,97 @@ mod tests {
         assert!(s.duplicate(4_001, token(49_999)));
     }
 
+    /// RFC 6298 from measured samples: the first sets SRTT = R and RTTVAR = R/2, later ones
+    /// smooth them; the RTO is SRTT + 4 RTTVAR within [floor, cap], the initial value before
+    /// any sample; a retransmitted or deferred call's reply is no sample (Karn's rule), and
+    /// each retransmission doubles the call's RTO up to the cap.
+    #[test]
+    fn rto_adapts_to_measured_round_trips() {
+        let cfg = RpcConfig { timeout_ns: 1_000_000, rto_min_ns: 1_000, rto_max_ns: 500_000, ..RpcConfig::default() };
+        let mut s = RpcState::new(cfg);
+        let dst = Endpoint { node: NodeId(1), worker: 0 };
+        assert_eq!(s.rto(dst), 500_000, "the initial RTO, capped");
+        let mut t = 0;
+        let mut rtt = |s: &mut RpcState, r: Nanos, deferred: bool| {
+            let id = s.call(t, 0, dst, 1, b"x", true, 0).unwrap();
+            t += r;
+            assert_eq!(s.on_reply(t, id, deferred), Some((0, dst)));
+        };
+        rtt(&mut s, 10_000, false);
+        assert_eq!(s.rtt_estimate(dst), Some(RttEstimate { srtt: 10_000, rttvar: 5_000 }));
+        assert_eq!(s.rto(dst), 30_000);
+        rtt(&mut s, 2_000, false);
+        // RTTVAR = 3/4 5000 + 1/4 |10000 - 2000| = 5750; SRTT = 7/8 10000 + 1/8 2000 = 9000.
+        assert_eq!(s.rtt_estimate(dst), Some(RttEstimate { srtt: 9_000, rttvar: 5_750 }));
+        assert_eq!(s.rto(dst), 32_000);
+        for _ in 0..50 {
+            rtt(&mut s, 2_000, false);
+        }
+        let e = s.rtt_estimate(dst).unwrap();
+        assert!(e.srtt.abs_diff(2_000) < 100 && e.rttvar < 100, "{e:?}");
+        assert!(s.rto(dst) < 3_000, "the RTO follows the round trip down: {}", s.rto(dst));
+        rtt(&mut s, 400_000, true);
+        assert_eq!(s.rtt_estimate(dst), Some(e), "a deferred reply is no sample");
+        // Retransmissions back off from the measured RTO, doubling up to the cap.
+        let rto = s.rto(dst);
+        let id = s.call(t, 0, dst, 1, b"x", true, 0).unwrap();
+        let mut at = t + rto;
+        let mut waits = Vec::new();
+        for _ in 0..3 {
+            assert!(s.expire(at).is_empty());
+            let (d, _) = *s.deadlines.first().unwrap();
+            waits.push(d - at);
+            at = d;
+        }
+        assert_eq!(waits, [2 * rto, 4 * rto, 8 * rto]);
+        assert_eq!(s.expire(at).len(), 1, "the call fails after its retries");
+        assert!(s.on_reply(at, id, false).is_none());
+        assert_eq!(s.rtt_estimate(dst), Some(e), "a retransmitted call gives no sample");
+        assert_eq!(s.retransmits, 3);
+    }
+
+    /// A retransmission of a call its server still holds gets PENDING, which counts as an
+    /// answer: the caller keeps waiting instead of giving up after `retries` silent attempts.
+    #[test]
+    fn pending_resets_the_unanswered_count_but_not_the_backoff() {
+        let cfg =
+            RpcConfig { timeout_ns: 1_000, rto_min_ns: 1_000, rto_max_ns: 4_000, retries: 1, ..RpcConfig::default() };
+        let (mut c, mut srv) = (RpcState::new(cfg.clone()), RpcState::new(cfg));
+        let (dst, me) = (Endpoint { node: NodeId(1), worker: 0 }, Endpoint { node: NodeId(0), worker: 0 });
+        let id = c.call(0, 0, dst, 1, b"x", true, 0).unwrap();
+        let token = ReplyToken { to: me, call_id: id };
+        assert!(!srv.duplicate(0, token));
+        srv.remember(0, token, None);
+        let mut at = 1_000;
+        for _ in 0..10 {
+            assert!(c.expire(at).is_empty(), "gave up at {at} while the server holds the call");
+            assert!(srv.duplicate(at, token));
+            let q = &srv.out[&me];
+            let (f, _) = Frame::decode(&q.bytes, 0).unwrap();
+            assert_eq!((f.kind, f.status), (FrameKind::Reply, STATUS_PENDING));
+            srv.out.clear();
+            c.on_pending(id);
+            at = c.deadlines.first().unwrap().0;
+        }
+        assert_eq!(c.pending_mut(id).unwrap().rto, 4_000, "backed off to the cap");
+        srv.remember(at, token, Some(b"done"));
+        assert!(srv.duplicate(at, token), "the reply is remembered for later duplicates");
+        assert_eq!(c.on_reply(at, id, true), Some((0, dst)));
+        // Without PENDING, the call gives up after its retry.
+        let id = c.call(at, 0, dst, 1, b"x", true, 0).unwrap();
+        let d1 = c.deadlines.first().unwrap().0;
+        assert!(c.expire(d1).is_empty());
+        let d2 = c.deadlines.first().unwrap().0;
+        assert!(matches!(c.expire(d2)[..], [(0, i, RpcError::Timeout { attempts: 2, .. })] if i == id));
+    }
+
     /// Fragments reassemble in any order, once each, and a message over the limit is refused.
     #[test]
     fn fragments_reassemble_in_any_order() {
         let mut s = RpcState::new(RpcConfig { mtu: 256, ..RpcConfig::default() });
         let src = Endpoint { node: NodeId(2), worker: 1 };
         let msg: Vec<u8> = (0..1000u32).map(|i| (i * 31) as u8).collect();
-        s.enqueue(src, FrameKind::Request, STATUS_OK, 7, 42, &msg, 0);
+        s.enqueue(src, FrameKind::Request, 0, STATUS_OK, 7, 42, &msg, 0);
         let q = &s.out[&src];
         let mut frames = Vec::new();
         let mut start = 0;

@@ -374,8 +374,10 @@ impl Shared {
         self.charge(self.cfg.costs.rpc_dispatch_ns + self.cfg.costs.copy_ns(frame.payload.len()));
         match frame.kind {
             FrameKind::Request | FrameKind::OneWay => self.serve(src, frame, start),
+            FrameKind::Reply if frame.status == rpc::STATUS_PENDING => self.rpc.on_pending(frame.call_id),
             FrameKind::Reply => {
-                if let Some((coro, dst)) = self.rpc.on_reply(frame.call_id) {
+                let now = self.now;
+                if let Some((coro, dst)) = self.rpc.on_reply(now, frame.call_id, frame.deferred) {
                     if let Some(t) = self.trace.as_mut() {
                         let why = frame.error(dst).map(|e| match e {
                             RpcError::ReplyTooLarge { .. } => "reply too large",
@@ -427,7 +429,7 @@ impl Shared {
         match outcome {
             Handled::Reply if wants_reply => {
                 self.rpc.remember(self.now, token, Some(&reply));
-                self.rpc.queue_reply(self.now, token, &reply)
+                self.rpc.queue_reply(self.now, token, &reply, false)
             }
             Handled::Reply | Handled::NoReply => {}
             Handled::Defer => self.rpc.remember(self.now, token, None),
@@ -506,7 +508,7 @@ impl Shared {
         if !self.deliver_local(token, payload) {
             let now = self.now;
             self.rpc.remember(now, token, Some(payload));
-            self.rpc.queue_reply(now, token, payload);
+            self.rpc.queue_reply(now, token, payload, true);
         }
     }
 
@@ -878,6 +880,12 @@ impl WorkerCore {
     pub fn now(&self) -> Nanos {
         self.shared.borrow().now
     }
+
+    /// The RTO a new call to `dst` would get, and the measured (SRTT, RTTVAR) behind it.
+    pub fn rpc_rto(&self, dst: Endpoint) -> (Nanos, Option<(Nanos, Nanos)>) {
+        let s = self.shared.borrow();
+        (s.rpc.rto(dst), s.rpc.rtt_estimate(dst).map(|e| (e.srtt, e.rttvar)))
+    }
 }
 
 /// What a coroutine holds: its view of the transport, clock, timers and RNG.
@@ -1112,7 +1120,7 @@ impl Ctx {
         }
         let now = s.now;
         s.rpc.remember(now, token, Some(&payload));
-        s.rpc.queue_reply(now, token, &payload);
+        s.rpc.queue_reply(now, token, &payload, true);
     }
 
     /// Sleeps for `ns` of this worker's time.
