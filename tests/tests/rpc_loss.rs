@@ -149,8 +149,9 @@ fn a_long_deferred_call_does_not_time_out() {
             g.borrow_mut().push(ctx.rpc(dst, 1, b"wait").await);
         });
         sim.spawn(1, 0, move |ctx| async move {
-            // Replies 5 ms later: 100 x the RTO floor, past 4 silent attempts by far.
-            ctx.sleep(5_000_000).await;
+            // Replies 20 ms later: 400 x the RTO floor, twice as long as the caller's nine
+            // silent attempts would last with their backoff (50 us doubling to the 2 ms cap).
+            ctx.sleep(20_000_000).await;
             for t in parked.borrow_mut().drain(..) {
                 ctx.send_deferred_reply(t, b"granted".to_vec());
             }

@@ -78,7 +78,10 @@ impl Default for RpcConfig {
             timeout_ns: 2_000_000,
             rto_min_ns: 50_000,
             rto_max_ns: 2_000_000,
-            retries: 3,
+            // With 3, four silent transmissions in a row (p = 0.02^4 at 1% loss each way)
+            // failed about one run in fifty of the quickstart; with 8 it is ~5e-16 per call,
+            // and the backoff still gives up on a silent peer within ~10 ms.
+            retries: 8,
             piggyback: false,
             piggyback_flush_ns: 5_000,
             doorbell_batching: true,
@@ -803,7 +806,13 @@ mod tests {
     /// each retransmission doubles the call's RTO up to the cap.
     #[test]
     fn rto_adapts_to_measured_round_trips() {
-        let cfg = RpcConfig { timeout_ns: 1_000_000, rto_min_ns: 1_000, rto_max_ns: 500_000, ..RpcConfig::default() };
+        let cfg = RpcConfig {
+            timeout_ns: 1_000_000,
+            rto_min_ns: 1_000,
+            rto_max_ns: 500_000,
+            retries: 3,
+            ..RpcConfig::default()
+        };
         let mut s = RpcState::new(cfg);
         let dst = Endpoint { node: NodeId(1), worker: 0 };
         assert_eq!(s.rto(dst), 500_000, "the initial RTO, capped");
