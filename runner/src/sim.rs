@@ -32,10 +32,13 @@ pub fn run_txns_with(spec: &TxnRunSpec, progress: &mut dyn FnMut(u64, u64)) -> R
     cfg.link_delay_ps = spec.link_delay_ns.iter().map(|d| d * 1000).collect();
     cfg.wan = spec.wan.clone();
     if let Some(w) = &spec.wan {
-        // The RPC timeout is a fixed 2 ms, shorter than a round trip between far data
-        // centers: add four slow one-way trips so a call is not resent while its reply is on
-        // the way. (An RTO derived from the measured round trip will replace this.)
-        cfg.rpc.timeout_ns += (4.0 * w.high_one_way_us() * 1000.0) as u64;
+        // The RTO adapts to measured round trips, but its first value and its cap
+        // (`rpc_rto_initial_ns`, `rpc_rto_max_ns`: 2 ms) are below a round trip between far
+        // data centers: both grow by four slow one-way trips, so a call is not resent while
+        // its reply is still on the way.
+        let wan_ns = (4.0 * w.high_one_way_us() * 1000.0) as u64;
+        cfg.rpc.timeout_ns += wan_ns;
+        cfg.rpc.rto_max_ns += wan_ns;
     }
     // Two-sided passive ACK piggybacks replies on requests; doorbell batching applies to the
     // RPC layer's datagrams too.
