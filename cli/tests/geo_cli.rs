@@ -3,10 +3,12 @@
 //! as it was; the sockets backend emulates constant inter-DC delays and refuses, naming the
 //! field, what it cannot emulate.
 
-use std::net::TcpListener;
+mod common;
+
+use common::{finish, free_port, start_rank};
 use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Child, Command, Output};
+use std::time::Duration;
 
 fn txbed() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_txbed"));
@@ -53,36 +55,10 @@ fn one_data_center_keeps_the_quickstart_digest() {
     assert!(stdout.contains("digest     4b2b04b2ecb6196d"), "{stdout}");
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-/// Rank `rank` of `size` of a sockets run, as `mpirun` starts it.
+/// Rank `rank` of `size` of a sockets run with `--set` edits, as `mpirun` starts it.
 fn rank(path: &str, rank: u32, size: u32, port: u16, sets: &[&str]) -> Child {
-    let mut c = txbed();
-    c.args(["run", path, "--backend", "sockets"]);
-    for s in sets {
-        c.args(["--set", s]);
-    }
-    c.env("OMPI_COMM_WORLD_RANK", rank.to_string())
-        .env("OMPI_COMM_WORLD_SIZE", size.to_string())
-        .env("TXBED_COORDINATOR", format!("127.0.0.1:{port}"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
-}
-
-fn finish(mut c: Child, limit: Duration) -> Output {
-    let t = Instant::now();
-    while c.try_wait().unwrap().is_none() {
-        if t.elapsed() > limit {
-            c.kill().unwrap();
-            panic!("a txbed process hung for {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    c.wait_with_output().unwrap()
+    let args: Vec<&str> = sets.iter().flat_map(|s| ["--set", s]).collect();
+    start_rank(path, rank, size, port, &args)
 }
 
 /// What sockets cannot emulate is refused before anything connects, naming the field.

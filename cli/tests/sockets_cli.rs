@@ -2,9 +2,11 @@
 //! it: rank and size from the launcher's environment, rank 0 reports. And a peer killed
 //! mid-run: the survivors must exit non-zero with a message, not hang.
 
-use std::net::TcpListener;
-use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
+mod common;
+
+use common::{finish, free_port, start_rank};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output};
 use std::time::{Duration, Instant};
 
 fn scenario(name: &str, measure_us: u64) -> PathBuf {
@@ -29,39 +31,13 @@ fn scenario_with(name: &str, measure_us: u64, run_extra: &str) -> PathBuf {
     path
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-/// Starts rank `rank` of 3 with Open MPI's environment variables, as `mpirun -n 3` would.
-fn start(path: &PathBuf, rank: u32, port: u16) -> Child {
+/// Starts rank `rank` of 3, as `mpirun -n 3` would.
+fn start(path: &Path, rank: u32, port: u16) -> Child {
     start_with(path, rank, port, &[])
 }
 
-fn start_with(path: &PathBuf, rank: u32, port: u16, extra: &[&str]) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_txbed"))
-        .args(["run", path.to_str().unwrap(), "--backend", "sockets"])
-        .args(extra)
-        .env("OMPI_COMM_WORLD_RANK", rank.to_string())
-        .env("OMPI_COMM_WORLD_SIZE", "3")
-        .env("TXBED_COORDINATOR", format!("127.0.0.1:{port}"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
-}
-
-/// Waits for a child at most `limit`; a child still running then is killed and the test fails.
-fn finish(mut c: Child, limit: Duration) -> Output {
-    let t = Instant::now();
-    while c.try_wait().unwrap().is_none() {
-        if t.elapsed() > limit {
-            c.kill().unwrap();
-            panic!("a txbed process hung for {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    c.wait_with_output().unwrap()
+fn start_with(path: &Path, rank: u32, port: u16, extra: &[&str]) -> Child {
+    start_rank(path.to_str().unwrap(), rank, 3, port, extra)
 }
 
 #[test]
