@@ -3,6 +3,8 @@
 //! chromium-headless-shell and sets TXBED_REQUIRE_BROWSER, so there a missing browser fails;
 //! elsewhere the browser half is skipped with a message and the page is still checked as text.
 
+mod common;
+
 use assert_cmd::Command;
 use std::path::{Path, PathBuf};
 
@@ -58,16 +60,8 @@ fn svgs(dir: &Path) -> usize {
 
 #[test]
 fn run_and_sweep_pages_render_in_a_browser() {
-    let dir = std::env::temp_dir().join(format!("txbed-html-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let (run, sweep) = (dir.join("run"), dir.join("sweep"));
-
-    txbed()
-        .args(["run", "scenarios/quickstart.ron", "-q", "--measure-us", "100", "--out"])
-        .arg(&run)
-        .assert()
-        .success();
+    let dir = common::scratch("html");
+    let (run, sweep) = common::run_and_sweep(&dir);
     let report: serde_json::Value = serde_json::from_slice(&std::fs::read(run.join("report.json")).unwrap()).unwrap();
     let page = std::fs::read_to_string(run.join("report.html")).unwrap();
     assert!(page.contains("class=\"ok\" id=\"verdict\">serializable: yes, nothing lost"), "{page}");
@@ -84,14 +78,6 @@ fn run_and_sweep_pages_render_in_a_browser() {
         assert!(body.contains(&format!("data-plots=\"{}\"", svgs(&run))), "{body}");
     }
 
-    let file = dir.join("s.ron");
-    let base = root().join("scenarios/quickstart.ron");
-    let text = format!(
-        r#"Sweep(name: "html", base: {base:?}, set: ["run.measure_us=100", "protocol.mode=rpc"],
-           axes: [(path: "protocol.name", values: ["nowait", "occ"])], seeds: [1, 2])"#
-    );
-    std::fs::write(&file, text).unwrap();
-    txbed().arg("sweep").arg(&file).args(["-q", "--out"]).arg(&sweep).assert().success();
     let page = std::fs::read_to_string(sweep.join("report.html")).unwrap();
     assert!(page.contains("every run finished and the checker accepted every history"));
     let plots = svgs(&sweep);
