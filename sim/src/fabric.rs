@@ -21,12 +21,13 @@ use std::cell::Cell;
 use std::future::Future;
 use std::rc::Rc;
 
-use rand::RngCore;
+use rand::{Rng, RngCore};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use txbed_transport::*;
 
 use crate::engine::EventQueue;
+use crate::faults::{LinkParams, NetFaults};
 use crate::memory::{NodeMemory, CACHE_LINE};
 use crate::profile::{headers as h, Atomicity, NicModel, NicProfile, VerbClass};
 use crate::wan::{unit, Wan, WanTransport};
@@ -53,6 +54,11 @@ pub struct SimConfig {
     pub link_delay_ps: Vec<u64>,
     /// Data centers and the links between them (`crate::wan`); `None`: one data center.
     pub wan: Option<Wan>,
+    /// Re-establish an RC connection this long after a network fault broke it (a QP gave up
+    /// with `RetryExceeded` between two live nodes: the connection manager's exchange, then
+    /// the QPs' transitions), and again each time the peer is still out of reach; `None`:
+    /// a broken QP stays broken, as with bare verbs.
+    pub reconnect_ns: Option<u64>,
 }
 
 impl SimConfig {
@@ -77,6 +83,7 @@ impl SimConfig {
             loopback: false,
             link_delay_ps: Vec::new(),
             wan: None,
+            reconnect_ns: None,
         }
     }
 }
@@ -130,6 +137,13 @@ pub struct SimStats {
     pub wan_lost: u64,
     /// Transmissions a reliable transport (RC, TCP) repeated on such a link.
     pub wan_retransmits: u64,
+    /// Messages a partition or a link fault lost (UD datagrams gone; RC transmissions the NIC
+    /// repeated).
+    pub fault_lost: u64,
+    /// Datagrams a link fault delivered twice.
+    pub fault_duplicated: u64,
+    /// RC requests that gave up (retry budget spent) because of a partition or link fault.
+    pub fault_gave_up: u64,
 }
 
 #[derive(Copy, Clone, Debug)]
@@ -172,6 +186,16 @@ enum Ev {
         node: u16,
         worker: u16,
         ns: u32,
+    },
+    /// Re-establish the RC connection of worker `worker`'s `k`-th QP between `a` and `b`,
+    /// if both are still the incarnations `inc_a`, `inc_b`.
+    Reconnect {
+        a: u16,
+        b: u16,
+        worker: u16,
+        k: u16,
+        inc_a: u32,
+        inc_b: u32,
     },
 }
 
@@ -231,6 +255,15 @@ impl Lru {
         }
         self.head = k;
     }
+    /// Makes room for keys up to `keys` (QPs created after the cluster was built).
+    fn grow(&mut self, keys: usize) {
+        if self.present.len() < keys {
+            self.prev.resize(keys, NIL);
+            self.next.resize(keys, NIL);
+            self.present.resize(keys, false);
+        }
+    }
+
     /// Uses `k`; returns whether it was cached.
     fn touch(&mut self, k: u32) -> bool {
         if self.present[k as usize] {
@@ -299,6 +332,12 @@ struct SimQp {
     /// Sender side (RC over an inter-DC RDMA link): when its last packet reached the far DC;
     /// a later one may not overtake it.
     wan_order: u64,
+    /// The connection is gone (its peer restarted, or it was replaced after an error): new
+    /// requests on it are flushed, and requests reaching it are never acknowledged.
+    dead: bool,
+    /// Sender side, with network faults in force: when its last packet arrived (a link
+    /// fault's delay must not let a later packet overtake it: RC keeps order).
+    fault_order: u64,
 }
 
 struct Worker {
@@ -314,6 +353,13 @@ struct Worker {
 
 struct Node {
     alive: bool,
+    /// The RC QP in use per (worker, peer, k), at `(w * nodes + peer) * k + kk`.
+    rc_index: Vec<u32>,
+    /// Incarnation: grows at every restart. Messages carry the incarnations they were sent
+    /// from and to; one from or to an incarnation that is gone is dropped.
+    inc: u32,
+    /// The membership declared this incarnation down: messages from it are fenced off.
+    declared_down: bool,
     mem: Rc<NodeMemory>,
     nics: Vec<Nic>,
     workers: Vec<Worker>,
@@ -345,6 +391,9 @@ struct InFlight {
     /// Response payload bytes DMA-written at the requester (READ data).
     resp_payload: u32,
     dropped: bool,
+    /// Incarnations of the requester and the responder when the request started.
+    src_inc: u32,
+    dst_inc: u32,
 }
 
 impl Default for InFlight {
@@ -369,6 +418,8 @@ impl Default for InFlight {
             wire: 0,
             resp_payload: 0,
             dropped: false,
+            src_inc: 0,
+            dst_inc: 0,
         }
     }
 }
@@ -403,6 +454,28 @@ pub struct Sim {
     /// Inter-DC draws (delay, jitter, loss): a stream of their own, so runs without data
     /// centers draw exactly as before.
     wan_rng: ChaCha8Rng,
+    /// Partitions, link faults and CPU slow-downs in force (`crate::faults`).
+    net: NetFaults,
+    /// Link-fault draws: a stream of their own, as `wan_rng`.
+    fault_rng: ChaCha8Rng,
+}
+
+/// What the network faults in force do to one packet (`Sim::fault_leg`).
+enum Leg {
+    Lost,
+    GaveUp,
+    /// Delivered this much later than without faults, ps.
+    Late(u64),
+}
+
+/// How a packet fares on its way.
+enum Arrival {
+    /// Its last bit arrives then, ps.
+    At(u64),
+    /// A datagram lost on the way (UD: gone).
+    Lost,
+    /// A reliable transport spent its retry budget: the requester gives up at `at` (ps).
+    GaveUp(u64),
 }
 
 fn ceil_ns(ps: u64) -> u64 {
@@ -496,33 +569,19 @@ impl Sim {
             let mem = Rc::new(NodeMemory::new(clock_ps.clone()));
             let per_worker = cfg.max_coroutines as u64 * cfg.scratch_per_coroutine as u64;
             let scratch = mem.register(per_worker * cfg.workers as u64, rkey_for(n as u16, 0), lkey_for(n as u16, 0));
-            let mut workers = Vec::new();
-            for w in 0..cfg.workers {
-                let wc = WorkerConfig {
-                    me: Endpoint { node: NodeId(n as u16), worker: w },
-                    nodes: cfg.nodes,
-                    workers: cfg.workers,
-                    costs: m.host.clone(),
-                    rpc: rpc.clone(),
-                    seed: cfg.seed,
-                    scratch: LocalBuf {
-                        lkey: scratch.lkey,
-                        addr: scratch.addr + w as u64 * per_worker,
-                        len: per_worker as u32,
-                    },
-                    scratch_per_coroutine: cfg.scratch_per_coroutine,
-                };
-                workers.push(Worker {
-                    core: WorkerCore::new(wc, mem.clone()),
-                    nic: (w as u32 % m.nics_per_node) as u8,
-                    busy_until: 0,
-                    wake_at: None,
-                    gen: 0,
-                    qps: Vec::new(),
-                    ud_qp: 0,
-                });
-            }
-            nodes.push(Node { alive: true, mem, nics: Vec::new(), workers, qps: Vec::new(), scratch });
+            let workers = (0..cfg.workers).map(|w| new_worker(&cfg, &m, &rpc, n as u16, w, &mem, scratch)).collect();
+            let node = Node {
+                alive: true,
+                rc_index: Vec::new(),
+                inc: 0,
+                declared_down: false,
+                mem,
+                nics: Vec::new(),
+                workers,
+                qps: Vec::new(),
+                scratch,
+            };
+            nodes.push(node);
         }
         // QPs: worker w of node a has K RC QPs to every other node, connected to worker w's
         // k-th QP of that node; plus one UD QP.
@@ -552,6 +611,7 @@ impl Sim {
                             QpId(u32::MAX)
                         };
                         nodes[a].qps.push(SimQp::new(w as u16, wnic, QpType::Rc, b as u16, idx(w, a, kk), core));
+                        nodes[a].rc_index.push(idx(w, b, kk));
                     }
                 }
             }
@@ -583,6 +643,8 @@ impl Sim {
             wan_free: vec![0; cfg.wan.as_ref().map_or(0, |w| w.links.len())],
             wan_conn_order: if cfg.wan.is_some() { vec![0; nn * nn] } else { Vec::new() },
             wan_rng: ChaCha8Rng::seed_from_u64(cfg.seed ^ 0x3a4e_d1a7),
+            net: NetFaults::default(),
+            fault_rng: ChaCha8Rng::seed_from_u64(cfg.seed ^ 0xfa17_0017),
             cfg,
         })
     }
@@ -675,6 +737,225 @@ impl Sim {
         self.nodes[node as usize].alive
     }
 
+    /// `node`'s incarnation (0, then one more at each restart).
+    pub fn incarnation(&self, node: u16) -> u32 {
+        self.nodes[node as usize].inc
+    }
+
+    /// Crashes `node` now: its CPUs and NIC stop at once (requests to it are never answered,
+    /// datagrams to it vanish). Its memory is left as it was: what survives is the caller's
+    /// to decide (`memory`).
+    pub fn crash(&mut self, node: u16) {
+        self.q.record(7, node as u64, self.nodes[node as usize].inc as u64);
+        self.nodes[node as usize].alive = false;
+    }
+
+    /// The membership declared crashed `node` down: from now on nothing its dead incarnation
+    /// sent is delivered (fencing; what arrived before is kept).
+    pub fn declare_down(&mut self, node: u16) {
+        assert!(!self.nodes[node as usize].alive, "node {node} declared down while running");
+        self.q.record(11, node as u64, self.nodes[node as usize].inc as u64);
+        self.nodes[node as usize].declared_down = true;
+    }
+
+    /// Gives every worker of the cluster the membership view `v` (the simulator's membership
+    /// service delivers it to all at once), and lets the workers whose calls it failed run.
+    pub fn set_view(&mut self, v: &View) {
+        self.q.record(12, v.epoch, 0);
+        let now = self.q.now();
+        for n in 0..self.cfg.nodes {
+            for w in 0..self.cfg.workers {
+                let wk = &mut self.nodes[n as usize].workers[w as usize];
+                wk.core.set_view(v);
+                if self.nodes[n as usize].alive && self.nodes[n as usize].workers[w as usize].core.has_work() {
+                    self.ensure_wake(n, w, now);
+                }
+            }
+        }
+    }
+
+    /// Restarts crashed `node` now, as a new incarnation: fresh workers (cores without
+    /// coroutines, handlers or state: the caller registers and spawns them), fresh NICs,
+    /// and new RC connections to every other node (the old ones, there and here, are dead:
+    /// what is posted on them is flushed, what reaches them is never acknowledged).
+    /// Memory is left as it is (`memory`): the caller restores what did not survive.
+    pub fn restart(&mut self, node: u16) {
+        let a = node as usize;
+        assert!(!self.nodes[a].alive, "node {node} restarted while running");
+        let (nn, k, workers) = (self.cfg.nodes as usize, self.cfg.qps_per_node as usize, self.cfg.workers);
+        self.q.record(10, node as u64, self.nodes[a].inc as u64 + 1);
+        for q in &mut self.nodes[a].qps {
+            q.dead = true;
+            q.error = true;
+        }
+        for b in (0..nn).filter(|&b| b != a) {
+            for w in 0..workers as usize {
+                for kk in 0..k {
+                    let old = self.nodes[b].rc_index[(w * nn + a) * k + kk] as usize;
+                    self.nodes[b].qps[old].dead = true;
+                    self.nodes[b].qps[old].error = true;
+                }
+            }
+        }
+        let rpc = RpcConfig { mtu: self.m.mtu, ..self.cfg.rpc.clone() };
+        let (mem, scratch) = (self.nodes[a].mem.clone(), self.nodes[a].scratch);
+        let fresh: Vec<Worker> =
+            (0..workers).map(|w| new_worker(&self.cfg, &self.m, &rpc, node, w, &mem, scratch)).collect();
+        let now_ps = self.q.now() * 1000;
+        {
+            let n = &mut self.nodes[a];
+            n.workers = fresh;
+            n.alive = true;
+            n.inc += 1;
+            n.declared_down = false;
+            for nic in &mut n.nics {
+                nic.pu_free = now_ps;
+                nic.tx_free = now_ps;
+                nic.port_free = now_ps;
+                nic.pcie_rd_free = now_ps;
+                nic.atomic_busy.clear();
+            }
+        }
+        let sq = self.m.send_queue_depth;
+        for w in 0..workers {
+            let wnic = self.nodes[a].workers[w as usize].nic;
+            let core_ud = self.nodes[a].workers[w as usize].core.add_qp(QpType::Ud, NodeId(node), sq);
+            let ud = self.nodes[a].qps.len() as u32;
+            self.nodes[a].qps.push(SimQp::new(w, wnic, QpType::Ud, node, 0, core_ud));
+            self.nodes[a].workers[w as usize].ud_qp = ud;
+            self.nodes[a].workers[w as usize].qps.push(ud);
+            for b in 0..nn {
+                for kk in 0..k {
+                    let slot = (w as usize * nn + b) * k + kk;
+                    if b == a {
+                        if self.cfg.loopback {
+                            let core = self.nodes[a].workers[w as usize].core.add_qp(QpType::Rc, NodeId(node), sq);
+                            let i = self.nodes[a].qps.len() as u32;
+                            self.nodes[a].qps.push(SimQp::new(w, wnic, QpType::Rc, node, i, core));
+                            self.nodes[a].workers[w as usize].qps.push(i);
+                            self.nodes[a].rc_index[slot] = i;
+                        }
+                        continue;
+                    }
+                    let core = self.nodes[a].workers[w as usize].core.add_qp(QpType::Rc, NodeId(b as u16), sq);
+                    let i = self.nodes[a].qps.len() as u32;
+                    self.nodes[a].qps.push(SimQp::new(w, wnic, QpType::Rc, b as u16, 0, core));
+                    self.nodes[a].workers[w as usize].qps.push(i);
+                    self.nodes[a].rc_index[slot] = i;
+                    let j = self.new_peer_qp(b as u16, w, node, kk as u16, i);
+                    self.nodes[a].qps[i as usize].peer_qp = j;
+                }
+            }
+        }
+        self.grow_qp_caches();
+    }
+
+    /// A new QP at `b` for worker `w`'s `kk`-th connection to `a`, connected to `a`'s QP
+    /// `peer_qp`; `b`'s core swaps it in for the old one. Returns its index at `b`.
+    fn new_peer_qp(&mut self, b: u16, w: u16, a: u16, kk: u16, peer_qp: u32) -> u32 {
+        let (nn, k) = (self.cfg.nodes as usize, self.cfg.qps_per_node as usize);
+        let slot = (w as usize * nn + a as usize) * k + kk as usize;
+        let nb = &mut self.nodes[b as usize];
+        let old = nb.rc_index[slot] as usize;
+        let j = nb.qps.len() as u32;
+        let wk = &mut nb.workers[w as usize];
+        let core = wk.core.replace_qp(nb.qps[old].core_qp).expect("an RC QP of the core");
+        debug_assert_eq!(core.0 as usize, wk.qps.len(), "core and simulator QP tables in step");
+        wk.qps.push(j);
+        let wnic = wk.nic;
+        nb.qps.push(SimQp::new(w, wnic, QpType::Rc, a, peer_qp, core));
+        nb.rc_index[slot] = j;
+        j
+    }
+
+    fn grow_qp_caches(&mut self) {
+        for n in &mut self.nodes {
+            let keys = n.qps.len();
+            for nic in &mut n.nics {
+                nic.qp_cache.grow(keys);
+            }
+        }
+    }
+
+    /// Re-establishes worker `w`'s `kk`-th RC connection between live nodes `a` and `b`
+    /// (a fault broke it): new QPs at both ends, the old ones dead.
+    fn reconnect(&mut self, a: u16, b: u16, w: u16, kk: u16) {
+        let (nn, k) = (self.cfg.nodes as usize, self.cfg.qps_per_node as usize);
+        self.q.record(13, ((a as u64) << 32) | ((b as u64) << 16) | w as u64, kk as u64);
+        for (x, y) in [(a, b), (b, a)] {
+            let old = self.nodes[x as usize].rc_index[(w as usize * nn + y as usize) * k + kk as usize] as usize;
+            self.nodes[x as usize].qps[old].dead = true;
+            self.nodes[x as usize].qps[old].error = true;
+        }
+        let i = self.nodes[a as usize].qps.len() as u32;
+        // `a`'s side first (its peer index is filled in once `b`'s exists).
+        let ia = self.new_peer_qp(a, w, b, kk, 0);
+        debug_assert_eq!(ia, i);
+        let ib = self.new_peer_qp(b, w, a, kk, ia);
+        self.nodes[a as usize].qps[ia as usize].peer_qp = ib;
+        self.grow_qp_caches();
+    }
+
+    /// A request on `a`'s QP `qp` to `b` gave up (`RetryExceeded`): with reconnection on,
+    /// the connection is re-established `reconnect_ns` later if both ends are still there.
+    fn schedule_reconnect(&mut self, a: u16, qp: u32) {
+        let Some(after) = self.cfg.reconnect_ns else { return };
+        let q = &self.nodes[a as usize].qps[qp as usize];
+        if q.kind != QpType::Rc || q.dead || q.peer_node == a {
+            return;
+        }
+        let (b, w) = (q.peer_node, q.worker);
+        let (nn, k) = (self.cfg.nodes as usize, self.cfg.qps_per_node as usize);
+        let Some(kk) = (0..k).find(|&kk| self.nodes[a as usize].rc_index[(w as usize * nn + b as usize) * k + kk] == qp)
+        else {
+            return;
+        };
+        let (inc_a, inc_b) = (self.nodes[a as usize].inc, self.nodes[b as usize].inc);
+        let at = self.q.now() + after;
+        self.q.schedule(at, Ev::Reconnect { a, b, worker: w, k: kk as u16, inc_a, inc_b });
+    }
+
+    fn on_reconnect(&mut self, a: u16, b: u16, w: u16, kk: u16, inc_a: u32, inc_b: u32) {
+        let (na, nb) = (&self.nodes[a as usize], &self.nodes[b as usize]);
+        if !na.alive || !nb.alive || na.inc != inc_a || nb.inc != inc_b {
+            return; // a restart connects everything anew
+        }
+        let (nn, k) = (self.cfg.nodes as usize, self.cfg.qps_per_node as usize);
+        let cur = na.rc_index[(w as usize * nn + b as usize) * k + kk as usize] as usize;
+        if !na.qps[cur].error {
+            return; // already re-established
+        }
+        let now = self.q.now();
+        if self.net.cut(a, b, now) || self.net.cut(b, a, now) {
+            // The connection manager's exchange cannot get through yet: try again later.
+            let after = self.cfg.reconnect_ns.unwrap_or(0).max(1);
+            self.q.schedule(now + after, Ev::Reconnect { a, b, worker: w, k: kk, inc_a, inc_b });
+            return;
+        }
+        self.reconnect(a, b, w, kk);
+    }
+
+    /// Cuts the network between `a` and `b` now, for `for_ns` (one way: only `a` to `b`).
+    pub fn partition(&mut self, a: &[u16], b: &[u16], one_way: bool, for_ns: u64) {
+        let now = self.q.now();
+        self.q.record(14, a.len() as u64 * 1000 + b.len() as u64, for_ns);
+        self.net.partition(self.cfg.nodes, a, b, one_way, now, for_ns);
+    }
+
+    /// A link fault on `from -> to` (and back with `both_ways`), now, for `for_ns`.
+    pub fn link_fault(&mut self, from: u16, to: u16, both_ways: bool, for_ns: u64, e: LinkParams) {
+        let now = self.q.now();
+        self.q.record(15, ((from as u64) << 16) | to as u64, for_ns);
+        self.net.link(from, to, both_ways, now, for_ns, e);
+    }
+
+    /// `node`'s CPUs take `factor` times as long, now, for `for_ns`.
+    pub fn slow_cpu(&mut self, node: u16, factor: f64, for_ns: u64) {
+        let now = self.q.now();
+        self.q.record(16, node as u64, for_ns);
+        self.net.slow_cpu(node, factor, now, for_ns);
+    }
+
     /// Runs every event up to and including time `until`.
     pub fn run_until(&mut self, until: Nanos) {
         while let Some(ev) = self.q.pop_until(until) {
@@ -740,6 +1021,7 @@ impl Sim {
                 let now = self.q.now();
                 self.charge_cpu(node, worker, now, ns as u64);
             }
+            Ev::Reconnect { a, b, worker, k, inc_a, inc_b } => self.on_reconnect(a, b, worker, k, inc_a, inc_b),
         }
     }
 
@@ -749,6 +1031,7 @@ impl Sim {
         if !self.nodes[node as usize].alive {
             return;
         }
+        let ns = self.net.cpu_ns(node, from, ns);
         let w = &mut self.nodes[node as usize].workers[worker as usize];
         w.busy_until = w.busy_until.max(from) + ns;
         if w.wake_at.is_some_and(|t| t < w.busy_until) {
@@ -774,10 +1057,16 @@ impl Sim {
         w.wake_at = None;
         // Emptied work-request lists go back as many as were just posted: the pools stay small.
         let StepOutcome { used, has_work, timeout } = w.core.step(now, &mut self.drained, &mut self.spare_wrs);
-        w.busy_until = now + used;
+        // A slowed CPU takes longer for the same work (the worker's own clock does not know).
+        w.busy_until = now + self.net.cpu_ns(node, now, used);
         let busy = w.busy_until;
+        let slow = self.net.cpu_permille(node, now);
         let mut drained = std::mem::take(&mut self.drained);
-        for db in drained.drain(..) {
+        for mut db in drained.drain(..) {
+            // A slowed CPU posts later in its step, as it does everything later.
+            if slow != 1000 {
+                db.at = now + ((db.at - now) * slow).div_ceil(1000);
+            }
             let at = ceil_ns(db.at * 1000 + self.m.mmio_latency_ps);
             let slot = match self.free_dbs.pop() {
                 Some(s) => s,
@@ -825,6 +1114,99 @@ impl Sim {
     /// of its last bit, or `None` if a link between data centers lost it (UD over RDMA).
     #[allow(clippy::too_many_arguments)]
     fn transmit(
+        &mut self,
+        src: u16,
+        snic: usize,
+        dst: u16,
+        dnic: usize,
+        ready: u64,
+        bytes: u64,
+        qps: (u32, u32),
+    ) -> Arrival {
+        if self.net.is_empty() || (src == dst && snic == dnic) {
+            return match self.transmit_clean(src, snic, dst, dnic, ready, bytes, qps) {
+                Some(t) => Arrival::At(t),
+                None => Arrival::Lost,
+            };
+        }
+        let ud = self.nodes[src as usize].qps[qps.0 as usize].kind == QpType::Ud;
+        let extra = match self.fault_leg(src, dst, ready, ud) {
+            Leg::Lost => {
+                // The packet still takes its turn on the sender's link before it is lost.
+                let _ = self.transmit_clean(src, snic, dst, dnic, ready, bytes, qps);
+                return Arrival::Lost;
+            }
+            Leg::GaveUp => {
+                self.stats.fault_gave_up += 1;
+                return Arrival::GaveUp(ready + self.m.rc_give_up_ps);
+            }
+            Leg::Late(ps) => ps,
+        };
+        let Some(t) = self.transmit_clean(src, snic, dst, dnic, ready, bytes, qps) else { return Arrival::Lost };
+        let mut t = t + extra;
+        if !ud {
+            // RC never reorders: a packet delayed by a fault holds up the ones behind it.
+            let q = &mut self.nodes[src as usize].qps[qps.0 as usize];
+            t = t.max(q.fault_order);
+            q.fault_order = t;
+        }
+        Arrival::At(t)
+    }
+
+    /// What the network faults in force when a packet leaves `src` for `dst` at `ready_ps`
+    /// do to it. A datagram cut off or dropped is lost; otherwise it is delayed by the link
+    /// fault's delay and a reordering draw. A reliable (RC) packet is sent again every
+    /// `rc_timeout` while it is cut off or dropped, and the requester gives up after
+    /// `rc_retry_count` retransmissions, as the NIC's transport does; it is delayed but never
+    /// reordered.
+    fn fault_leg(&mut self, src: u16, dst: u16, ready_ps: u64, ud: bool) -> Leg {
+        let draw = |rng: &mut ChaCha8Rng, threshold: u64| threshold > 0 && rng.next_u64() < threshold;
+        if ud {
+            let t = ready_ps / 1000;
+            if self.net.cut(src, dst, t) {
+                self.stats.fault_lost += 1;
+                return Leg::Lost;
+            }
+            let Some(e) = self.net.link_effect(src, dst, t) else { return Leg::Late(0) };
+            if draw(&mut self.fault_rng, e.drop_threshold) {
+                self.stats.fault_lost += 1;
+                return Leg::Lost;
+            }
+            let reorder = if e.reorder_ps > 0 { self.fault_rng.gen_range(0..=e.reorder_ps) } else { 0 };
+            return Leg::Late(e.delay_ps + reorder);
+        }
+        let timeout = self.cfg.profile.reliability.rc_timeout_ns * 1000;
+        let retries = self.cfg.profile.reliability.rc_retry_count as u64;
+        let mut tries = 0;
+        loop {
+            let t = (ready_ps + tries * timeout) / 1000;
+            let effect = self.net.link_effect(src, dst, t);
+            let lost = self.net.cut(src, dst, t) || effect.is_some_and(|e| draw(&mut self.fault_rng, e.drop_threshold));
+            if !lost {
+                return Leg::Late(tries * timeout + effect.map_or(0, |e| e.delay_ps));
+            }
+            self.stats.fault_lost += 1;
+            tries += 1;
+            if tries > retries {
+                return Leg::GaveUp;
+            }
+        }
+    }
+
+    /// Whether a datagram leaving `src` for `dst` at `ready_ps` is delivered twice (a link
+    /// fault's duplication), and how much later the copy arrives.
+    fn fault_duplicate(&mut self, src: u16, dst: u16, ready_ps: u64) -> Option<u64> {
+        let e = self.net.link_effect(src, dst, ready_ps / 1000)?;
+        if e.duplicate_threshold == 0 || self.fault_rng.next_u64() >= e.duplicate_threshold {
+            return None;
+        }
+        self.stats.fault_duplicated += 1;
+        Some(1000 + if e.reorder_ps > 0 { self.fault_rng.gen_range(0..=e.reorder_ps) } else { 0 })
+    }
+
+    /// The network path without faults: see [`Sim::transmit`].
+    #[allow(clippy::too_many_arguments)]
+    fn transmit_clean(
         &mut self,
         src: u16,
         snic: usize,
@@ -1048,6 +1430,8 @@ impl Sim {
         o.wire = 0;
         o.resp_payload = 0;
         o.dropped = false;
+        o.src_inc = self.nodes[node as usize].inc;
+        o.dst_inc = self.nodes[dst as usize].inc;
         if failed {
             // Nothing leaves: the request completes with its error, and an RC QP enters the
             // error state.
@@ -1147,7 +1531,14 @@ impl Sim {
         };
         self.q.record(3, self.ops[id as usize].wr.wr_id, ((src as u64) << 16) | dst as u64);
         let is_ud = self.nodes[dst as usize].qps[dst_qp as usize].kind == QpType::Ud;
-        if !self.nodes[dst as usize].alive {
+        if self.fenced(src, self.ops[id as usize].src_inc) {
+            // From an incarnation the membership declared dead: dropped.
+            self.finish_tracked_read(id);
+            return self.release(id);
+        }
+        let gone = self.nodes[dst as usize].inc != self.ops[id as usize].dst_inc
+            || self.nodes[dst as usize].qps[dst_qp as usize].dead;
+        if !self.nodes[dst as usize].alive || gone {
             return self.request_to_dead_node(id, is_ud, now_ps);
         }
         if !self.takes_its_turn(id, now_ps) {
@@ -1182,6 +1573,13 @@ impl Sim {
             }
         };
         self.send_response(id, response);
+    }
+
+    /// Whether messages from `node`'s incarnation `inc` are dropped: it restarted since, or
+    /// the membership declared it dead.
+    fn fenced(&self, node: u16, inc: u32) -> bool {
+        let n = &self.nodes[node as usize];
+        inc != n.inc || (n.declared_down && !n.alive)
     }
 
     /// A request reached a dead node: a UD datagram is lost; an RC request is never
@@ -1391,7 +1789,8 @@ impl Sim {
         let snic = self.nic_of(src, sq);
         let dnic = self.nic_of(dst, dq);
         if response {
-            if !self.nodes[dst as usize].alive {
+            let o = &self.ops[id as usize];
+            if !self.nodes[dst as usize].alive || self.nodes[dst as usize].inc != o.dst_inc {
                 // The responder died before answering: the requester retries, then gives up.
                 let o = &mut self.ops[id as usize];
                 o.status = WcStatus::RetryExceeded;
@@ -1399,14 +1798,29 @@ impl Sim {
                 self.schedule_completion(id, t.max(ready));
                 return;
             }
-            let arrive = self.transmit(dst, dnic, src, snic, ready, bytes, (dq, sq)).expect("RC is never lost");
-            // Requester: data DMA-write (READ, atomic result) and CQE.
-            let landed =
-                arrive + self.m.pipeline_ps + self.m.pcie_write_ps + self.m.pcie_ps(self.ops[id as usize].resp_payload);
-            self.schedule_completion(id, landed);
+            match self.transmit(dst, dnic, src, snic, ready, bytes, (dq, sq)) {
+                Arrival::At(arrive) => {
+                    // Requester: data DMA-write (READ, atomic result) and CQE.
+                    let landed = arrive
+                        + self.m.pipeline_ps
+                        + self.m.pcie_write_ps
+                        + self.m.pcie_ps(self.ops[id as usize].resp_payload);
+                    self.schedule_completion(id, landed);
+                }
+                // Every response to the requester's retransmissions lost: it gives up, though
+                // the request was carried out (the outcome of a verb that failed is unknown).
+                Arrival::GaveUp(at) => {
+                    self.ops[id as usize].status = WcStatus::RetryExceeded;
+                    self.schedule_completion(id, at);
+                }
+                Arrival::Lost => {
+                    self.ops[id as usize].status = WcStatus::RetryExceeded;
+                    self.schedule_completion(id, ready + self.m.rc_give_up_ps);
+                }
+            }
             return;
         }
-        if !self.nodes[src as usize].alive {
+        if !self.nodes[src as usize].alive || self.nodes[src as usize].inc != self.ops[id as usize].src_inc {
             self.release(id);
             return;
         }
@@ -1416,17 +1830,66 @@ impl Sim {
             let (signaled, dropped) = (self.ops[id as usize].wr.signaled, self.ops[id as usize].dropped);
             match arrive {
                 _ if dropped => {}
-                Some(arrive) => self.q.schedule(ceil_ns(arrive), Ev::ReqArrive { op: id }),
-                // Lost between data centers: the arrival's reference goes.
-                None => self.release(id),
+                Arrival::At(arrive) => {
+                    if !self.net.is_empty() {
+                        if let Some(later) = self.fault_duplicate(src, dst, ready) {
+                            let copy = self.copy_datagram(id);
+                            self.q.schedule(ceil_ns(arrive + later), Ev::ReqArrive { op: copy });
+                        }
+                    }
+                    self.q.schedule(ceil_ns(arrive), Ev::ReqArrive { op: id })
+                }
+                // Lost between data centers or to a fault: the arrival's reference goes.
+                Arrival::Lost | Arrival::GaveUp(_) => self.release(id),
             }
             if signaled {
                 let c = ready + self.m.wire_ps(bytes) + self.m.pcie_write_ps;
                 self.q.schedule(ceil_ns(c), Ev::RespArrive { op: id });
             }
         } else {
-            self.q.schedule(ceil_ns(arrive.expect("RC is never lost")), Ev::ReqArrive { op: id });
+            match arrive {
+                Arrival::At(arrive) => self.q.schedule(ceil_ns(arrive), Ev::ReqArrive { op: id }),
+                // Every transmission lost: the request never ran; the requester gives up.
+                Arrival::GaveUp(at) => {
+                    self.ops[id as usize].status = WcStatus::RetryExceeded;
+                    self.schedule_completion(id, at);
+                }
+                Arrival::Lost => {
+                    self.ops[id as usize].status = WcStatus::RetryExceeded;
+                    self.schedule_completion(id, ready + self.m.rc_give_up_ps);
+                }
+            }
         }
+    }
+
+    /// A second in-flight copy of datagram `id` (a link fault duplicated it).
+    fn copy_datagram(&mut self, id: u32) -> u32 {
+        let c = self.take_slot();
+        let (wr, data) = (self.ops[id as usize].wr.clone(), self.ops[id as usize].data.clone());
+        let o = &self.ops[id as usize];
+        let copy = InFlight {
+            src: o.src,
+            src_qp: o.src_qp,
+            seq: o.seq,
+            dst: o.dst,
+            dst_qp: o.dst_qp,
+            wr,
+            data,
+            status: WcStatus::Success,
+            sent_ps: o.sent_ps,
+            tracked_read: false,
+            atomic_new: None,
+            refs: 1,
+            dst_worker: o.dst_worker,
+            depart_ps: o.depart_ps,
+            wire: o.wire,
+            resp_payload: 0,
+            dropped: false,
+            src_inc: o.src_inc,
+            dst_inc: o.dst_inc,
+        };
+        self.ops[c as usize] = copy;
+        c
     }
 
     /// Schedules the requester-side completion of `id` at `t` or later, keeping per-QP order.
@@ -1448,7 +1911,8 @@ impl Sim {
         let busy = &mut self.nodes[o.dst as usize].nics[nic].atomic_busy;
         let p = busy.iter().position(|&(a, _)| a == remote.addr).expect("a committing atomic holds its word");
         busy.swap_remove(p);
-        if let Some(v) = o.atomic_new {
+        let gone = !self.nodes[o.dst as usize].alive || self.nodes[o.dst as usize].inc != o.dst_inc;
+        if let Some(v) = o.atomic_new.filter(|_| !gone) {
             self.nodes[o.dst as usize]
                 .mem
                 .nic_write(remote.addr, &v.to_le_bytes())
@@ -1461,7 +1925,9 @@ impl Sim {
         let o = &mut self.ops[id as usize];
         let (dst, dw, src) = (o.dst, o.dst_worker, o.src);
         self.q.record(5, o.wr.wr_id, ((src as u64) << 16) | dst as u64);
-        if self.nodes[dst as usize].alive {
+        let (src_inc, dst_inc) = (o.src_inc, o.dst_inc);
+        if self.nodes[dst as usize].alive && self.nodes[dst as usize].inc == dst_inc && !self.fenced(src, src_inc) {
+            let o = &mut self.ops[id as usize];
             let src_worker = self.nodes[src as usize].qps[o.src_qp as usize].worker;
             match &o.wr.op {
                 Op::WriteImm { imm, .. } => {
@@ -1483,7 +1949,7 @@ impl Sim {
     fn on_response(&mut self, id: u32) {
         let (src, sq) = (self.ops[id as usize].src, self.ops[id as usize].src_qp);
         self.q.record(6, self.ops[id as usize].wr.wr_id, self.ops[id as usize].status as u64);
-        if !self.nodes[src as usize].alive {
+        if !self.nodes[src as usize].alive || self.nodes[src as usize].inc != self.ops[id as usize].src_inc {
             self.finish_tracked_read(id);
             self.release(id);
             return;
@@ -1497,6 +1963,9 @@ impl Sim {
             } else if status != WcStatus::Success {
                 qp.error_reported = true;
                 qp.error = true;
+                if status == WcStatus::RetryExceeded {
+                    self.schedule_reconnect(src, sq);
+                }
             }
         }
         // Result bytes (READ data, atomic old value). A SEND's payload stays for its delivery.
@@ -1547,6 +2016,30 @@ impl Sim {
     }
 }
 
+/// Worker `w` of node `n` as a new incarnation builds it: a fresh core, no QPs yet.
+fn new_worker(cfg: &SimConfig, m: &NicModel, rpc: &RpcConfig, n: u16, w: u16, mem: &Rc<NodeMemory>, scratch: MemoryRegion) -> Worker {
+    let per_worker = cfg.max_coroutines as u64 * cfg.scratch_per_coroutine as u64;
+    let wc = WorkerConfig {
+        me: Endpoint { node: NodeId(n), worker: w },
+        nodes: cfg.nodes,
+        workers: cfg.workers,
+        costs: m.host.clone(),
+        rpc: rpc.clone(),
+        seed: cfg.seed,
+        scratch: LocalBuf { lkey: scratch.lkey, addr: scratch.addr + w as u64 * per_worker, len: per_worker as u32 },
+        scratch_per_coroutine: cfg.scratch_per_coroutine,
+    };
+    Worker {
+        core: WorkerCore::new(wc, mem.clone()),
+        nic: (w as u32 % m.nics_per_node) as u8,
+        busy_until: 0,
+        wake_at: None,
+        gen: 0,
+        qps: Vec::new(),
+        ud_qp: 0,
+    }
+}
+
 impl SimQp {
     fn new(worker: u16, nic: u8, kind: QpType, peer_node: u16, peer_qp: u32, core_qp: QpId) -> Self {
         SimQp {
@@ -1567,6 +2060,8 @@ impl SimQp {
             posted: 0,
             executed: 0,
             wan_order: 0,
+            dead: false,
+            fault_order: 0,
         }
     }
 }

@@ -11,6 +11,7 @@
 pub mod bench_verbs;
 pub mod engine;
 pub mod fabric;
+pub mod faults;
 pub mod memory;
 pub mod profile;
 pub mod wan;

@@ -12,12 +12,14 @@
 //! themselves beyond moving doorbells, datagrams and completions; protocol code cannot tell
 //! them apart.
 
+pub mod membership;
 pub mod memory;
 pub mod rpc;
 pub mod trace;
 pub mod verbs;
 pub mod worker;
 
+pub use membership::{NodeStatus, View};
 pub use memory::{HostMemory, MemError};
 pub use rpc::{CallId, Handled, HandlerCtx, HandlerFn, ReplyToken, RpcConfig, RpcError};
 pub use trace::TraceEvent;

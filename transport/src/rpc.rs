@@ -102,6 +102,9 @@ pub enum RpcError {
     ReplyTooLarge { dst: Endpoint, len: usize, max: usize },
     /// The reply was never delivered (a bug in the caller's use of the API).
     Lost,
+    /// The membership declared `dst`'s node down: the call was not sent, or its reply will
+    /// never come.
+    PeerDown { dst: Endpoint, handler: u16 },
 }
 
 impl fmt::Display for RpcError {
@@ -119,6 +122,9 @@ impl fmt::Display for RpcError {
                 write!(f, "the reply from {dst} ({len} bytes) exceeds the {max}-byte RPC message limit")
             }
             RpcError::Lost => write!(f, "RPC reply was not collected"),
+            RpcError::PeerDown { dst, handler } => {
+                write!(f, "RPC to handler {handler} at {dst}: the membership declared node {} down", dst.node.0)
+            }
         }
     }
 }
@@ -681,6 +687,33 @@ impl RpcState {
         while m.first_key_value().is_some_and(|(_, (at, _))| at.saturating_add(horizon) < now) {
             m.pop_first();
         }
+    }
+
+    /// `node` was declared down: its pending calls fail (returned as `expire` returns them),
+    /// its queued frames are dropped, and what this worker remembers of its calls (served
+    /// replies, deferred calls, partial messages, round trips) is forgotten: a restarted
+    /// node numbers its calls from 1 again, and they must not pass for duplicates.
+    pub(crate) fn peer_down(&mut self, node: u16) -> Vec<(u32, CallId, RpcError)> {
+        let of = |e: &Endpoint| e.node.0 == node;
+        let ids: Vec<CallId> = self
+            .pending
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| p.as_ref().filter(|p| of(&p.dst)).map(|_| self.pending_base + i as u64))
+            .collect();
+        let mut failed = Vec::new();
+        for id in ids {
+            let p = self.remove_pending(id).expect("listed");
+            self.deadlines.remove(&(p.deadline, id));
+            failed.push((p.coro, id, RpcError::PeerDown { dst: p.dst, handler: p.handler }));
+        }
+        self.out.retain(|e, _| !of(e));
+        self.requeued.retain(|(e, _)| !of(e));
+        self.served.retain(|e, _| !of(e));
+        self.deferred.retain(|(e, _)| !of(e));
+        self.partials.retain(|(e, _, _), _| !of(e));
+        self.rtt.retain(|e, _| !of(e));
+        failed
     }
 
     /// Calls whose deadline passed: retransmitted, or failed after the last attempt.

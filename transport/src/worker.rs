@@ -21,6 +21,7 @@ use std::task::{Context, Poll, Waker};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
+use crate::membership::{NodeStatus, View};
 use crate::memory::{HostMemory, MemError};
 use crate::rpc::{self, CallId, Frame, FrameKind, Handled, HandlerCtx, HandlerFn, ReplyToken, RpcConfig, RpcError};
 use crate::trace::{Recorder, TraceEvent};
@@ -207,6 +208,8 @@ pub(crate) struct Shared {
     pub(crate) stats: WorkerStats,
     /// Event recorder; `None` (the default) keeps every hook to one check.
     trace: Option<Box<Recorder>>,
+    /// The membership as the backend last delivered it.
+    view: View,
 }
 
 impl Shared {
@@ -655,6 +658,7 @@ impl WorkerCore {
             handler_names: Vec::new(),
             stats: WorkerStats::default(),
             trace: None,
+            view: View::all_up(nodes as u16),
         };
         WorkerCore { shared: Rc::new(RefCell::new(shared)), tasks: Vec::new() }
     }
@@ -685,6 +689,52 @@ impl WorkerCore {
 
     pub fn qp_info(&self, qp: QpId) -> Option<QpInfo> {
         self.shared.borrow().qps.get(qp.0 as usize).map(|q| q.info)
+    }
+
+    /// Replaces RC QP `old` (its connection broke: the peer restarted, or the QP went into
+    /// the error state) by a new one the backend connected to the same peer; returns the
+    /// new id, which `Ctx::rc_qp` hands out from now on. `old` stays known, so its late
+    /// completions are still taken (as flushed requests of a dead connection).
+    pub fn replace_qp(&mut self, old: QpId) -> Option<QpId> {
+        let mut s = self.shared.borrow_mut();
+        let info = s.qps.get(old.0 as usize)?.info;
+        if info.kind != QpType::Rc {
+            return None;
+        }
+        let id = QpId(s.qps.len() as u32);
+        s.qps.push(QpState { info: QpInfo { id, ..info }, posted: 0, confirmed: 0, error: false });
+        let slot = s.rc_qps.iter().position(|&q| q == old)?;
+        s.rc_qps[slot] = id;
+        Some(id)
+    }
+
+    /// A new membership view. Calls to nodes it declares down fail now with
+    /// `RpcError::PeerDown` (their coroutines become ready: `has_work`), and what this
+    /// worker's RPC layer kept of those nodes is forgotten.
+    pub fn set_view(&mut self, view: &View) {
+        let mut s = self.shared.borrow_mut();
+        let newly_down: Vec<u16> = (0..view.status.len() as u16)
+            .filter(|&n| view.of(n) == NodeStatus::Down && s.view.of(n) != NodeStatus::Down)
+            .collect();
+        s.view = view.clone();
+        for n in newly_down {
+            let now = s.now;
+            for (coro, call_id, err) in s.rpc.peer_down(n) {
+                s.stats.rpc_timeouts += 1;
+                if let Some(t) = s.trace.as_mut() {
+                    t.call_done(now, call_id, 0, Some("peer down"));
+                }
+                let cs = &mut s.coros[coro as usize];
+                cs.insert_reply(call_id, Err(err));
+                cs.settle_one();
+                s.wake(coro);
+            }
+        }
+    }
+
+    /// The membership view this worker has.
+    pub fn view(&self) -> View {
+        self.shared.borrow().view.clone()
     }
 
     /// Registers an RPC handler under `id` on this worker; an id is registered once.
@@ -955,6 +1005,15 @@ impl Ctx {
         }
     }
 
+    /// `node`'s status in this worker's membership view.
+    pub fn node_status(&self, node: u16) -> NodeStatus {
+        self.shared.borrow().view.of(node)
+    }
+    /// The epoch of this worker's membership view (0 until something changes).
+    pub fn view_epoch(&self) -> u64 {
+        self.shared.borrow().view.epoch
+    }
+
     /// The RC QPs this worker has to `node` (one per emulated connection).
     pub fn rc_qps(&self, node: NodeId) -> Vec<QpId> {
         self.shared.borrow().rc_slice(node).to_vec()
@@ -1015,7 +1074,11 @@ impl Ctx {
         let now = s.now;
         let cost = s.cfg.costs.copy_ns(payload.len());
         s.charge(cost);
-        let r = s.rpc.call(now, self.coro, dst, handler, payload, true, patience);
+        let r = if s.view.is_down(dst.node.0) {
+            Err((s.rpc.next_id(), RpcError::PeerDown { dst, handler }))
+        } else {
+            s.rpc.call(now, self.coro, dst, handler, payload, true, patience)
+        };
         if s.trace.is_some() {
             let name = s.handler_name(handler);
             if let Some(t) = s.trace.as_mut() {
@@ -1023,8 +1086,8 @@ impl Ctx {
                     Ok(id) | Err((id, _)) => *id,
                 };
                 t.call(now, self.coro, id, dst, name, payload.len(), false);
-                if r.is_err() {
-                    t.call_done(now, id, 0, Some("too large"));
+                if let Err((_, e)) = &r {
+                    t.call_done(now, id, 0, Some(if matches!(e, RpcError::PeerDown { .. }) { "peer down" } else { "too large" }));
                 }
             }
         }
@@ -1044,6 +1107,9 @@ impl Ctx {
     /// reclamation, DrTM+H Sec. 5.4).
     pub fn call_oneway(&self, dst: Endpoint, handler: u16, payload: &[u8]) {
         let mut s = self.shared.borrow_mut();
+        if s.view.is_down(dst.node.0) {
+            return;
+        }
         s.stats.rpc_calls += 1;
         let now = s.now;
         let r = s.rpc.call(now, self.coro, dst, handler, payload, false, 0);
