@@ -39,7 +39,7 @@ use txbed_checker::Access;
 use txbed_transport::{Ctx, Handled, HandlerCtx, HandlerFn, HostMemory, LocalBuf, Op, Payload};
 use txbed_workloads::{Executed, TxnSpec};
 
-use txbed_txn::attempt::{committed, new_history, Attempt};
+use txbed_txn::attempt::{new_history, settle, Attempt};
 use txbed_txn::history_key;
 use txbed_txn::msg::KeyReq;
 use txbed_txn::node::{NodeState, BUSY, MALFORMED, MISSING, OK};
@@ -422,23 +422,35 @@ fn geometry(n: &NodeState, table: u16) -> Geometry {
 }
 
 async fn attempt(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Attempt {
-    run(ctx, n, spec, id).await.unwrap_or_else(Attempt::Failed)
+    let mut recs = ops::records(n, spec);
+    let ctts = match next_ts(ctx, n) {
+        Ok(ts) => ts,
+        Err(e) => return Attempt::Failed(e),
+    };
+    let r = run(ctx, n, spec, id, ctts, &mut recs).await;
+    settle(ctx, n, r, &recs, id, ctts).await
 }
 
-async fn run(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Result<Attempt, TxnError> {
+async fn run(
+    ctx: &Ctx,
+    n: &NodeState,
+    spec: &TxnSpec,
+    id: u64,
+    ctts: u64,
+    recs: &mut [Rec],
+) -> Result<Attempt, TxnError> {
     let start_ns = ctx.now();
-    let ctts = next_ts(ctx, n)?;
-    let mut recs = ops::records(n, spec);
+    let epoch0 = ctx.view_epoch();
     // Read set: R1/R2 and rts.
-    let seen = match read_set(ctx, n, &mut recs, ctts).await? {
+    let seen = match read_set(ctx, n, recs, ctts).await? {
         Ok(seen) => seen,
         Err(why) => return Ok(abort(ctx, n, why)),
     };
     // Write set: W1/W2 and the lock.
-    let held = match lock_set(ctx, n, &mut recs, ctts).await? {
+    let held = match lock_set(ctx, n, recs, ctts).await? {
         Ok(held) => held,
         Err(why) => {
-            ops::release(ctx, n, &recs, |r| r.write, ctts).await?;
+            ops::release(ctx, n, recs, |r| r.write, ctts).await?;
             return Ok(abort(ctx, n, why));
         }
     };
@@ -448,17 +460,27 @@ async fn run(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Result<Attemp
     let (new_values, delta) = match n.workload.execute(spec, &reads, &olds) {
         Executed::Commit { new_values, external_delta } => (new_values, external_delta),
         Executed::UserAbort => {
-            ops::release(ctx, n, &recs, |r| r.write, ctts).await?;
+            ops::release(ctx, n, recs, |r| r.write, ctts).await?;
             return Ok(Attempt::UserAbort);
         }
     };
-    ops::log(ctx, n, &recs, &new_values, id).await?;
     let mut h = new_history(ctx, n, spec, id, start_ns);
     for (r, v) in recs.iter().filter(|r| !r.write).zip(&seen) {
         h.reads.push(Access { key: history_key(r.table, r.key), version: v.counter() });
     }
-    commit(ctx, n, &recs, &held, &new_values, ctts, id, &mut h).await?;
-    committed(ctx, n, h, delta);
+    for (r, held) in recs.iter().filter(|r| r.write).zip(&held) {
+        let key = history_key(r.table, r.key);
+        let ver = held.old.counter();
+        h.reads.push(Access { key, version: ver });
+        h.writes.push(Access { key, version: ver + 1 });
+    }
+    if !ops::commit_point(ctx, n, epoch0, recs, &new_values, h, delta) {
+        ops::abandon(ctx, n, recs, ctts).await;
+        return Ok(Attempt::Conflict(txbed_txn::attempt::cause::VIEW_CHANGED));
+    }
+    ops::log(ctx, n, recs, &new_values, id).await?;
+    commit(ctx, n, recs, &held, &new_values, ctts, id).await?;
+    ops::complete(ctx, n, id);
     Ok(Attempt::Committed)
 }
 
@@ -870,6 +892,7 @@ async fn lock_set(ctx: &Ctx, n: &NodeState, recs: &mut [Rec], ctts: u64) -> Stag
     if !recs.iter().any(|r| r.write) {
         return Ok(Ok(Vec::new()));
     }
+    recs.iter_mut().filter(|r| r.write).for_each(|r| r.asked = true);
     let t0 = ctx.now();
     let (result, round_trips, t) = if n.hybrid.onesided(Stage::Lock) {
         lock_onesided(ctx, n, recs, ctts).await?
@@ -1042,10 +1065,10 @@ async fn lock_rpc(ctx: &Ctx, n: &NodeState, recs: &mut [Rec], ctts: u64) -> Resu
 }
 
 /// COMMIT (RCC Sec. 4.4): installs each new value (wts = ctts; the displaced latest version
-/// into its slot) and unlocks; records the write set in `h`. One-sided: the WRITEs of
-/// [`commit_writes`], then the unlock WRITE, in one doorbell per record, only the last
-/// signaled. RPC: the handler does the same in the participant's memory.
-#[allow(clippy::too_many_arguments)]
+/// into its slot) and unlocks. One-sided: the WRITEs of [`commit_writes`], then the unlock
+/// WRITE, in one doorbell per record, only the last signaled. RPC: the handler does the same
+/// in the participant's memory. With faults, a commit that failed is sent again by RPC until
+/// its home answers or is no longer up (the handler commits only while `ctts` holds the lock).
 async fn commit(
     ctx: &Ctx,
     n: &NodeState,
@@ -1054,19 +1077,40 @@ async fn commit(
     new_values: &[Vec<u8>],
     ctts: u64,
     id: u64,
-    h: &mut txbed_checker::Txn,
+) -> Result<(), TxnError> {
+    match commit_once(ctx, n, recs, held, new_values, ctts, id).await {
+        Err(e) if n.recovery.is_some() && e.unreachable_node().is_some() => {
+            let calls = recs
+                .iter()
+                .filter(|r| r.write)
+                .zip(new_values)
+                .map(|(r, v)| {
+                    let req = CommitReq { table: r.table, offset: r.offset, ctts, writer: id, record: v }.encode();
+                    (r.home, H_COMMIT, req)
+                })
+                .collect();
+            ops::until_answered(ctx, n, calls).await;
+            Ok(())
+        }
+        other => other,
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn commit_once(
+    ctx: &Ctx,
+    n: &NodeState,
+    recs: &[Rec],
+    held: &[Held],
+    new_values: &[Vec<u8>],
+    ctts: u64,
+    id: u64,
 ) -> Result<(), TxnError> {
     let t0 = ctx.now();
     let mut t = Tally::default();
     debug_assert_eq!(new_values.len(), recs.iter().filter(|r| r.write).count(), "a new value per write");
     debug_assert_eq!(held.len(), new_values.len(), "a held version per write");
     let writes: Vec<(&Rec, &Vec<u8>)> = recs.iter().filter(|r| r.write).zip(new_values).collect();
-    for (r, held) in writes.iter().map(|(r, _)| r).zip(held) {
-        let key = history_key(r.table, r.key);
-        let ver = held.old.counter();
-        h.reads.push(Access { key, version: ver });
-        h.writes.push(Access { key, version: ver + 1 });
-    }
     if writes.is_empty() {
         return Ok(());
     }
@@ -1215,16 +1259,12 @@ fn commit_handler(n: &NodeState, mem: &dyn HostMemory, req: &[u8]) {
     if mem.read(base, &mut t).is_err() {
         return;
     }
-    // Not a duplicate: the transport runs a handler at most once (a retransmission gets the
-    // remembered reply) and a one-way COMMIT is never resent. The coordinator commits only
-    // records this node's LOCK granted to `ctts`, and nothing else clears that lock: another
-    // lock word here is a bug, and writing would overwrite another transaction's version.
-    assert_eq!(
-        u64_at(&t, LOCK as usize),
-        ctts,
-        "MVCC COMMIT on node {} of the tuple at {offset} without its lock",
-        n.me
-    );
+    // The coordinator commits only records this node's LOCK granted to `ctts`, and only
+    // the commit clears that lock: without it, this is a COMMIT sent again after a failure
+    // (faults) whose first copy landed, and writing would overwrite a later version.
+    if u64_at(&t, LOCK as usize) != ctts {
+        return;
+    }
     let _ = mem.write(base + VERSION, &install(g, &t, ctts, writer, record));
     let _ = mem.store_u64(base + LOCK, 0);
 }

@@ -9,9 +9,9 @@
 //! holds the owner, so an RPC LOCK can be released one-sided (RCC Sec. 5.2).
 
 use txbed_transport::Ctx;
-use txbed_txn::attempt::{cause, committed, execute, new_history, Attempt};
+use txbed_txn::attempt::{cause, execute, new_history, settle, Attempt};
 use txbed_txn::node::NodeState;
-use txbed_txn::ops;
+use txbed_txn::ops::{self, Rec};
 use txbed_txn::protocol::{Bug, LocalBoxFuture, Protocol};
 use txbed_txn::stage::Stage;
 use txbed_txn::TxnError;
@@ -49,24 +49,31 @@ pub const STAGES: [Stage; 4] = [Stage::Lock, Stage::Log, Stage::Release, Stage::
 
 /// Runs one attempt of `spec` as transaction `id` (nonzero; also the lock owner).
 async fn attempt(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Attempt {
-    run(ctx, n, spec, id).await.unwrap_or_else(Attempt::Failed)
+    let mut recs = ops::records(n, spec);
+    let r = run(ctx, n, spec, id, &mut recs).await;
+    settle(ctx, n, r, &recs, id, id).await
 }
 
-async fn run(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Result<Attempt, TxnError> {
+async fn run(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64, recs: &mut [Rec]) -> Result<Attempt, TxnError> {
     let start_ns = ctx.now();
-    let mut recs = ops::records(n, spec);
-    if !ops::lock_and_read(ctx, n, &mut recs, |_| true, id).await? {
-        ops::release(ctx, n, &recs, |_| true, id).await?;
+    let epoch0 = ctx.view_epoch();
+    if !ops::lock_and_read(ctx, n, recs, |_| true, id).await? {
+        ops::release(ctx, n, recs, |_| true, id).await?;
         return Ok(Attempt::Conflict(cause::LOCK_BUSY));
     }
-    let Some((new_values, delta)) = execute(ctx, n, spec, &recs) else {
-        ops::release(ctx, n, &recs, |_| true, id).await?;
+    let Some((new_values, delta)) = execute(ctx, n, spec, recs) else {
+        ops::release(ctx, n, recs, |_| true, id).await?;
         return Ok(Attempt::UserAbort);
     };
-    ops::log(ctx, n, &recs, &new_values, id).await?;
     let mut h = new_history(ctx, n, spec, id, start_ns);
+    ops::history_of(recs, &mut h);
+    if !ops::commit_point(ctx, n, epoch0, recs, &new_values, h, delta) {
+        ops::abandon(ctx, n, recs, id).await;
+        return Ok(Attempt::Conflict(cause::VIEW_CHANGED));
+    }
+    ops::log(ctx, n, recs, &new_values, id).await?;
     let bug = n.bug == Some(UNLOCK_BEFORE_WRITE_BACK);
-    ops::write_back(ctx, n, &recs, &new_values, id, &mut h, bug).await?;
-    committed(ctx, n, h, delta);
+    ops::write_back(ctx, n, recs, &new_values, id, bug).await?;
+    ops::complete(ctx, n, id);
     Ok(Attempt::Committed)
 }

@@ -16,9 +16,9 @@
 
 use serde::{Deserialize, Serialize};
 use txbed_transport::Ctx;
-use txbed_txn::attempt::{cause, committed, execute, new_history, Attempt};
+use txbed_txn::attempt::{cause, execute, new_history, settle, Attempt};
 use txbed_txn::node::NodeState;
-use txbed_txn::ops;
+use txbed_txn::ops::{self, Rec};
 use txbed_txn::protocol::{parse_options, Bug, LocalBoxFuture, OptionValues, Preset, Protocol, Rdma};
 use txbed_txn::stage::{Hybrid, Stage};
 use txbed_txn::TxnError;
@@ -117,16 +117,18 @@ fn no_options() -> OptionValues {
 pub const STAGES: [Stage; 6] = [Stage::Lock, Stage::Read, Stage::Log, Stage::Release, Stage::Commit, Stage::Validate];
 
 async fn attempt(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Attempt {
-    run(ctx, n, spec, id).await.unwrap_or_else(Attempt::Failed)
+    let mut recs = ops::records(n, spec);
+    let r = run(ctx, n, spec, id, &mut recs).await;
+    settle(ctx, n, r, &recs, id, id).await
 }
 
-async fn run(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Result<Attempt, TxnError> {
+async fn run(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64, recs: &mut [Rec]) -> Result<Attempt, TxnError> {
     let start_ns = ctx.now();
-    let mut recs = ops::records(n, spec);
+    let epoch0 = ctx.view_epoch();
     let early = n.participant::<Options>().lock_in_execution && !spec.read_only();
     // FaSST: lock + read the write set now (records() puts reads first).
-    if early && !ops::lock_and_read(ctx, n, &mut recs, |r| r.write, id).await? {
-        ops::release(ctx, n, &recs, |r| r.write, id).await?;
+    if early && !ops::lock_and_read(ctx, n, recs, |r| r.write, id).await? {
+        ops::release(ctx, n, recs, |r| r.write, id).await?;
         return Ok(Attempt::Conflict(cause::LOCK_BUSY));
     }
     // E: fetch. A record caught locked (by another) is being written: abort early.
@@ -134,13 +136,13 @@ async fn run(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Result<Attemp
     ops::fetch(ctx, n, &mut recs[..fetched]).await?;
     if recs[..fetched].iter().any(|r| r.lock_word() != 0 && r.lock_word() != id) {
         if early {
-            ops::release(ctx, n, &recs, |r| r.write, id).await?;
+            ops::release(ctx, n, recs, |r| r.write, id).await?;
         }
         return Ok(Attempt::Conflict(cause::READ_LOCKED));
     }
-    let Some((new_values, delta)) = execute(ctx, n, spec, &recs) else {
+    let Some((new_values, delta)) = execute(ctx, n, spec, recs) else {
         if early {
-            ops::release(ctx, n, &recs, |r| r.write, id).await?;
+            ops::release(ctx, n, recs, |r| r.write, id).await?;
         }
         return Ok(Attempt::UserAbort);
     };
@@ -148,20 +150,25 @@ async fn run(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Result<Attemp
     // versions are those E read, then validate the read set.
     let seen: Vec<(u16, u64)> = recs.iter().map(|r| r.version()).collect();
     if !spec.read_only() && !early {
-        let locked = ops::lock_and_check(ctx, n, &mut recs, |r| r.write, id).await?;
+        let locked = ops::lock_and_check(ctx, n, recs, |r| r.write, id).await?;
         let unchanged = recs.iter().zip(&seen).filter(|(r, _)| r.write && r.locked).all(|(r, v)| r.version() == *v);
         if !locked || !unchanged {
-            ops::release(ctx, n, &recs, |r| r.write, id).await?;
+            ops::release(ctx, n, recs, |r| r.write, id).await?;
             return Ok(Attempt::Conflict(if locked { cause::CHANGED } else { cause::LOCK_BUSY }));
         }
     }
-    if n.bug != Some(SKIP_VALIDATION) && !ops::validate(ctx, n, &recs, |r| !r.write, id).await? {
-        ops::release(ctx, n, &recs, |r| r.write, id).await?;
+    if n.bug != Some(SKIP_VALIDATION) && !ops::validate(ctx, n, recs, |r| !r.write, id).await? {
+        ops::release(ctx, n, recs, |r| r.write, id).await?;
         return Ok(Attempt::Conflict(cause::VALIDATION));
     }
-    ops::log(ctx, n, &recs, &new_values, id).await?;
     let mut h = new_history(ctx, n, spec, id, start_ns);
-    ops::write_back(ctx, n, &recs, &new_values, id, &mut h, false).await?;
-    committed(ctx, n, h, delta);
+    ops::history_of(recs, &mut h);
+    if !ops::commit_point(ctx, n, epoch0, recs, &new_values, h, delta) {
+        ops::abandon(ctx, n, recs, id).await;
+        return Ok(Attempt::Conflict(cause::VIEW_CHANGED));
+    }
+    ops::log(ctx, n, recs, &new_values, id).await?;
+    ops::write_back(ctx, n, recs, &new_values, id, false).await?;
+    ops::complete(ctx, n, id);
     Ok(Attempt::Committed)
 }

@@ -42,7 +42,7 @@ use txbed_checker::Access;
 use txbed_transport::{Ctx, Handled, HandlerCtx, HandlerFn, HostMemory, LocalBuf, Op};
 use txbed_workloads::{Executed, TxnSpec};
 
-use txbed_txn::attempt::{cause, committed, new_history, Attempt};
+use txbed_txn::attempt::{cause, committed, new_history, settle, Attempt};
 use txbed_txn::history_key;
 use txbed_txn::msg::KeyReq;
 use txbed_txn::node::{NodeState, BUSY, MALFORMED, MISSING, OK};
@@ -544,15 +544,17 @@ const RENEW_FAILED: &str = "renew: lease not extended";
 
 /// Runs one attempt of `spec` as transaction `id` (nonzero; also the lock owner).
 async fn attempt(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Attempt {
-    run(ctx, n, spec, id).await.unwrap_or_else(Attempt::Failed)
+    let mut recs = ops::records(n, spec);
+    let r = run(ctx, n, spec, id, &mut recs).await;
+    settle(ctx, n, r, &recs, id, id).await
 }
 
-async fn run(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Result<Attempt, TxnError> {
+async fn run(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64, recs: &mut [Rec]) -> Result<Attempt, TxnError> {
     let start_ns = ctx.now();
-    let mut recs = ops::records(n, spec);
+    let epoch0 = ctx.view_epoch();
     let mut commit_ts = 0u64;
     // READ: the reader is ordered after the version's writer.
-    if !read_set(ctx, n, &mut recs, id).await? {
+    if !read_set(ctx, n, recs, id).await? {
         return Ok(Attempt::Conflict(READ_FAILED));
     }
     for r in recs.iter().filter(|r| !r.write) {
@@ -560,7 +562,7 @@ async fn run(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Result<Attemp
     }
     // LOCK: the writer is ordered after every lease granted on the version it replaces.
     if !spec.read_only() {
-        let locked = ops::lock_and_read(ctx, n, &mut recs, |r| r.write, id).await?;
+        let locked = ops::lock_and_read(ctx, n, recs, |r| r.write, id).await?;
         // A record also read must not have been overwritten since.
         let unchanged = recs.iter().filter(|w| w.write && w.locked).all(|w| {
             recs.iter()
@@ -568,7 +570,7 @@ async fn run(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Result<Attemp
                 .all(|r| lease_of(n, r).0 == lease_of(n, w).0)
         });
         if !locked || !unchanged {
-            ops::release(ctx, n, &recs, |r| r.write, id).await?;
+            ops::release(ctx, n, recs, |r| r.write, id).await?;
             return Ok(Attempt::Conflict(if locked { cause::CHANGED } else { cause::LOCK_BUSY }));
         }
         for w in recs.iter().filter(|r| r.write) {
@@ -577,24 +579,29 @@ async fn run(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Result<Attemp
             commit_ts = commit_ts.max(wts.max(rts) + 1);
         }
     }
-    let Some((new_values, delta)) = execute(ctx, n, spec, &recs) else {
-        ops::release(ctx, n, &recs, |r| r.write, id).await?;
+    let Some((new_values, delta)) = execute(ctx, n, spec, recs) else {
+        ops::release(ctx, n, recs, |r| r.write, id).await?;
         return Ok(Attempt::UserAbort);
     };
     // Validation: every read lease must cover commit_ts.
-    if !renew(ctx, n, &recs, commit_ts, id).await? {
-        ops::release(ctx, n, &recs, |r| r.write, id).await?;
+    if !renew(ctx, n, recs, commit_ts, id).await? {
+        ops::release(ctx, n, recs, |r| r.write, id).await?;
         return Ok(Attempt::Conflict(RENEW_FAILED));
     }
     let mut h = new_history(ctx, n, spec, id, start_ns);
     if spec.read_only() {
-        for r in &recs {
+        for r in recs {
             h.reads.push(Access { key: history_key(r.table, r.key), version: r.version().1 });
         }
         committed(ctx, n, h, delta);
         return Ok(Attempt::Committed);
     }
-    ops::log(ctx, n, &recs, &new_values, id).await?;
+    ops::history_of(recs, &mut h);
+    if !ops::commit_point(ctx, n, epoch0, recs, &new_values, h, delta) {
+        ops::abandon(ctx, n, recs, id).await;
+        return Ok(Attempt::Conflict(cause::VIEW_CHANGED));
+    }
+    ops::log(ctx, n, recs, &new_values, id).await?;
     // COMMIT writes the record and the new lease [commit_ts, commit_ts] after it.
     let with_lease: Vec<Vec<u8>> = recs
         .iter()
@@ -608,8 +615,8 @@ async fn run(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Result<Attemp
             b
         })
         .collect();
-    ops::write_back(ctx, n, &recs, &with_lease, id, &mut h, false).await?;
-    committed(ctx, n, h, delta);
+    ops::write_back(ctx, n, recs, &with_lease, id, false).await?;
+    ops::complete(ctx, n, id);
     Ok(Attempt::Committed)
 }
 

@@ -28,12 +28,10 @@ use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
-use txbed_checker::{Access, Txn};
 use txbed_transport::{Ctx, Handled, HandlerCtx, HandlerFn, LocalBuf, Op, Payload, ReplyToken};
 use txbed_workloads::TxnSpec;
 
-use txbed_txn::attempt::{committed, execute, new_history, Attempt};
-use txbed_txn::history_key;
+use txbed_txn::attempt::{cause, execute, new_history, settle, Attempt};
 use txbed_txn::msg::{CommitReq, LockReply, LockReq, ReleaseReq};
 use txbed_txn::node::{NodeState, MALFORMED};
 use txbed_txn::ops::{self, Rec, Tally};
@@ -362,6 +360,8 @@ async fn background(ctx: Ctx, n: Rc<NodeState>, end: u64) {
 /// waited past the bound), holding the records marked `locked`.
 async fn lock(ctx: &Ctx, n: &NodeState, recs: &mut [Rec], ts: u64) -> Result<bool, TxnError> {
     let t0 = ctx.now();
+    // Every record is locked (with faults, `ops::abandon` releases what may be held).
+    recs.iter_mut().for_each(|r| r.asked = true);
     let (mut round_trips, mut t) = (0u64, Tally::default());
     let all = if n.hybrid.onesided(Stage::Lock) {
         lock_onesided(ctx, n, recs, ts, &mut round_trips, &mut t).await?
@@ -557,7 +557,8 @@ async fn release(ctx: &Ctx, n: &NodeState, recs: &[Rec], ts: u64) -> Result<(), 
 }
 
 /// COMMIT: writes back the new values (version + 1, writer = `id`) and unlocks, and
-/// RELEASEs the records only read (owner = `ts`). Fills `history` like `ops::write_back`.
+/// RELEASEs the records only read (owner = `ts`). With faults, what failed is done again
+/// as `ops::write_back` does it (the wait lists are served by the background poll).
 async fn write_back(
     ctx: &Ctx,
     n: &NodeState,
@@ -565,17 +566,18 @@ async fn write_back(
     new_values: &[Vec<u8>],
     id: u64,
     ts: u64,
-    history: &mut Txn,
 ) -> Result<(), TxnError> {
     let t0 = ctx.now();
     let mut t = Tally::default();
     let mut staging = txbed_txn::ops::staging_at(ctx);
     debug_assert_eq!(new_values.len(), recs.iter().filter(|r| r.write).count(), "a new value per write");
+    let mut failed = None;
     for (r, v) in recs.iter().filter(|r| r.write).zip(new_values) {
-        t += ops::write_back_one(ctx, n, r, v, id, history, &mut staging, true, H_WD_COMMIT).await?;
-    }
-    for r in recs.iter().filter(|r| !r.write) {
-        history.reads.push(Access { key: history_key(r.table, r.key), version: r.version().1 });
+        match ops::write_back_one(ctx, n, r, v, id, &mut staging, true, H_WD_COMMIT).await {
+            Ok(sent) => t += sent,
+            Err(e) if n.recovery.is_some() && e.unreachable_node().is_some() => failed = Some(e),
+            Err(e) => return Err(e),
+        }
     }
     // The read set's unlocks ride in this stage: counted, their bytes not.
     let unlocks = release_posts(ctx, n, recs, |r| !r.write, ts);
@@ -583,7 +585,13 @@ async fn write_back(
     t.local += unlocks.local;
     let waited = ctx.wait().await;
     ctx.clear_replies();
-    waited?;
+    match waited.err().map(TxnError::from).or(failed) {
+        Some(e) if n.recovery.is_some() && e.unreachable_node().is_some() => {
+            ops::finish_write_back(ctx, n, recs, new_values, id, ts, true).await;
+        }
+        Some(e) => return Err(e),
+        None => {}
+    }
     ops::account_tally(ctx, n, Stage::Commit, t0, &t);
     Ok(())
 }
@@ -599,27 +607,42 @@ async fn attempt(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Attempt {
     let me = (ctx.me().worker, ctx.coroutine());
     let restart = part(n).died.borrow_mut().remove(&me).filter(|(s, _)| s == spec);
     let ts = restart.map_or_else(|| timestamp(start_ns, n.me, me.0, ctx.workers(), me.1), |(_, ts)| ts);
-    let outcome = run(ctx, n, spec, id, ts, start_ns).await.unwrap_or_else(Attempt::Failed);
+    let mut recs = ops::records(n, spec);
+    let r = run(ctx, n, spec, id, ts, start_ns, &mut recs).await;
+    let outcome = settle(ctx, n, r, &recs, id, ts).await;
     if matches!(outcome, Attempt::Conflict(_)) {
         part(n).died.borrow_mut().insert(me, (spec.clone(), ts));
     }
     outcome
 }
 
-async fn run(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64, ts: u64, start_ns: u64) -> Result<Attempt, TxnError> {
-    let mut recs = ops::records(n, spec);
-    if !lock(ctx, n, &mut recs, ts).await? {
-        release(ctx, n, &recs, ts).await?;
+async fn run(
+    ctx: &Ctx,
+    n: &NodeState,
+    spec: &TxnSpec,
+    id: u64,
+    ts: u64,
+    start_ns: u64,
+    recs: &mut [Rec],
+) -> Result<Attempt, TxnError> {
+    let epoch0 = ctx.view_epoch();
+    if !lock(ctx, n, recs, ts).await? {
+        release(ctx, n, recs, ts).await?;
         return Ok(Attempt::Conflict(DIED));
     }
-    let Some((new_values, delta)) = execute(ctx, n, spec, &recs) else {
-        release(ctx, n, &recs, ts).await?;
+    let Some((new_values, delta)) = execute(ctx, n, spec, recs) else {
+        release(ctx, n, recs, ts).await?;
         return Ok(Attempt::UserAbort);
     };
-    ops::log(ctx, n, &recs, &new_values, id).await?;
     let mut h = new_history(ctx, n, spec, id, start_ns);
-    write_back(ctx, n, &recs, &new_values, id, ts, &mut h).await?;
-    committed(ctx, n, h, delta);
+    ops::history_of(recs, &mut h);
+    if !ops::commit_point(ctx, n, epoch0, recs, &new_values, h, delta) {
+        ops::abandon(ctx, n, recs, ts).await;
+        return Ok(Attempt::Conflict(cause::VIEW_CHANGED));
+    }
+    ops::log(ctx, n, recs, &new_values, id).await?;
+    write_back(ctx, n, recs, &new_values, id, ts).await?;
+    ops::complete(ctx, n, id);
     Ok(Attempt::Committed)
 }
 

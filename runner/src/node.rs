@@ -21,11 +21,6 @@ use txbed_workloads::{Consistency, Key, Terminal, Workload};
 use crate::outcome::Measured;
 use crate::spec::TxnRunSpec;
 
-/// A transaction id: nonzero, unique per (node, worker, coroutine, sequence).
-fn txn_id(node: u16, worker: u16, coro: u32, seq: u64) -> u64 {
-    ((node as u64 + 1) << 52) | ((worker as u64) << 40) | ((coro as u64 & 0xfff) << 28) | (seq & 0xfff_ffff)
-}
-
 /// Loads `node`'s partition of every table into its store region.
 pub fn load_partition(
     mem: &dyn HostMemory,
@@ -66,6 +61,11 @@ pub fn node_state(spec: &TxnRunSpec, me: u16, catalog: &Rc<Catalog>) -> Rc<NodeS
         rings: RefCell::new(Vec::new()),
         readers: RefCell::new(Vec::new()),
         replica: RefCell::new(Default::default()),
+        recovery: None,
+        incarnation: 0,
+        pending: RefCell::default(),
+        wal: RefCell::default(),
+        committing: RefCell::default(),
         participant: spec.protocol.participant(&spec.protocol_options),
         index: Default::default(),
     })
@@ -115,7 +115,7 @@ pub async fn coordinator(ctx: Ctx, st: Rc<NodeState>, sh: Shared, c: u32) {
             };
             let t = resolved.as_ref().unwrap_or(&drawn_spec);
             seq += 1;
-            let id = txn_id(n, wk, c, seq);
+            let id = txbed_txn::attempt::txn_id(n, st.incarnation, wk, c, seq);
             let began = ctx.now();
             let resumed = ctx.resumes();
             let mut outcome = sh.protocol.attempt(&ctx, &st, t, id).await;
@@ -255,9 +255,9 @@ pub fn node_result(
         r.location.add(&st.cache.borrow().stats);
         r.txns.extend(st.history.borrow().iter().cloned());
         stats.add(&st.stats.borrow());
-        for (&k, &v) in st.replica.borrow().iter() {
+        for (&k, v) in st.replica.borrow().iter() {
             let e = replica.entry(k).or_insert(0);
-            *e = (*e).max(v);
+            *e = (*e).max(v.version);
         }
     }
     for place in &layout.tables {

@@ -6,6 +6,7 @@
 //!
 //! Sweep files (`sweep`) name a base scenario and axes of such edits.
 
+pub mod faults;
 pub mod fields;
 pub mod memory;
 pub mod set;
@@ -44,6 +45,10 @@ pub struct Scenario {
     /// Where `txbed run` runs it unless `--backend` says otherwise.
     #[serde(default)]
     pub backend: BackendName,
+    /// Faults the simulator applies: a schedule, random generators, what survives a crash
+    /// (docs/faults.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub faults: Option<faults::Faults>,
 }
 
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -929,6 +934,7 @@ impl Scenario {
                 ),
             ));
         }
+        self.check_faults()?;
         memory::check_estimate(self, &profile)?;
         Ok(profile)
     }

@@ -21,8 +21,8 @@ use std::cell::Cell;
 use std::future::Future;
 use std::rc::Rc;
 
-use rand::{Rng, RngCore};
 use rand::SeedableRng;
+use rand::{Rng, RngCore};
 use rand_chacha::ChaCha8Rng;
 use txbed_transport::*;
 
@@ -906,7 +906,8 @@ impl Sim {
         }
         let (b, w) = (q.peer_node, q.worker);
         let (nn, k) = (self.cfg.nodes as usize, self.cfg.qps_per_node as usize);
-        let Some(kk) = (0..k).find(|&kk| self.nodes[a as usize].rc_index[(w as usize * nn + b as usize) * k + kk] == qp)
+        let Some(kk) =
+            (0..k).find(|&kk| self.nodes[a as usize].rc_index[(w as usize * nn + b as usize) * k + kk] == qp)
         else {
             return;
         };
@@ -2017,7 +2018,15 @@ impl Sim {
 }
 
 /// Worker `w` of node `n` as a new incarnation builds it: a fresh core, no QPs yet.
-fn new_worker(cfg: &SimConfig, m: &NicModel, rpc: &RpcConfig, n: u16, w: u16, mem: &Rc<NodeMemory>, scratch: MemoryRegion) -> Worker {
+fn new_worker(
+    cfg: &SimConfig,
+    m: &NicModel,
+    rpc: &RpcConfig,
+    n: u16,
+    w: u16,
+    mem: &Rc<NodeMemory>,
+    scratch: MemoryRegion,
+) -> Worker {
     let per_worker = cfg.max_coroutines as u64 * cfg.scratch_per_coroutine as u64;
     let wc = WorkerConfig {
         me: Endpoint { node: NodeId(n), worker: w },

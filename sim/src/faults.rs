@@ -441,6 +441,25 @@ pub fn check_schedule(schedule: &[TimedFault], t: &Topology) -> Result<(), (usiz
     Ok(())
 }
 
+/// When each node `schedule` crashes is down: (crash, restart or the end, nodes).
+fn down_intervals(schedule: &[TimedFault], t: &Topology) -> Vec<(u64, u64, Vec<u16>)> {
+    let mut out: Vec<(u64, u64, Vec<u16>)> = Vec::new();
+    for i in sorted(schedule) {
+        let f = &schedule[i];
+        for n in t.nodes_of(&f.fault) {
+            match f.fault {
+                Fault::Crash { .. } | Fault::CrashDc { .. } => out.push((f.at_us, t.end_us, vec![n])),
+                _ => {
+                    if let Some(d) = out.iter_mut().rev().find(|d| d.2 == [n] && d.1 == t.end_us) {
+                        d.1 = f.at_us;
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
 /// Indices of `schedule` in application order: by time, ties in schedule order.
 pub fn sorted(schedule: &[TimedFault]) -> Vec<usize> {
     let mut idx: Vec<usize> = (0..schedule.len()).collect();
@@ -521,7 +540,10 @@ impl RandomFaults {
             rate("clock_step", c.per_ms)?;
             let m = MAX_FAULT_US as i64;
             if c.by_us.0 > c.by_us.1 || c.by_us.0 < -m || c.by_us.1 > m {
-                return Err(("clock_step.by_us", format!("(lo, hi) must lie in -{m}..={m}, lo <= hi, got {:?}", c.by_us)));
+                return Err((
+                    "clock_step.by_us",
+                    format!("(lo, hi) must lie in -{m}..={m}, lo <= hi, got {:?}", c.by_us),
+                ));
             }
         }
         if let Some(c) = &self.clock_drift {
@@ -531,11 +553,12 @@ impl RandomFaults {
         Ok(())
     }
 
-    /// The schedule these generators give with `seed`, in time order. Draws come from a
-    /// stream of their own. Gaps between a generator's events are uniform in [0, 2 / rate]
+    /// The schedule these generators give with `seed`, in time order, beside the faults
+    /// `fixed` schedules (a crash is not drawn for a node `fixed` has down then). Draws come
+    /// from a stream of their own. Gaps between a generator's events are uniform in [0, 2 / rate]
     /// (mean 1 / rate), an integer draw: exponential gaps would need a logarithm, and libm's
     /// may differ between platforms, while a schedule must be the same everywhere.
-    pub fn expand(&self, seed: u64, t: &Topology) -> Vec<TimedFault> {
+    pub fn expand(&self, seed: u64, t: &Topology, fixed: &[TimedFault]) -> Vec<TimedFault> {
         let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xfa17_5eed_0017);
         let from = self.from_us;
         let until = self.until_us.unwrap_or(t.end_us).min(t.end_us);
@@ -563,7 +586,7 @@ impl RandomFaults {
         // Crashes: a node (or a data center) goes down, and restarts after its downtime,
         // if no more than `max_down` nodes would be down at once.
         let max_down = self.max_down.unwrap_or(1) as usize;
-        let mut down: Vec<(u64, u64, Vec<u16>)> = Vec::new(); // (from, until, nodes)
+        let mut down: Vec<(u64, u64, Vec<u16>)> = down_intervals(fixed, t); // (from, until, nodes)
         let mut crashes = Vec::new();
         if let Some(c) = &self.crash {
             for at in times(&mut r_crash, c.per_ms) {
@@ -856,9 +879,9 @@ mod tests {
             ..Default::default()
         };
         r.check(&t).unwrap();
-        let a = r.expand(7, &t);
-        assert_eq!(a, r.expand(7, &t));
-        assert_ne!(a, r.expand(8, &t));
+        let a = r.expand(7, &t, &[]);
+        assert_eq!(a, r.expand(7, &t, &[]));
+        assert_ne!(a, r.expand(8, &t, &[]));
         assert!(a.len() > 10, "{a:?}");
         check_schedule(&a, &t).unwrap();
         // Never two nodes down at once (max_down 1).

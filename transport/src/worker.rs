@@ -1087,7 +1087,12 @@ impl Ctx {
                 };
                 t.call(now, self.coro, id, dst, name, payload.len(), false);
                 if let Err((_, e)) = &r {
-                    t.call_done(now, id, 0, Some(if matches!(e, RpcError::PeerDown { .. }) { "peer down" } else { "too large" }));
+                    t.call_done(
+                        now,
+                        id,
+                        0,
+                        Some(if matches!(e, RpcError::PeerDown { .. }) { "peer down" } else { "too large" }),
+                    );
                 }
             }
         }

@@ -9,6 +9,23 @@ use crate::error::TxnError;
 use crate::node::NodeState;
 use crate::ops::Rec;
 
+/// A transaction id: nonzero, unique per (node, incarnation, worker, coroutine, sequence):
+/// node + 1 in the top 12 bits; then the node's incarnation (4 bits, wrapping) and the
+/// worker (8 bits: at most 256 workers); the coroutine (12 bits); a 28-bit sequence number.
+pub fn txn_id(node: u16, incarnation: u32, worker: u16, coro: u32, seq: u64) -> u64 {
+    debug_assert!(worker < 256, "worker {worker} does not fit a transaction id");
+    ((node as u64 + 1) << 52)
+        | ((incarnation as u64 & 0xf) << 48)
+        | ((worker as u64 & 0xff) << 40)
+        | ((coro as u64 & 0xfff) << 28)
+        | (seq & 0xfff_ffff)
+}
+
+/// The node of transaction `id` (`txn_id`); `None` for 0.
+pub fn txn_node(id: u64) -> Option<u16> {
+    ((id >> 52) as u16).checked_sub(1)
+}
+
 /// How one attempt ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Attempt {
@@ -35,6 +52,36 @@ pub mod cause {
     /// The index's answers went stale before the transaction read its rows (data-dependent
     /// keys): the workload's logic asked for a retry.
     pub const STALE_LOOKUP: &str = "stale lookup";
+    /// A node the attempt used did not answer, or is down or rejoining (faults).
+    pub const UNAVAILABLE: &str = "node unavailable";
+    /// The membership changed during the attempt, before its commit point (faults).
+    pub const VIEW_CHANGED: &str = "membership changed";
+}
+
+/// How an attempt that ended with `r` ends. With faults in the run, an error that says a
+/// node is out of reach, met before the commit point, aborts it: what it may have locked is
+/// released (`ops::abandon`, with its lock word `owner`) and the coordinator retries it.
+/// Otherwise an error fails it. `id` is the transaction's.
+pub async fn settle(
+    ctx: &Ctx,
+    n: &NodeState,
+    r: Result<Attempt, TxnError>,
+    recs: &[Rec],
+    id: u64,
+    owner: u64,
+) -> Attempt {
+    match r {
+        Ok(a) => a,
+        Err(e) if n.recovery.is_some() && e.unreachable_node().is_some() => {
+            if n.pending.borrow().contains_key(&id) {
+                // Past the commit point nothing may fail this way (log and write-back retry).
+                return Attempt::Failed(e);
+            }
+            crate::ops::abandon(ctx, n, recs, owner).await;
+            Attempt::Conflict(cause::UNAVAILABLE)
+        }
+        Err(e) => Attempt::Failed(e),
+    }
 }
 
 /// A history entry for transaction `id`, started at `start_ns`, not yet ended.

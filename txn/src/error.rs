@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use txbed_transport::{Completion, MemError, PostError, RpcError};
+use txbed_transport::{Completion, MemError, PostError, RpcError, WcStatus};
 
 use crate::wire::WireError;
 
@@ -50,6 +50,11 @@ pub enum TxnError {
     },
     /// The run's shape is beyond what the protocol supports.
     Unsupported(&'static str),
+    /// Node `node` is not serving (down, or rejoining after a crash, in this worker's
+    /// membership view).
+    Unavailable {
+        node: u16,
+    },
 }
 
 impl fmt::Display for TxnError {
@@ -72,6 +77,26 @@ impl fmt::Display for TxnError {
                 write!(f, "backup {backup} applied none of worker {worker}'s log entries for {ms} ms: its ring is full")
             }
             TxnError::Unsupported(what) => f.write_str(what),
+            TxnError::Unavailable { node } => write!(f, "node {node} is not serving (down or rejoining)"),
+        }
+    }
+}
+
+impl TxnError {
+    /// The node this error says failed or is out of reach, if it is that kind of error: a
+    /// verb that gave up or was flushed on a broken connection, a post on such a QP, an RPC
+    /// that got no answer or whose peer the membership declared down. With faults in a run
+    /// these abort the attempt (its locks are released, it is retried); without, they fail it.
+    pub fn unreachable_node(&self) -> Option<u16> {
+        match self {
+            TxnError::Verb(c) if matches!(c.status, WcStatus::RetryExceeded | WcStatus::Flushed) => Some(c.peer.0),
+            TxnError::Post(PostError::QpInError { peer, .. }) => Some(peer.0),
+            TxnError::Rpc(e) | TxnError::Log { error: e, .. } => match e {
+                RpcError::Timeout { dst, .. } | RpcError::PeerDown { dst, .. } => Some(dst.node.0),
+                _ => None,
+            },
+            TxnError::Unavailable { node } => Some(*node),
+            _ => None,
         }
     }
 }

@@ -35,6 +35,7 @@ pub mod ops;
 pub mod participant;
 pub mod post;
 pub mod protocol;
+pub mod recovery;
 pub mod retry;
 pub mod stage;
 pub mod store;

@@ -22,7 +22,7 @@
 //! ring (one-sided form) and calls the reclaim handler in place, or calls the log handler in
 //! place (RPC form).
 
-use txbed_transport::{Ctx, Endpoint, HostMemory, LocalBuf, NodeId, Op, Payload, RpcError};
+use txbed_transport::{Ctx, Endpoint, HostMemory, LocalBuf, NodeId, NodeStatus, Op, Payload, RpcError};
 
 use crate::error::TxnError;
 use crate::msg::{LogEntry, LogRecord, ReclaimReply, ReclaimReq};
@@ -45,9 +45,10 @@ const FRAME: u64 = 16 + 4;
 /// entries this node backs (and applied). A record that does not decode applies nothing.
 pub fn apply(n: &NodeState, record: &[u8]) -> Result<usize, WireError> {
     let record = LogRecord::decode(record)?;
+    let keep_values = n.recovery.is_some();
     let mut replica = n.replica.borrow_mut();
     let mut applied = 0;
-    for LogEntry { table, key, version, .. } in record.entries {
+    for LogEntry { table, key, version, value } in record.entries {
         // A record carries the entries of every primary it wrote: keep the ones this node
         // backs (the k-th backup of a key is its primary + k, for k in 1..replication).
         let home = n.workload.home(txbed_workloads::Key { table, row: key }, n.nodes);
@@ -55,8 +56,17 @@ pub fn apply(n: &NodeState, record: &[u8]) -> Result<usize, WireError> {
         if nth == 0 || nth >= n.replication {
             continue;
         }
-        let v = replica.entry(history_key(table, key)).or_insert(0);
-        *v = (*v).max(version);
+        let r = replica.entry(history_key(table, key)).or_default();
+        // Entries may arrive out of order (rings and RPCs of different writers): the newest
+        // version wins, so applying one twice or late changes nothing.
+        if version > r.version {
+            r.version = version;
+            r.writer = record.id;
+            if keep_values {
+                r.value.clear();
+                r.value.extend_from_slice(value);
+            }
+        }
         applied += 1;
     }
     Ok(applied)
@@ -199,7 +209,17 @@ fn split(record: &[u8], max: usize) -> Result<Vec<Vec<u8>>, TxnError> {
 
 /// Sends `record` to every node in `backups` and waits until all have it. A record larger
 /// than the staging area (one-sided) or a datagram (RPC) goes as several, one after another.
+///
+/// With faults in the run the transaction is past its commit point here, so the log must
+/// get through: a backup that is down is skipped (it rebuilds its replica when it rejoins),
+/// and one that does not answer is tried again until it does, or is down, or has restarted
+/// since (then it rebuilds too: the membership waits for this transaction first).
 pub async fn append(ctx: &Ctx, n: &NodeState, backups: &[u16], record: &[u8]) -> Result<(), TxnError> {
+    if n.recovery.is_some() {
+        let epoch0 = ctx.view_epoch();
+        let live: Vec<u16> = backups.iter().copied().filter(|&b| ctx.node_status(b) != NodeStatus::Down).collect();
+        return append_robust(ctx, n, &live, record, epoch0).await;
+    }
     if !n.hybrid.onesided(Stage::Log) {
         // One datagram per piece (the UD MTU less the RPC frame header), all in flight at once.
         let max = ctx.max_rpc_payload();
@@ -215,6 +235,193 @@ pub async fn append(ctx: &Ctx, n: &NodeState, backups: &[u16], record: &[u8]) ->
     for chunk in split(record, (area / copies).saturating_sub(FRAME + 8) as usize)? {
         append_onesided(ctx, n, backups, &chunk).await?;
     }
+    Ok(())
+}
+
+/// Whether a log record still needs to reach `backup`: not once it is down, nor once the
+/// membership changed since the record was first sent (`epoch0`) while it is not up: it
+/// rejoins with a replica rebuilt after this transaction completes.
+fn still_needed(ctx: &Ctx, backup: u16, epoch0: u64) -> bool {
+    match ctx.node_status(backup) {
+        NodeStatus::Down => false,
+        NodeStatus::Up => true,
+        NodeStatus::Joining => ctx.view_epoch() == epoch0,
+    }
+}
+
+/// [`append`] with faults in the run.
+async fn append_robust(ctx: &Ctx, n: &NodeState, backups: &[u16], record: &[u8], epoch0: u64) -> Result<(), TxnError> {
+    if !n.hybrid.onesided(Stage::Log) {
+        let max = ctx.max_rpc_payload();
+        let pieces = if record.len() <= max { vec![record.to_vec()] } else { split(record, max)? };
+        return append_rpc_robust(ctx, n, backups, &pieces, epoch0).await;
+    }
+    let copies = backups.len().max(1) as u64;
+    let area = crate::post::log_area(ctx).1.min(n.catalog.layout.ring_bytes);
+    let framed = (record.len() as u64 + FRAME).div_ceil(8) * 8;
+    if framed * copies <= area {
+        return append_onesided_robust(ctx, n, backups, record, epoch0).await;
+    }
+    for chunk in split(record, (area / copies).saturating_sub(FRAME + 8) as usize)? {
+        append_onesided_robust(ctx, n, backups, &chunk, epoch0).await?;
+    }
+    Ok(())
+}
+
+/// RPC LOG with faults: each (piece, backup) sent again until the backup takes it or is no
+/// longer needed. A backup applies an entry once however often it gets it (newest version
+/// wins), so repeating one that did arrive is harmless.
+async fn append_rpc_robust(
+    ctx: &Ctx,
+    n: &NodeState,
+    backups: &[u16],
+    pieces: &[Vec<u8>],
+    epoch0: u64,
+) -> Result<(), TxnError> {
+    let worker = ctx.me().worker;
+    let retry = n.recovery.map_or(100_000, |r| r.retry_ns);
+    let mut todo: Vec<(usize, u16)> = (0..pieces.len()).flat_map(|p| backups.iter().map(move |&b| (p, b))).collect();
+    while !todo.is_empty() {
+        let calls: Vec<((usize, u16), _)> = todo
+            .iter()
+            .map(|&(p, b)| {
+                let c = if n.local(b) {
+                    ctx.call_local(H_LOG, &pieces[p])
+                } else {
+                    ctx.call(Endpoint { node: NodeId(b), worker }, H_LOG, &pieces[p])
+                };
+                ((p, b), c)
+            })
+            .collect();
+        let _ = ctx.wait().await;
+        let mut again = Vec::new();
+        for (pb, c) in calls {
+            match ctx.take_reply(c) {
+                Some(Ok(r)) if r.is_empty() => {}
+                Some(Ok(_)) => return Err(TxnError::Wire(WireError::Rejected)),
+                _ => again.push(pb),
+            }
+        }
+        ctx.clear_replies();
+        again.retain(|&(_, b)| still_needed(ctx, b, epoch0));
+        todo = again;
+        if !todo.is_empty() {
+            ctx.sleep(retry).await;
+        }
+    }
+    let mut st = n.stats.borrow_mut();
+    for p in pieces {
+        st.log_records += backups.len() as u64;
+        st.log_bytes += (backups.len() * p.len()) as u64;
+    }
+    Ok(())
+}
+
+/// One-sided LOG of one record with faults: as [`append_onesided`], and if any WRITE failed,
+/// each remote copy is written again at the ring position it reserved until it lands, unless
+/// the backup already reported applying past it, or is no longer needed. Rewriting the
+/// position is safe: a writer reuses ring bytes only after the backup confirmed them, so no
+/// later entry can be there yet.
+async fn append_onesided_robust(
+    ctx: &Ctx,
+    n: &NodeState,
+    backups: &[u16],
+    record: &[u8],
+    epoch0: u64,
+) -> Result<(), TxnError> {
+    let worker = ctx.me().worker;
+    let retry = n.recovery.map_or(100_000, |r| r.retry_ns);
+    let framed_len = (record.len() as u64 + FRAME).div_ceil(8) * 8;
+    let ring = n.catalog.layout.ring_bytes;
+    let (area_at, area) = crate::post::log_area(ctx);
+    if framed_len > ring || framed_len > area || framed_len * backups.len() as u64 > area {
+        let within = "log ring or staging area";
+        return Err(TxnError::TooBig { what: "framed log record", bytes: framed_len, limit: ring.min(area), within });
+    }
+    let s = ctx.scratch();
+    let ring_at = n.catalog.layout.ring(n.me, worker);
+    // (backup, its WRITEs, the ring bytes written once this frame is in)
+    let mut copies: Vec<(u16, Vec<(Op, bool)>, u64)> = Vec::new();
+    let mut reclaims = Vec::new();
+    let mut failed = false;
+    for (i, &b) in backups.iter().enumerate() {
+        let local = n.local(b);
+        loop {
+            if n.log_fits(worker, b, framed_len) || !still_needed(ctx, b, epoch0) {
+                break;
+            }
+            if wait_for_room(ctx, n, b, framed_len).await.is_err() {
+                failed = true;
+                ctx.sleep(retry).await;
+            }
+        }
+        if !still_needed(ctx, b, epoch0) {
+            continue;
+        }
+        let t = n.log_tail(worker, b, framed_len);
+        let mut framed = Vec::with_capacity(framed_len as usize);
+        framed.put_u32(record.len() as u32);
+        framed.put_zeros(4);
+        framed.put_u64(t.seq);
+        framed.put_bytes(record);
+        framed.resize(framed_len as usize - 4, 0);
+        framed.put_u32(record.len() as u32);
+        let src_at = area_at + i as u64 * framed_len;
+        let src = if local { Payload::Inline(framed) } else { staged(ctx, s.lkey, src_at, &framed)? };
+        let mut ops = Vec::new();
+        if let Some(old) = t.wrapped_from {
+            let mut marker = Vec::with_capacity(16);
+            marker.put_u64(WRAP as u64);
+            marker.put_u64(t.seq);
+            ops.push((
+                Op::Write { src: Payload::Inline(marker), remote: n.catalog.remote(b, ring_at + old, 16) },
+                false,
+            ));
+        }
+        ops.push((Op::Write { src, remote: n.catalog.remote(b, ring_at + t.pos, framed_len as u32) }, true));
+        if local {
+            crate::local::on_cpu(ctx, &ops)?;
+        } else {
+            copies.push((b, ops.clone(), n.ring_written(worker, b)));
+            if post_ring(ctx, b, ops).await.is_err() {
+                failed = true;
+            }
+        }
+        if t.reclaim {
+            reclaims.push(b);
+        }
+    }
+    failed |= ctx.wait().await.is_err();
+    if failed {
+        for (b, ops, end) in copies {
+            while still_needed(ctx, b, epoch0) && n.ring_confirmed(worker, b) < end {
+                if post_ring(ctx, b, ops.clone()).await.is_ok() && ctx.wait().await.is_ok() {
+                    break;
+                }
+                ctx.sleep(retry).await;
+            }
+        }
+    }
+    for b in reclaims.into_iter().filter(|&b| still_needed(ctx, b, epoch0)) {
+        let req = ReclaimReq { sender: n.me, worker, notify: true }.encode();
+        if n.local(b) {
+            ctx.call_local_oneway(H_RECLAIM, &req);
+        } else {
+            ctx.call_oneway(Endpoint { node: NodeId(b), worker }, H_RECLAIM, &req);
+        }
+    }
+    let mut st = n.stats.borrow_mut();
+    st.log_records += backups.len() as u64;
+    st.log_bytes += (backups.len() * record.len()) as u64;
+    Ok(())
+}
+
+/// Posts a ring copy's WRITEs on this worker's first QP to `backup`, once the send queue
+/// has room.
+async fn post_ring(ctx: &Ctx, backup: u16, ops: Vec<(Op, bool)>) -> Result<(), TxnError> {
+    let q = crate::post::qp(ctx, backup)?;
+    crate::post::room(ctx, q, ops.len() as u32).await?;
+    ctx.post(q, ops)?;
     Ok(())
 }
 

@@ -258,6 +258,56 @@ impl ReleaseReq {
     }
 }
 
+/// UNLOCK_KEY: release the lock of `key` if `owner` holds it (`ops::abandon`: the attempt may
+/// not know whether it got the lock, nor where the tuple is).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct UnlockKeyReq {
+    pub table: u16,
+    pub key: u64,
+    pub owner: u64,
+}
+
+impl UnlockKeyReq {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(24);
+        KeyReq { table: self.table, key: self.key }.encode_into(&mut out);
+        out.put_u64(self.owner);
+        out
+    }
+
+    pub fn decode(b: &[u8]) -> Result<Self, WireError> {
+        let mut r = Reader::new(b);
+        let table = r.u16()?;
+        r.skip(6)?;
+        let req = UnlockKeyReq { table, key: r.u64()?, owner: r.u64()? };
+        r.finish()?;
+        Ok(req)
+    }
+}
+
+/// COMMIT_IF: the COMMIT of `commit`, done only while `owner` holds the tuple's lock (a
+/// write-back sent again after a failure must not overwrite a later transaction's).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct CommitIfReq<'a> {
+    pub owner: u64,
+    pub commit: CommitReq<'a>,
+}
+
+impl<'a> CommitIfReq<'a> {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(32 + self.commit.record.len());
+        out.put_u64(self.owner);
+        out.extend_from_slice(&self.commit.encode());
+        out
+    }
+
+    pub fn decode(b: &'a [u8]) -> Result<Self, WireError> {
+        let mut r = Reader::new(b);
+        let owner = r.u64()?;
+        Ok(CommitIfReq { owner, commit: CommitReq::decode(r.rest())? })
+    }
+}
+
 /// COMMIT: write back the version word, the writer and the record of the tuple at `offset`,
 /// then unlock. [`CommitReq::body`] is also what a one-sided commit WRITEs at the version
 /// word.

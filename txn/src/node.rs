@@ -22,13 +22,17 @@ pub const H_FETCH: u16 = 15;
 pub const H_VALIDATE: u16 = 16;
 pub const H_LOOKUP: u16 = 17;
 pub const H_RECLAIMED: u16 = 18;
+/// With faults: release a lock by key if the given owner holds it (`ops::abandon`), and a
+/// write-back that installs only while the writer still holds the lock (a repeated COMMIT).
+pub const H_UNLOCK_KEY: u16 = 19;
+pub const H_COMMIT_IF: u16 = 20;
 /// Ids below this are the shared layer's (the common participant handlers and the index);
 /// a protocol's `i`-th handler is `FIRST_PROTOCOL_HANDLER + i` (`protocol::handler_id`).
 pub const FIRST_PROTOCOL_HANDLER: u16 = 32;
-const _: () = assert!(H_RECLAIMED < FIRST_PROTOCOL_HANDLER);
+const _: () = assert!(H_COMMIT_IF < FIRST_PROTOCOL_HANDLER);
 
 /// Handler names, for traces.
-pub const HANDLER_NAMES: [(u16, &str); 9] = [
+pub const HANDLER_NAMES: [(u16, &str); 11] = [
     (H_LOCK, "LOCK"),
     (H_RELEASE, "RELEASE"),
     (H_COMMIT, "COMMIT"),
@@ -38,6 +42,8 @@ pub const HANDLER_NAMES: [(u16, &str); 9] = [
     (H_VALIDATE, "VALIDATE"),
     (H_LOOKUP, "LOOKUP"),
     (H_RECLAIMED, "RECLAIMED"),
+    (H_UNLOCK_KEY, "UNLOCK_KEY"),
+    (H_COMMIT_IF, "COMMIT_IF"),
 ];
 
 /// Reply statuses of the shared handlers; protocols' handlers use them too, and their own
@@ -201,13 +207,53 @@ pub struct NodeState {
     pub rings: RefCell<Vec<RingTail>>,
     /// Backup side, per (sender node, sender worker) ring: where this node reads.
     pub readers: RefCell<Vec<RingHead>>,
-    /// Backup side: the version of every record this node keeps a replica of.
-    pub replica: RefCell<std::collections::BTreeMap<u64, u64>>,
+    /// Backup side: every record this node keeps a replica of and has seen written, by
+    /// history key.
+    pub replica: RefCell<std::collections::BTreeMap<u64, Replica>>,
+    /// Faults are scheduled in this run (`None`: none, and nothing below is used).
+    pub recovery: Option<Recovery>,
+    /// How many times this node restarted (its transaction ids carry it).
+    pub incarnation: u32,
+    /// Transactions past their commit point and not yet complete (coordinator side).
+    pub pending: RefCell<std::collections::BTreeMap<u64, Pending>>,
+    /// The write-ahead log (DrTM Sec. 5.6): the commit record of each pending transaction,
+    /// written at its commit point, dropped once it is complete. It lives with the logs, so
+    /// it survives a crash where the scenario declares the logs durable.
+    pub wal: RefCell<std::collections::BTreeMap<u64, Vec<u8>>>,
+    /// Pending transactions per membership epoch of their commit point: a restarted node
+    /// rejoins once none of an earlier epoch is left anywhere.
+    pub committing: RefCell<std::collections::BTreeMap<u64, u32>>,
     /// The protocol's own per-node state (`Protocol::participant`): wait lists, sequencer
     /// buffers, clocks.
     pub participant: Box<dyn Any>,
     /// The ordered index lookups are answered from (`index`).
     pub index: NodeIndex,
+}
+
+/// A backup's copy of a record: the version and writer it last applied, and (with faults in
+/// the run) the value, from which a crashed primary is rebuilt.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Replica {
+    pub version: u64,
+    pub writer: u64,
+    pub value: Vec<u8>,
+}
+
+/// What a run with faults needs of the transaction layer (docs/faults.md).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Recovery {
+    /// How long a step that must complete (a write-back, a log record, a release) waits
+    /// before it tries a node again that did not answer, ns.
+    pub retry_ns: u64,
+}
+
+/// A transaction past its commit point: its history entry and external delta, kept until it
+/// is complete (or a recovery decides it), and the membership epoch it committed in.
+#[derive(Clone, Debug)]
+pub struct Pending {
+    pub history: Txn,
+    pub delta: i64,
+    pub epoch: u64,
 }
 
 /// Where a log entry goes in a ring.
@@ -301,6 +347,32 @@ impl NodeState {
 
     pub fn ring_confirmed(&self, worker: u16, backup: u16) -> u64 {
         self.ring_tail(worker, backup, |t| t.confirmed)
+    }
+
+    /// Bytes this worker has written to its ring on `backup` so far (wrap padding included).
+    pub fn ring_written(&self, worker: u16, backup: u16) -> u64 {
+        self.ring_tail(worker, backup, |t| t.written)
+    }
+
+    /// Forgets where this node writes in its rings on `backup` and reads the rings `backup`
+    /// writes here (the backup restarted, or this node did): both sides start again at 0.
+    pub fn reset_rings_with(&self, backup: u16) {
+        let workers = self.catalog.layout.log_workers as usize;
+        let mut rings = self.rings.borrow_mut();
+        for w in 0..workers {
+            let i = w * self.nodes as usize + backup as usize;
+            if i < rings.len() {
+                rings[i] = RingTail::default();
+            }
+        }
+        drop(rings);
+        let mut readers = self.readers.borrow_mut();
+        for w in 0..workers {
+            let slot = backup as usize * workers + w;
+            if slot < readers.len() {
+                readers[slot] = RingHead::default();
+            }
+        }
     }
 
     /// Records the bytes the backup reported applied.

@@ -23,7 +23,7 @@
 use std::ops::AddAssign;
 
 use txbed_checker::{Access, Txn};
-use txbed_transport::{CallId, Ctx, LocalBuf, Op, Payload, QpId};
+use txbed_transport::{CallId, Ctx, LocalBuf, NodeStatus, Op, Payload, QpId};
 use txbed_workloads::TxnSpec;
 
 use crate::error::TxnError;
@@ -31,9 +31,12 @@ pub use crate::local::Path;
 use crate::local::{by_cpu, on_cpu};
 use crate::locate::locate;
 use crate::msg::{
-    CommitReq, FetchReply, KeyReq, LockReply, LockReq, LogEntry, LogRecord, ReleaseReq, ValidateReply, ValidateReq,
+    CommitIfReq, CommitReq, FetchReply, KeyReq, LockReply, LockReq, LogEntry, LogRecord, ReleaseReq, UnlockKeyReq,
+    ValidateReply, ValidateReq,
 };
-use crate::node::{NodeState, BUSY, H_COMMIT, H_FETCH, H_LOCK, H_RELEASE, H_VALIDATE};
+use crate::node::{
+    NodeState, Pending, BUSY, H_COMMIT, H_COMMIT_IF, H_FETCH, H_LOCK, H_RELEASE, H_UNLOCK_KEY, H_VALIDATE,
+};
 use crate::post::check_buffers;
 pub use crate::post::{buffers_end, endpoint, inline_or_staged, log_area, qp, room, staging_at};
 use crate::stage::Stage;
@@ -50,6 +53,8 @@ pub struct Rec {
     /// Offset of the tuple in its home's store region (known after fetch or lock).
     pub offset: u64,
     pub locked: bool,
+    /// A lock request was sent for it: with faults, its outcome may be unknown (`abandon`).
+    pub asked: bool,
     /// The tuple as fetched or read under lock.
     pub tuple: Vec<u8>,
 }
@@ -127,7 +132,7 @@ pub fn records(n: &NodeState, spec: &TxnSpec) -> Vec<Rec> {
         .map(|(k, write)| {
             let home = n.workload.home(*k, n.nodes);
             debug_assert!(home < n.nodes, "{k:?} lives on node {home} of {}", n.nodes);
-            Rec { table: k.table, key: k.row, home, write, offset: 0, locked: false, tuple: Vec::new() }
+            Rec { table: k.table, key: k.row, home, write, offset: 0, locked: false, asked: false, tuple: Vec::new() }
         })
         .collect()
 }
@@ -141,11 +146,22 @@ pub fn tuple_for(n: &NodeState, r: &Rec, tuple: Vec<u8>) -> Result<Vec<u8>, TxnE
     Ok(tuple)
 }
 
+/// With faults in the run, a record may only be used while its home is up in this worker's
+/// membership view: a node that is down, or rejoining with its store not yet rebuilt, makes
+/// the attempt fail with `Unavailable` (it is then abandoned and retried).
+pub fn check_up(ctx: &Ctx, n: &NodeState, home: u16) -> Result<(), TxnError> {
+    if n.recovery.is_some() && ctx.node_status(home) != NodeStatus::Up {
+        return Err(TxnError::Unavailable { node: home });
+    }
+    Ok(())
+}
+
 /// Issues `ops` about record `r`. On the local path the CPU does them now (`local::by_cpu`);
 /// otherwise they are posted on `r`'s QP as the options say: one doorbell for the list
 /// (doorbell batching) or one per request, and with outstanding requests off, waited for
 /// before returning.
 pub async fn issue(ctx: &Ctx, n: &NodeState, r: &Rec, ops: Vec<(Op, bool)>) -> Result<Path, TxnError> {
+    check_up(ctx, n, r.home)?;
     if by_cpu(n, r.home, &ops) {
         on_cpu(ctx, &ops)?;
         return Ok(Path::Local);
@@ -167,6 +183,7 @@ pub async fn issue(ctx: &Ctx, n: &NodeState, r: &Rec, ops: Vec<(Op, bool)>) -> R
 
 /// [`issue`] without waiting for send-queue room: fails with `SendQueueFull` instead.
 pub fn issue_now(ctx: &Ctx, n: &NodeState, r: &Rec, ops: Vec<(Op, bool)>) -> Result<Path, TxnError> {
+    check_up(ctx, n, r.home)?;
     if by_cpu(n, r.home, &ops) {
         on_cpu(ctx, &ops)?;
         return Ok(Path::Local);
@@ -197,6 +214,7 @@ pub fn send_oneway(ctx: &Ctx, n: &NodeState, node: u16, handler: u16, req: &[u8]
 
 /// [`send`]; with outstanding requests off, waits for the reply first.
 pub async fn call(ctx: &Ctx, n: &NodeState, node: u16, handler: u16, req: &[u8]) -> Result<CallId, TxnError> {
+    check_up(ctx, n, node)?;
     let id = send(ctx, n, node, handler, req);
     if !n.rdma.outstanding {
         ctx.wait().await?;
@@ -219,6 +237,7 @@ pub async fn locate_all(
     let scratch = ctx.scratch();
     let mut reads = 0u64;
     for r in recs.iter_mut().filter(|r| which(r)) {
+        check_up(ctx, n, r.home)?;
         let at = locate(ctx, &n.catalog, &n.cache, scratch, r.home, r.table, r.key).await?;
         r.offset = at.offset;
         reads += at.reads as u64;
@@ -310,7 +329,7 @@ async fn lock(
         check_buffers(ctx, need)?;
         let mut at = scratch.addr;
         let mut slots = Vec::new();
-        for (i, r) in recs.iter().enumerate().filter(|(_, r)| which(r)) {
+        for (i, r) in recs.iter_mut().enumerate().filter(|(_, r)| which(r)) {
             let len = read_len(r);
             let cas_out = LocalBuf { lkey: scratch.lkey, addr: at, len: 8 };
             // A sentinel, so a result that never arrived cannot read as "was free".
@@ -321,6 +340,7 @@ async fn lock(
             let cas =
                 Op::Cas { local: cas_out, remote: n.catalog.remote(r.home, r.offset + LOCK, 8), compare: 0, swap: id };
             let read = Op::Read { local: read_out, remote: n.catalog.remote(r.home, r.offset, len) };
+            r.asked = true;
             let path = issue(ctx, n, r, vec![(cas, false), (read, true)]).await?;
             t.add(path, 8 + len as u64);
         }
@@ -338,8 +358,9 @@ async fn lock(
         }
     } else {
         let mut calls = Vec::new();
-        for (i, r) in recs.iter().enumerate().filter(|(_, r)| which(r)) {
+        for (i, r) in recs.iter_mut().enumerate().filter(|(_, r)| which(r)) {
             let req = LockReq { table: r.table, key: r.key, owner: id, meta_only }.encode();
+            r.asked = true;
             calls.push((i, call(ctx, n, r.home, H_LOCK, &req).await?));
             t.add(rpc_path(n, r.home), 8 + read_len(r) as u64);
         }
@@ -482,10 +503,9 @@ pub async fn log(ctx: &Ctx, n: &NodeState, recs: &[Rec], new_values: &[Vec<u8>],
         return Ok(());
     }
     debug_assert_eq!(new_values.len(), recs.iter().filter(|r| r.write).count(), "a new value per write");
-    let mut record = LogRecord::start(id);
+    let record = log_record(recs, new_values, id);
     let mut backups: Vec<u16> = Vec::new();
-    for (r, v) in recs.iter().filter(|r| r.write).zip(new_values) {
-        LogEntry { table: r.table, key: r.key, version: r.version().1 + 1, value: v }.encode_into(&mut record);
+    for r in recs.iter().filter(|r| r.write) {
         for k in 1..n.replication {
             let b = (r.home + k) % n.nodes;
             if !backups.contains(&b) {
@@ -503,16 +523,112 @@ pub async fn log(ctx: &Ctx, n: &NodeState, recs: &[Rec], new_values: &[Vec<u8>],
     Ok(())
 }
 
+/// What a transaction of `recs` read and wrote, for its history entry: each record's version
+/// as read, and the next version of each record written.
+pub fn history_of(recs: &[Rec], history: &mut Txn) {
+    for r in recs.iter().filter(|r| r.write) {
+        let key = history_key(r.table, r.key);
+        let ver = r.version().1;
+        history.reads.push(Access { key, version: ver });
+        history.writes.push(Access { key, version: ver + 1 });
+    }
+    for r in recs.iter().filter(|r| !r.write) {
+        history.reads.push(Access { key: history_key(r.table, r.key), version: r.version().1 });
+    }
+}
+
+/// The commit point of a transaction that writes (after its validation, before LOG): from
+/// here it commits, whatever fails later. `history` (what it read and wrote, `history_of`)
+/// and `delta` wait in `NodeState::pending` until [`complete`]. With faults in the run, the
+/// commit record first goes to the write-ahead log (DrTM Sec. 5.6), and an attempt that saw
+/// the membership change since `epoch0` (its start) aborts instead: a lock it holds on a node
+/// that crashed may be gone. Returns whether the transaction committed.
+pub fn commit_point(
+    ctx: &Ctx,
+    n: &NodeState,
+    epoch0: u64,
+    recs: &[Rec],
+    new_values: &[Vec<u8>],
+    history: Txn,
+    delta: i64,
+) -> bool {
+    let epoch = ctx.view_epoch();
+    if n.recovery.is_some() && recs.iter().any(|r| r.write) {
+        if epoch != epoch0 || recs.iter().any(|r| ctx.node_status(r.home) != NodeStatus::Up) {
+            return false;
+        }
+        let record = log_record(recs, new_values, history.id);
+        // The record is copied into the log area (NVRAM where the logs are durable).
+        ctx.compute(ctx.costs().copy_ns(record.len()));
+        n.wal.borrow_mut().insert(history.id, record);
+    }
+    *n.committing.borrow_mut().entry(epoch).or_default() += 1;
+    n.pending.borrow_mut().insert(history.id, Pending { history, delta, epoch });
+    true
+}
+
+/// A committed transaction is complete (logged and written back everywhere): its history
+/// entry is recorded and its write-ahead log record dropped.
+pub fn complete(ctx: &Ctx, n: &NodeState, id: u64) {
+    let p = n.pending.borrow_mut().remove(&id).expect("complete: a transaction past its commit point");
+    n.wal.borrow_mut().remove(&id);
+    let mut c = n.committing.borrow_mut();
+    let left = c.get_mut(&p.epoch).expect("counted at the commit point");
+    *left -= 1;
+    if *left == 0 {
+        c.remove(&p.epoch);
+    }
+    drop(c);
+    let mut h = p.history;
+    h.end_ns = ctx.now();
+    n.history.borrow_mut().push(h);
+    n.stats.borrow_mut().external_delta += p.delta;
+}
+
+/// The log record of a transaction writing `new_values` over the write set of `recs`.
+pub fn log_record(recs: &[Rec], new_values: &[Vec<u8>], id: u64) -> Vec<u8> {
+    let mut record = LogRecord::start(id);
+    for (r, v) in recs.iter().filter(|r| r.write).zip(new_values) {
+        LogEntry { table: r.table, key: r.key, version: r.version().1 + 1, value: v }.encode_into(&mut record);
+    }
+    record
+}
+
+/// Releases what an attempt that failed on an unreachable node may hold: every record it
+/// asked to lock, by key, with `owner`'s lock word (a CAS to 0: a record it never got is left
+/// as it is), by RPC to each home until it answers or is declared down (a down node's locks
+/// are gone with it). Returns once every such record is released.
+pub async fn abandon(ctx: &Ctx, n: &NodeState, recs: &[Rec], owner: u64) {
+    let retry = n.recovery.map_or(100_000, |r| r.retry_ns);
+    let mut todo: Vec<&Rec> = recs.iter().filter(|r| r.asked || r.locked).collect();
+    while !todo.is_empty() {
+        todo.retain(|r| ctx.node_status(r.home) != NodeStatus::Down);
+        let calls: Vec<(&Rec, CallId)> = todo
+            .iter()
+            .map(|r| {
+                let req = UnlockKeyReq { table: r.table, key: r.key, owner }.encode();
+                (*r, send(ctx, n, r.home, H_UNLOCK_KEY, &req))
+            })
+            .collect();
+        let _ = ctx.wait().await;
+        todo = calls.into_iter().filter(|(_, c)| !matches!(ctx.take_reply(*c), Some(Ok(_)))).map(|(r, _)| r).collect();
+        ctx.clear_replies();
+        if !todo.is_empty() {
+            ctx.sleep(retry).await;
+        }
+    }
+}
+
 /// COMMIT: writes back the new values (version + 1, writer) and unlocks; with `and_release`,
-/// also RELEASEs the records only read. Fills `history` with what was read and written.
-/// Returns once everything is acknowledged.
+/// also RELEASEs the records only read. Returns once everything is acknowledged. With faults
+/// in the run a write-back that failed is done again until its home answers (or is no longer
+/// up: a rejoining node rebuilds the record from the backups, which have it).
 pub async fn write_back(
     ctx: &Ctx,
     n: &NodeState,
     recs: &[Rec],
     new_values: &[Vec<u8>],
     id: u64,
-    history: &mut Txn,
     unlock_first: bool,
 ) -> Result<(), TxnError> {
     debug_assert_eq!(new_values.len(), recs.iter().filter(|r| r.write).count(), "a new value per write");
@@ -522,11 +638,13 @@ pub async fn write_back(
     let t0 = ctx.now();
     let mut t = Tally::default();
     let mut staging = staging_at(ctx);
+    let mut failed = None;
     for (r, v) in recs.iter().filter(|r| r.write).zip(new_values) {
-        t += write_back_one(ctx, n, r, v, id, history, &mut staging, !unlock_first, H_COMMIT).await?;
-    }
-    for r in recs.iter().filter(|r| !r.write) {
-        history.reads.push(Access { key: history_key(r.table, r.key), version: r.version().1 });
+        match write_back_one(ctx, n, r, v, id, &mut staging, !unlock_first, H_COMMIT).await {
+            Ok(sent) => t += sent,
+            Err(e) if n.recovery.is_some() && e.unreachable_node().is_some() => failed = Some(e),
+            Err(e) => return Err(e),
+        }
     }
     if !unlock_first {
         // The read set's unlocks ride in this stage: counted, their bytes not.
@@ -536,15 +654,69 @@ pub async fn write_back(
     }
     let waited = ctx.wait().await;
     ctx.clear_replies();
-    waited?;
+    match waited.err().map(TxnError::from).or(failed) {
+        Some(e) if n.recovery.is_some() && e.unreachable_node().is_some() => {
+            finish_write_back(ctx, n, recs, new_values, id, id, !unlock_first).await;
+        }
+        Some(e) => return Err(e),
+        None => {}
+    }
     account_tally(ctx, n, Stage::Commit, t0, &t);
     Ok(())
 }
 
+/// Completes a write-back that failed somewhere (a node out of reach, a connection broken):
+/// every written record is committed again by `H_COMMIT_IF`, which installs it only while
+/// `owner` still holds its lock (so a write-back that did land is not repeated over a later
+/// transaction), and with `unlock_reads` every record only read is released by key; each is
+/// tried until its home answers or is no longer up.
+pub async fn finish_write_back(
+    ctx: &Ctx,
+    n: &NodeState,
+    recs: &[Rec],
+    new_values: &[Vec<u8>],
+    id: u64,
+    owner: u64,
+    unlock_reads: bool,
+) {
+    let mut calls = Vec::new();
+    for (r, v) in recs.iter().filter(|r| r.write).zip(new_values) {
+        let (inc, ver) = r.version();
+        let commit = CommitReq { offset: r.offset, version: version_word(inc, ver + 1), writer: id, record: v };
+        calls.push((r.home, H_COMMIT_IF, CommitIfReq { owner, commit }.encode()));
+    }
+    for r in recs.iter().filter(|r| !r.write && r.locked && unlock_reads) {
+        calls.push((r.home, H_UNLOCK_KEY, UnlockKeyReq { table: r.table, key: r.key, owner }.encode()));
+    }
+    until_answered(ctx, n, calls).await;
+}
+
+/// Sends each `(home, handler, request)` by RPC (a direct call for this node) until its home
+/// answers, or is no longer up: steps past a commit point that must get through. The
+/// handlers must be idempotent (a request whose reply was lost is sent again).
+pub async fn until_answered(ctx: &Ctx, n: &NodeState, mut todo: Vec<(u16, u16, Vec<u8>)>) {
+    let retry = n.recovery.map_or(100_000, |r| r.retry_ns);
+    while !todo.is_empty() {
+        todo.retain(|(home, _, _)| ctx.node_status(*home) == NodeStatus::Up);
+        let calls: Vec<CallId> = todo.iter().map(|(home, h, req)| send(ctx, n, *home, *h, req)).collect();
+        let _ = ctx.wait().await;
+        let answered: Vec<bool> = calls.iter().map(|c| matches!(ctx.take_reply(*c), Some(Ok(_)))).collect();
+        ctx.clear_replies();
+        let mut k = 0;
+        todo.retain(|_| {
+            k += 1;
+            !answered[k - 1]
+        });
+        if !todo.is_empty() {
+            ctx.sleep(retry).await;
+        }
+    }
+}
+
 /// Writes back one locked record (version + 1, writer `id`, new value) and, with `unlock`,
 /// clears its lock: a WRITE (and the unlock WRITE behind it on the QP), or the protocol's
-/// COMMIT RPC `handler`; on the local path, the CPU's stores or a direct call. Records the
-/// access in `history`; returns what it sent.
+/// COMMIT RPC `handler`; on the local path, the CPU's stores or a direct call. Returns what
+/// it sent.
 #[allow(clippy::too_many_arguments)]
 pub async fn write_back_one(
     ctx: &Ctx,
@@ -552,15 +724,11 @@ pub async fn write_back_one(
     r: &Rec,
     value: &[u8],
     id: u64,
-    history: &mut Txn,
     staging: &mut u64,
     unlock: bool,
     handler: u16,
 ) -> Result<Tally, TxnError> {
     let (inc, ver) = r.version();
-    let key = history_key(r.table, r.key);
-    history.reads.push(Access { key, version: ver });
-    history.writes.push(Access { key, version: ver + 1 });
     let commit = CommitReq { offset: r.offset, version: version_word(inc, ver + 1), writer: id, record: value };
     let mut t = Tally::default();
     let bytes = 16 + value.len() as u64 + 8;

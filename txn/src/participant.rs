@@ -6,12 +6,12 @@ use std::rc::Rc;
 use txbed_transport::{Endpoint, Handled, HandlerCtx, HandlerFn, HostMemory, NodeId};
 
 use crate::msg::{
-    CommitReq, FetchReply, KeyReq, LockReply, LockReq, ReclaimReply, ReclaimReq, Reclaimed, ReleaseReq, ValidateReply,
-    ValidateReq,
+    CommitIfReq, CommitReq, FetchReply, KeyReq, LockReply, LockReq, ReclaimReply, ReclaimReq, Reclaimed, ReleaseReq,
+    UnlockKeyReq, ValidateReply, ValidateReq,
 };
 use crate::node::{
-    NodeState, HANDLER_NAMES, H_COMMIT, H_FETCH, H_LOCK, H_LOG, H_RECLAIM, H_RECLAIMED, H_RELEASE, H_VALIDATE,
-    MALFORMED,
+    NodeState, HANDLER_NAMES, H_COMMIT, H_COMMIT_IF, H_FETCH, H_LOCK, H_LOG, H_RECLAIM, H_RECLAIMED, H_RELEASE,
+    H_UNLOCK_KEY, H_VALIDATE, MALFORMED,
 };
 use crate::protocol::{handler_id, ProtocolRef};
 use crate::store::{self, TablePlace, LOCK, META_BYTES, VERSION, WRITER};
@@ -77,6 +77,30 @@ fn commit(n: &NodeState, mem: &dyn HostMemory, req: &[u8]) {
     let _ = mem.store_u64(base + LOCK, 0);
 }
 
+/// UNLOCK_KEY: clear the lock of a key if the owner named holds it. The reply (empty) says
+/// the request was served.
+fn unlock_key(n: &NodeState, mem: &dyn HostMemory, req: &[u8], reply: &mut Vec<u8>) {
+    let Ok(UnlockKeyReq { table, key, owner }) = UnlockKeyReq::decode(req) else { return reply.push(MALFORMED) };
+    if let Some((_, off)) = find(n, mem, table, key) {
+        let _ = mem.cas_u64(n.base() + off + LOCK, owner, 0);
+    }
+}
+
+/// COMMIT_IF: a COMMIT done only while the owner named holds the lock (a write-back sent again
+/// after a failure: if the first one landed and the lock moved on, nothing is written). The
+/// reply (empty) says the request was served.
+fn commit_if(n: &NodeState, mem: &dyn HostMemory, req: &[u8], reply: &mut Vec<u8>) {
+    let Ok(CommitIfReq { owner, commit: c }) = CommitIfReq::decode(req) else { return reply.push(MALFORMED) };
+    if mem.load_u64(n.base() + c.offset + LOCK).ok() != Some(owner) {
+        return;
+    }
+    let base = n.base() + c.offset;
+    let _ = mem.write(base + META_BYTES, c.record);
+    let _ = mem.store_u64(base + VERSION, c.version);
+    let _ = mem.store_u64(base + WRITER, c.writer);
+    let _ = mem.store_u64(base + LOCK, 0);
+}
+
 /// Cache-missing memory accesses a shared handler makes per request: by key, the index bucket
 /// then the tuple (LOCK, FETCH); by offset, the tuple (VALIDATE, RELEASE, COMMIT).
 pub const BY_KEY: u64 = 2;
@@ -131,6 +155,8 @@ fn common_handlers(n: &Rc<NodeState>) -> Vec<(u16, Rc<HandlerFn>)> {
         (H_COMMIT, replying(n, BY_OFFSET, |n, mem, req, _| commit(n, mem, req))),
         (H_FETCH, replying(n, BY_KEY, fetch)),
         (H_VALIDATE, replying(n, BY_OFFSET, validate)),
+        (H_UNLOCK_KEY, replying(n, BY_KEY, unlock_key)),
+        (H_COMMIT_IF, replying(n, BY_OFFSET, commit_if)),
         (
             H_LOG,
             Rc::new(move |ctx: &mut HandlerCtx<'_>, req: &[u8]| {
@@ -264,6 +290,11 @@ mod tests {
             rings: RefCell::default(),
             readers: RefCell::default(),
             replica: RefCell::default(),
+            recovery: None,
+            incarnation: 0,
+            pending: RefCell::default(),
+            wal: RefCell::default(),
+            committing: RefCell::default(),
             participant: Box::new(()),
             index: Default::default(),
         };

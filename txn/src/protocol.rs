@@ -200,6 +200,49 @@ pub trait Protocol: Sync {
 
     /// Runs one attempt of `spec` as transaction `id` (nonzero, unique).
     fn attempt<'a>(&self, ctx: &'a Ctx, n: &'a NodeState, spec: &'a TxnSpec, id: u64) -> LocalBoxFuture<'a, Attempt>;
+
+    /// Faults: whether it survives a node crash (docs/faults.md); `Err` says why not, and a
+    /// run that crashes a node ends there with that verdict.
+    fn survives_crashes(&self) -> Result<(), &'static str> {
+        Ok(())
+    }
+
+    /// Faults: the node whose transaction holds a tuple's lock word `word` (nonzero), so the
+    /// recovery of a crashed node can release the locks its transactions held. The default
+    /// reads a transaction id (`attempt::txn_node`); a protocol that locks with its own
+    /// timestamps says how they name their node.
+    fn lock_owner_node(&self, word: u64, _workers: u16) -> Option<u16> {
+        crate::attempt::txn_node(word)
+    }
+
+    /// Faults: sets its metadata in `tuple` (laid out as `place` says) after a recovery wrote
+    /// the record's latest committed version there: what it kept only in memory that is gone
+    /// (old versions, timestamps, leases) must be made safe. `floor` bounds every timestamp
+    /// issued before the recovery.
+    fn recover_tuple(&self, _place: &crate::store::TablePlace, _tuple: &mut [u8], _floor: &RecoveryFloor) {}
+}
+
+/// What a recovery knows about timestamps issued before it (`Protocol::recover_tuple`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct RecoveryFloor {
+    /// Time of the recovery, ns.
+    pub now_ns: u64,
+    /// Recoveries so far in the run, this one included (1, 2, ...).
+    pub recoveries: u64,
+}
+
+impl RecoveryFloor {
+    /// A clock reading (ns) beyond any clock-based timestamp issued before: the recovery's
+    /// time plus the longest a run may be (10 s) and its straggling (10 s more).
+    pub fn clock_ns(&self) -> u64 {
+        self.now_ns + 20_000_000_000
+    }
+
+    /// A logical timestamp beyond any issued before, for protocols whose timestamps only
+    /// grow by small steps from the ones they read: each recovery moves 2^40 further.
+    pub fn logical(&self) -> u64 {
+        (self.recoveries + 1) << 40
+    }
 }
 
 impl fmt::Debug for dyn Protocol {

@@ -20,9 +20,9 @@ use std::cell::Cell;
 
 use serde::{Deserialize, Serialize};
 use txbed_transport::Ctx;
-use txbed_txn::attempt::{cause, committed, execute, new_history, Attempt};
+use txbed_txn::attempt::{cause, execute, new_history, settle, Attempt};
 use txbed_txn::node::NodeState;
-use txbed_txn::ops;
+use txbed_txn::ops::{self, Rec};
 use txbed_txn::protocol::{parse_options, Bug, LocalBoxFuture, OptionValues, Protocol};
 use txbed_txn::stage::Stage;
 use txbed_txn::TxnError;
@@ -102,21 +102,25 @@ impl Protocol for Retry2pl {
     }
 }
 
-/// One attempt of `spec` as transaction `id` (nonzero; also the lock owner).
+/// One attempt of `spec` as transaction `id` (nonzero; also the lock owner). With faults in
+/// the run, `settle` turns an error meeting an unreachable node into an abort (after
+/// releasing what the attempt may hold); otherwise an error fails the attempt.
 async fn attempt(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Attempt {
-    run(ctx, n, spec, id).await.unwrap_or_else(Attempt::Failed)
+    let mut recs = ops::records(n, spec);
+    let r = run(ctx, n, spec, id, &mut recs).await;
+    settle(ctx, n, r, &recs, id, id).await
 }
 
 /// The attempt, with `?` for the operations' errors (a failed verb or RPC).
-async fn run(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Result<Attempt, TxnError> {
+async fn run(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64, recs: &mut [Rec]) -> Result<Attempt, TxnError> {
     let me: &Node = n.participant();
     let start_ns = ctx.now();
-    let mut recs = ops::records(n, spec);
+    let epoch0 = ctx.view_epoch();
     let lock_reads = n.bug != Some(UNLOCKED_READS);
     // 1. LOCK, retried after a back-off while some lock is busy.
     let mut round = 0;
-    while !ops::lock_and_read(ctx, n, &mut recs, |r| r.write || lock_reads, id).await? {
-        ops::release(ctx, n, &recs, |_| true, id).await?;
+    while !ops::lock_and_read(ctx, n, recs, |r| r.write || lock_reads, id).await? {
+        ops::release(ctx, n, recs, |_| true, id).await?;
         if round == me.options.retries {
             return Ok(Attempt::Conflict(cause::LOCK_BUSY));
         }
@@ -127,19 +131,24 @@ async fn run(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Result<Attemp
     if !lock_reads {
         // The planted bug: the read set is fetched unlocked (records() puts reads first).
         if let Err(e) = ops::fetch(ctx, n, &mut recs[..spec.reads.len()]).await {
-            ops::release(ctx, n, &recs, |_| true, id).await?;
+            ops::release(ctx, n, recs, |_| true, id).await?;
             return Err(e);
         }
     }
     // 2. The transaction's logic.
-    let Some((new_values, delta)) = execute(ctx, n, spec, &recs) else {
-        ops::release(ctx, n, &recs, |_| true, id).await?;
+    let Some((new_values, delta)) = execute(ctx, n, spec, recs) else {
+        ops::release(ctx, n, recs, |_| true, id).await?;
         return Ok(Attempt::UserAbort);
     };
-    // 3. LOG, then 4. COMMIT.
-    ops::log(ctx, n, &recs, &new_values, id).await?;
+    // 3. The commit point (what it read and wrote go to its history), LOG, then 4. COMMIT.
     let mut h = new_history(ctx, n, spec, id, start_ns);
-    ops::write_back(ctx, n, &recs, &new_values, id, &mut h, false).await?;
-    committed(ctx, n, h, delta);
+    ops::history_of(recs, &mut h);
+    if !ops::commit_point(ctx, n, epoch0, recs, &new_values, h, delta) {
+        ops::abandon(ctx, n, recs, id).await;
+        return Ok(Attempt::Conflict(cause::VIEW_CHANGED));
+    }
+    ops::log(ctx, n, recs, &new_values, id).await?;
+    ops::write_back(ctx, n, recs, &new_values, id, false).await?;
+    ops::complete(ctx, n, id);
     Ok(Attempt::Committed)
 }
