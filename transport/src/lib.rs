@@ -6,18 +6,21 @@
 //! - [`worker`]: the sans-IO per-worker core (coroutine executor, posting, completion
 //!   dispatch, timers) and [`Ctx`], the handle a coroutine holds.
 //! - [`rpc`]: request/reply over UD with batching, piggybacked replies and retransmission.
+//! - [`clock`]: the synchronized clock protocols read (`Ctx::clock`) and the sync service.
 //! - [`trace`]: optional records of verbs, RPCs and stages for a Chrome/Perfetto trace.
 //!
 //! Backends (the simulator, sockets, verbs) implement nothing of this interface's semantics
 //! themselves beyond moving doorbells, datagrams and completions; protocol code cannot tell
 //! them apart.
 
+pub mod clock;
 pub mod memory;
 pub mod rpc;
 pub mod trace;
 pub mod verbs;
 pub mod worker;
 
+pub use clock::{ClockReading, ClockSource, NodeClock};
 pub use memory::{HostMemory, MemError};
 pub use rpc::{CallId, Handled, HandlerCtx, HandlerFn, ReplyToken, RpcConfig, RpcError};
 pub use trace::TraceEvent;
