@@ -403,6 +403,8 @@ pub struct Sim {
     /// Inter-DC draws (delay, jitter, loss): a stream of their own, so runs without data
     /// centers draw exactly as before.
     wan_rng: ChaCha8Rng,
+    /// Node clocks (`crate::clock`), once enabled; `None`: every clock is ideal.
+    pub(crate) clocks: Option<Box<crate::clock::SimClocks>>,
 }
 
 fn ceil_ns(ps: u64) -> u64 {
@@ -583,6 +585,7 @@ impl Sim {
             wan_free: vec![0; cfg.wan.as_ref().map_or(0, |w| w.links.len())],
             wan_conn_order: if cfg.wan.is_some() { vec![0; nn * nn] } else { Vec::new() },
             wan_rng: ChaCha8Rng::seed_from_u64(cfg.seed ^ 0x3a4e_d1a7),
+            clocks: None,
             cfg,
         })
     }
