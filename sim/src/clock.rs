@@ -174,8 +174,9 @@ impl ClockStats {
     pub fn exchanges(&self) -> u64 {
         self.nodes.iter().map(|n| n.sync.sent).sum()
     }
+    /// Requests never answered (lost, or in flight when counted).
     pub fn lost(&self) -> u64 {
-        self.nodes.iter().map(|n| n.sync.lost).sum()
+        self.nodes.iter().map(|n| n.sync.unanswered()).sum()
     }
     pub fn accepted(&self) -> u64 {
         self.nodes.iter().map(|n| n.sync.accepted).sum()

@@ -110,10 +110,10 @@ pub struct SyncParams {
 pub struct SyncStats {
     /// Requests sent to the master.
     pub sent: u64,
-    /// Replies received (late ones included).
+    /// Replies received, late ones included (`sent - answered`: lost, or still in flight).
     pub answered: u64,
-    /// Requests still unanswered when the next one went out (lost, or later than an interval).
-    pub lost: u64,
+    /// Replies that came after the next request had gone out (still used).
+    pub late: u64,
     /// Replies that became the node's estimate (a reply whose bound is wider than the current
     /// estimate's aged bound is not used).
     pub accepted: u64,
@@ -138,7 +138,13 @@ struct State {
     estimate: Option<Estimate>,
     stats: SyncStats,
     next_seq: u64,
-    awaiting: Option<u64>,
+}
+
+impl SyncStats {
+    /// Requests without a reply: lost, or still in flight.
+    pub fn unanswered(&self) -> u64 {
+        self.sent - self.answered
+    }
 }
 
 /// A node's clock: shared by all of its workers (they share the sync estimate).
@@ -200,17 +206,12 @@ impl NodeClock {
         self.state.borrow().stats.clone()
     }
 
-    /// Starts an exchange at monotonic time `now`: its sequence number and t1. A request
-    /// still unanswered counts as lost.
+    /// Starts an exchange at monotonic time `now`: its sequence number and t1.
     pub fn start_exchange(&self, now: Nanos) -> (u64, i64) {
         let t1 = self.source.local_ns(now);
         let mut st = self.state.borrow_mut();
-        if st.awaiting.is_some() {
-            st.stats.lost += 1;
-        }
         let seq = st.next_seq;
         st.next_seq += 1;
-        st.awaiting = Some(seq);
         st.stats.sent += 1;
         (seq, t1)
     }
@@ -224,8 +225,8 @@ impl NodeClock {
         let candidate = {
             let mut st = self.state.borrow_mut();
             st.stats.answered += 1;
-            if st.awaiting == Some(seq) {
-                st.awaiting = None;
+            if seq + 1 < st.next_seq {
+                st.stats.late += 1;
             }
             if t4 < t1 || t3 < t2 {
                 st.stats.refused += 1;
@@ -396,7 +397,7 @@ mod tests {
                 }
             }
             assert_eq!(node.stats().sent, 50);
-            assert_eq!(node.stats().lost, 0);
+            assert_eq!(node.stats().unanswered(), 0);
         }
     }
 
@@ -426,7 +427,7 @@ mod tests {
         node.start_exchange(1_000_000); // never answered
         assert!(exchange(&node, &master, 2_000_000, 1_000, 1_000));
         let s = node.stats();
-        assert_eq!((s.sent, s.answered, s.lost, s.accepted), (3, 2, 1, 2));
+        assert_eq!((s.sent, s.answered, s.unanswered(), s.accepted, s.late), (3, 2, 1, 2, 0));
         assert!(node.read(3_000_000).bound_ns > b0);
         // A reply after 400 us of queueing: a bound of ~200 us, wider than the aged one.
         assert!(!exchange(&node, &master, 3_000_000, 400_000, 1_000));
