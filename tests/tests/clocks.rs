@@ -98,6 +98,21 @@ fn the_bound_holds_over_a_long_run() {
     }
 }
 
+/// The worst case the assumption allows: the master and a node drifting 100 ppm apart each
+/// way (200 ppm between them), exchanges 20 ms apart. The drift allowance is then most of the
+/// bound, so a bound that allowed for less drift would be seen to break.
+#[test]
+fn the_bound_holds_at_the_edge_of_the_assumption() {
+    let end = 200 * MS;
+    let cfg = ClockConfig { drift_ppb: vec![-100_000, 100_000, 99_999, -100_000], ..config(8, 100, 20_000) };
+    let mut sim = cluster(8, 0.0, cfg, end);
+    let (err, bound) = run_checked(&mut sim, end, 97_000);
+    let s = stats(&sim);
+    assert_eq!(s.violations(), 0, "{s:?}");
+    // 20 ms at 200 ppm: the error grows by 4 us between exchanges, and the bound by as much.
+    assert!(err > 3_900 && bound > 4_000 && bound < 10_000, "max error {err} ns, max bound {bound} ns");
+}
+
 #[test]
 fn drift_beyond_the_assumption_is_reported() {
     let end = 30 * MS;
