@@ -95,8 +95,10 @@ fn clock_line(r: &TxnReport) -> String {
     };
     let violations = match (c.violations, c.first_violation_us) {
         (0, _) => "0 bound violations".to_string(),
-        (n, Some(t)) => format!("{n} BOUND VIOLATIONS (first at {t:.2} us)"),
-        (n, None) => format!("{n} BOUND VIOLATIONS"),
+        (n, first) => {
+            let at = first.map(|t| format!(" (first at {t:.2} us)")).unwrap_or_default();
+            format!("{n} BOUND VIOLATION{}{at}", if n == 1 { "" } else { "S" })
+        }
     };
     let exchanges = if c.sync_interval_us.is_some() {
         format!(", {} exchanges ({} lost)", c.exchanges, c.lost)
