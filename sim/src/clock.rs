@@ -321,6 +321,7 @@ impl Sim {
     /// it). Monotonic time, and so timers, are untouched; the sync estimate is not: readings
     /// are off by the step until the next exchange (if the master steps, every node's are).
     pub fn step_clock(&mut self, node: u16, by_ns: i64) {
+        assert!(node < self.nodes(), "step_clock: no node {node}");
         let now = self.now();
         let c = self.clocks_or_ideal();
         c.sample_affected(node, now);
@@ -335,6 +336,7 @@ impl Sim {
     /// Sets `node`'s drift to `ppm` from now on (a clock whose oscillator heats up, or one
     /// beyond the assumed `max_drift_ppb`). The ppm are rounded to whole parts per billion.
     pub fn set_clock_drift(&mut self, node: u16, ppm: f64) {
+        assert!(node < self.nodes(), "set_clock_drift: no node {node}");
         let now = self.now();
         let c = self.clocks_or_ideal();
         c.sample_affected(node, now);

@@ -297,16 +297,22 @@ pub fn sync_handlers(clock: &Rc<NodeClock>) -> Vec<(u16, &'static str, Rc<Handle
 }
 
 /// The sync client (a coroutine on worker 0 of every node but the master): a one-way request
-/// to the master every `interval_ns` of monotonic time until `until_ns`. One-way, so a lost
-/// request or reply is simply lost, as an NTP poll is; the next one replaces it.
+/// to the master every `interval_ns` of monotonic time up to `until_ns`. One-way, so a lost
+/// request or reply is simply lost, as an NTP poll is; the next one replaces it. It ends after
+/// its last request (the worker's handler still takes the reply), not a sleep later, so a long
+/// interval keeps no run waiting.
 pub async fn sync_client(ctx: Ctx, clock: Rc<NodeClock>) {
     let Discipline::Synced(p) = clock.discipline().clone() else { return };
     let master = Endpoint { node: p.master, worker: 0 };
-    while ctx.now() <= p.until_ns {
+    let interval = p.interval_ns.max(1);
+    loop {
         let (seq, t1) = clock.start_exchange(ctx.now());
         let msg = [seq.to_le_bytes(), t1.to_le_bytes()].concat();
         ctx.call_oneway(master, H_SYNC_REQUEST, &msg);
-        ctx.sleep(p.interval_ns.max(1)).await;
+        if ctx.now().saturating_add(interval) > p.until_ns {
+            return;
+        }
+        ctx.sleep(interval).await;
     }
 }
 
