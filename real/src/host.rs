@@ -262,6 +262,7 @@ impl WorkerSeed {
             }
         };
         txbed_txn::index::build(&st, &*mem);
+        w.core().set_clock(crate::clock::host_clock(spec.clocks.host_bound_ns));
         for (id, name, h) in txbed_txn::participant::handlers(spec.protocol, &st) {
             w.core().name_handler(id, name);
             w.core().register_handler(id, h);
@@ -479,6 +480,7 @@ pub fn run_real_node(
         location,
         qp_cache_miss_ratio: None,
         trace: Vec::new(),
+        clocks: None,
     }))
 }
 
@@ -666,6 +668,7 @@ struct SpecForThread {
     bug: Option<Bug>,
     link_delay_ns: Vec<u64>,
     retry: Retry,
+    clocks: txbed_runner::spec::ClockSpec,
 }
 
 impl SpecForThread {
@@ -691,6 +694,7 @@ impl SpecForThread {
             bug: s.bug,
             link_delay_ns: s.link_delay_ns.clone(),
             retry: s.retry,
+            clocks: s.clocks.clone(),
         }
     }
     fn spec(self) -> TxnRunSpec {
@@ -719,6 +723,7 @@ impl SpecForThread {
             wan: None,
             retry: self.retry,
             trace: false,
+            clocks: self.clocks,
         }
     }
 }

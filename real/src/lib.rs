@@ -4,6 +4,7 @@
 //! `selftest` checks a backend's verbs; `wan` emulates data centers or refuses. `words` is registered memory as both backends hold it.
 
 pub mod bootstrap;
+pub mod clock;
 pub mod host;
 pub mod liveness;
 pub mod run;

@@ -42,6 +42,11 @@ pub fn run_real(
     if matches!(s.workload, Workload::Verbs(_)) {
         return fail("real backends run transactional scenarios; Verbs workloads run on the simulator".into());
     }
+    if s.cluster.clocks.is_some() {
+        return fail(
+            "cluster.clocks models simulated clocks; real backends use the host's clock with run.clock_bound_us as its bound (docs/clocks.md): remove cluster.clocks".into(),
+        );
+    }
     let mut spec = match txbed_runner::txn_spec(s, profile, seed) {
         Ok(x) => x,
         Err(e) => return fail(e),

@@ -43,6 +43,7 @@ fn spec(protocol: ProtocolRef, hybrid: Hybrid) -> TxnRunSpec {
         bug: None,
         allow_unsafe_atomics: false,
         trace: false,
+        clocks: Default::default(),
     }
 }
 

@@ -85,6 +85,32 @@ fn abort_causes(s: &Scenario, r: &TxnReport) -> String {
     out
 }
 
+/// The `clocks` line of a run with simulated clocks (empty without): the sync service, the
+/// largest error and bound the simulator measured, and bound violations, shouted.
+fn clock_line(r: &TxnReport) -> String {
+    let Some(c) = &r.clocks else { return String::new() };
+    let how = match (c.sync_interval_us, c.master, c.free_bound_us) {
+        (Some(i), Some(m), _) => format!("sync every {i} us with node {m}"),
+        (_, _, b) => format!("free-running, bound {} us (run.clock_bound_us)", b.unwrap_or(0.0)),
+    };
+    let violations = match (c.violations, c.first_violation_us) {
+        (0, _) => "0 bound violations".to_string(),
+        (n, first) => {
+            let at = first.map(|t| format!(" (first at {t:.2} us)")).unwrap_or_default();
+            format!("{n} BOUND VIOLATION{}{at}", if n == 1 { "" } else { "S" })
+        }
+    };
+    let exchanges = if c.sync_interval_us.is_some() {
+        format!(", {} exchanges ({} lost)", c.exchanges, c.lost)
+    } else {
+        String::new()
+    };
+    format!(
+        "  clocks     {how}: max |error| {:.2} us, max bound {:.2} us, {violations}{exchanges}\n",
+        c.max_abs_error_us, c.max_bound_us
+    )
+}
+
 pub fn txn_text(s: &Scenario, r: &TxnReport) -> String {
     let c = &s.cluster;
     let yes = |b: bool| if b { "yes" } else { "NO" };
@@ -101,7 +127,7 @@ pub fn txn_text(s: &Scenario, r: &TxnReport) -> String {
     let verbs: Vec<String> = r.verbs.iter().map(|(k, n)| format!("{k} {n}")).collect();
     let types: Vec<String> = r.per_type.iter().map(|(k, t)| format!("{k} {:.0}/s", t.tps)).collect();
     let mut out = format!(
-        "scenario {:?}, seed {}: {} ({}) on {}\n  cluster    {} nodes x {} workers x {} coroutines, NIC {}\n{}  throughput {:.0} transactions/s ({:.0} per node), {} committed in the window\n  latency    p50 {:.2} us  p90 {:.2} us  p99 {:.2} us  p99.9 {:.2} us  max {:.2} us  mean {:.2} us\n  aborts     {:.1}% ({} conflicts in the window), {} user aborts\n{}  types      {}\n{}  stages     {}\n{}  verbs      {}\n  locations  {}\n  log        {}\n{}  serializable: {}{}; {} transactions checked, invariants {}\n",
+        "scenario {:?}, seed {}: {} ({}) on {}\n  cluster    {} nodes x {} workers x {} coroutines, NIC {}\n{}  throughput {:.0} transactions/s ({:.0} per node), {} committed in the window\n  latency    p50 {:.2} us  p90 {:.2} us  p99 {:.2} us  p99.9 {:.2} us  max {:.2} us  mean {:.2} us\n  aborts     {:.1}% ({} conflicts in the window), {} user aborts\n{}  types      {}\n{}  stages     {}\n{}  verbs      {}\n  locations  {}\n  log        {}\n{}{}  serializable: {}{}; {} transactions checked, invariants {}\n",
         r.scenario,
         r.seed,
         r.protocol,
@@ -141,6 +167,7 @@ pub fn txn_text(s: &Scenario, r: &TxnReport) -> String {
             "{} records, {} B to backups; writers waited for ring room {} times (whole run)",
             r.log.records, r.log.bytes, r.log.room_waits
         ),
+        clock_line(r),
         if r.backend == "sim" {
             format!(
                 "  simulator  {} events, {:.2} M events/s, {} us simulated\n  digest     {}\n",

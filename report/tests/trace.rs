@@ -47,6 +47,7 @@ fn spec(protocol: ProtocolRef, hybrid: Hybrid, options: Options, trace: bool) ->
         link_delay_ns: Vec::new(),
         wan: None,
         trace,
+        clocks: Default::default(),
     }
 }
 

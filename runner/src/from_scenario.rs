@@ -50,6 +50,10 @@ pub fn txn_spec(s: &Scenario, profile: &NicProfile, seed: u64) -> Result<TxnRunS
         link_delay_ns: c.link_delay_us.iter().flatten().flatten().map(|&d| d as u64 * 1000).collect(),
         wan: c.wan(),
         trace: false,
+        clocks: crate::spec::ClockSpec {
+            sim: c.clocks.as_ref().map(|k| k.config(c.nodes, seed, s.run.clock_bound_us)),
+            host_bound_ns: s.run.clock_bound_us * 1000,
+        },
     })
 }
 

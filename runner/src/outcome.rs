@@ -120,6 +120,8 @@ pub struct TxnRunResult {
     pub qp_cache_miss_ratio: Option<f64>,
     /// Trace events of every worker, by node and worker (empty unless `TxnRunSpec::trace`).
     pub trace: Vec<TraceEvent>,
+    /// What the simulated clocks measured (`None` without a clock model or on real backends).
+    pub clocks: Option<txbed_sim::clock::ClockStats>,
 }
 
 impl TxnRunResult {

@@ -194,6 +194,99 @@ pub struct TxnReport {
     /// The run's fine time series (re-bucket it with `time_series`; not in report.json).
     #[serde(skip)]
     pub series: Series,
+    /// What the simulated clocks measured (`cluster.clocks`); absent without them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub clocks: Option<ClockReport>,
+}
+
+/// The simulated clocks: the sync service and what the simulator, which knows the reference
+/// time, measured of every reading's error against its bound (docs/clocks.md).
+#[derive(Debug, Serialize)]
+pub struct ClockReport {
+    /// The sync service's interval and master; null: free-running clocks.
+    pub sync_interval_us: Option<f64>,
+    pub master: Option<u16>,
+    /// The drift the bound assumes, ppm.
+    pub max_drift_ppm: f64,
+    /// Free-running clocks' configured bound (`run.clock_bound_us`); null with sync.
+    pub free_bound_us: Option<f64>,
+    /// Largest |reading - reference| over the samples, us.
+    pub max_abs_error_us: f64,
+    /// Largest bound over the samples, us.
+    pub max_bound_us: f64,
+    /// Samples whose error exceeded their bound (a clock stepped or drifting beyond
+    /// `max_drift_ppm`), and when the first was seen (simulated us).
+    pub violations: u64,
+    pub first_violation_us: Option<f64>,
+    /// Readings checked: every one a protocol took, both sides of every estimate update,
+    /// clock step and drift change, and every node at the end.
+    pub samples: u64,
+    /// Readings before a node's first exchange (no bound to check).
+    pub unsynced_samples: u64,
+    /// Sync requests sent, those never answered (lost: a datagram dropped, or a node down),
+    /// replies that came after the next request went out, and replies that became a node's
+    /// estimate.
+    pub exchanges: u64,
+    pub lost: u64,
+    pub late: u64,
+    pub accepted: u64,
+    pub per_node: Vec<NodeClockReport>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct NodeClockReport {
+    pub node: u16,
+    /// The clock's offset at the start (us) and its drift (ppm) as configured or drawn.
+    pub offset_us: f64,
+    pub drift_ppm: f64,
+    pub max_abs_error_us: f64,
+    pub max_bound_us: f64,
+    pub violations: u64,
+    pub exchanges: u64,
+    pub lost: u64,
+    /// Shortest and longest exchange round trip, us (0 without replies).
+    pub min_rtt_us: f64,
+    pub max_rtt_us: f64,
+}
+
+impl ClockReport {
+    pub fn from_stats(s: &txbed_sim::clock::ClockStats) -> ClockReport {
+        let us = |ns: u64| ns as f64 / 1000.0;
+        let c = &s.config;
+        ClockReport {
+            sync_interval_us: c.sync.map(|y| us(y.interval_ns)),
+            master: c.sync.map(|y| y.master),
+            max_drift_ppm: c.max_drift_ppb as f64 / 1000.0,
+            free_bound_us: c.sync.is_none().then(|| us(c.free_bound_ns)),
+            max_abs_error_us: us(s.max_abs_error_ns()),
+            max_bound_us: us(s.max_bound_ns()),
+            violations: s.violations(),
+            first_violation_us: s.first_violation_ns().map(us),
+            samples: s.samples(),
+            unsynced_samples: s.nodes.iter().map(|n| n.unsynced).sum(),
+            exchanges: s.exchanges(),
+            lost: s.lost(),
+            late: s.nodes.iter().map(|n| n.sync.late).sum(),
+            accepted: s.accepted(),
+            per_node: s
+                .nodes
+                .iter()
+                .enumerate()
+                .map(|(i, n)| NodeClockReport {
+                    node: i as u16,
+                    offset_us: c.offset_ns[i] as f64 / 1000.0,
+                    drift_ppm: c.drift_ppb[i] as f64 / 1000.0,
+                    max_abs_error_us: us(n.max_abs_error_ns),
+                    max_bound_us: us(n.max_bound_ns),
+                    violations: n.violations,
+                    exchanges: n.sync.sent,
+                    lost: n.sync.unanswered(),
+                    min_rtt_us: us(n.sync.min_rtt_ns),
+                    max_rtt_us: us(n.sync.max_rtt_ns),
+                })
+                .collect(),
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -353,6 +446,7 @@ pub fn txn_report(
         timeseries: time_series(&r.measured.series, end_ns.div_ceil(DEFAULT_BUCKETS), spec.warmup_ns),
         latency_hist: h.clone(),
         series: r.measured.series.clone(),
+        clocks: r.clocks.as_ref().map(ClockReport::from_stats),
         scenario: s.name.clone(),
         resolved_scenario: s.to_ron(),
         backend,

@@ -95,6 +95,10 @@ pub fn run_txns_with(spec: &TxnRunSpec, progress: &mut dyn FnMut(u64, u64)) -> R
             }
         }
     }
+    // After the workload's coroutines, which keep their ids and RNG streams.
+    if let Some(c) = &spec.clocks.sim {
+        sim.enable_clocks(c.clone(), sh.end)?;
+    }
     // Start nothing after the end; let transactions in flight finish.
     let slice = (sh.end / 100).max(1);
     let mut t = 0;
@@ -162,6 +166,7 @@ pub fn run_txns_with(spec: &TxnRunSpec, progress: &mut dyn FnMut(u64, u64)) -> R
         location,
         qp_cache_miss_ratio: Some(sim.stats().qp_cache_misses as f64 / sim.stats().qp_cache_lookups.max(1) as f64),
         trace,
+        clocks: sim.clock_stats(),
     })
 }
 

@@ -82,6 +82,24 @@ pub struct TxnRunSpec {
     /// Record trace events on every simulated worker (`TxnRunResult::trace`); changes nothing
     /// else in the run.
     pub trace: bool,
+    /// Node clocks (`cluster.clocks`, `run.clock_bound_us`; docs/clocks.md).
+    pub clocks: ClockSpec,
+}
+
+/// The clocks of a run: the simulator's model, and the bound real backends report.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClockSpec {
+    /// Simulated clocks and their sync service; `None`: every clock reads simulated time,
+    /// bound 0 (and the run is exactly as before clocks existed).
+    pub sim: Option<txbed_sim::clock::ClockConfig>,
+    /// What `ctx.clock()` adds as its bound to the host's clock on real backends, ns.
+    pub host_bound_ns: u64,
+}
+
+impl Default for ClockSpec {
+    fn default() -> Self {
+        ClockSpec { sim: None, host_bound_ns: 1_000_000 }
+    }
 }
 
 impl TxnRunSpec {
@@ -115,6 +133,7 @@ impl TxnRunSpec {
             link_delay_ns: Vec::new(),
             wan: None,
             trace: false,
+            clocks: ClockSpec::default(),
         }
     }
 }

@@ -18,6 +18,8 @@ pub const RANGES: &[(&str, u64, u64)] = &[
     ("run.warmup_us", 0, MAX_RUN_US),
     ("run.measure_us", 1, MAX_RUN_US),
     ("run.failure_timeout_ms", 10, 600_000),
+    ("run.clock_bound_us", 0, 10_000_000),
+    ("cluster.clocks.sync.interval_us", 1, 10_000_000),
 ];
 
 /// Simulated time a run may cover, warm-up plus measurement (us).

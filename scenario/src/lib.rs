@@ -6,6 +6,7 @@
 //!
 //! Sweep files (`sweep`) name a base scenario and axes of such edits.
 
+pub mod clocks;
 pub mod faults;
 pub mod fields;
 pub mod memory;
@@ -359,6 +360,10 @@ pub struct Cluster {
     /// The links between data centers (required with two or more).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub inter_dc: Option<InterDc>,
+    /// Node clocks and their sync service (simulator; docs/clocks.md). `None`: every clock
+    /// reads simulated time, bound 0.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub clocks: Option<clocks::Clocks>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -572,6 +577,7 @@ impl Default for Cluster {
             link_delay_us: None,
             datacenters: Vec::new(),
             inter_dc: None,
+            clocks: None,
         }
     }
 }
@@ -708,11 +714,22 @@ pub struct RunSpec {
     /// Real backends: a rank that sends no heartbeat for this long (wall-clock ms) is declared
     /// dead or hung, and every survivor ends naming it.
     pub failure_timeout_ms: u64,
+    /// The bound `ctx.clock()` reports where no sync service measures one, us: real backends
+    /// (the host's clock; measure it with chrony or PTP, docs/clocks.md) and simulated clocks
+    /// without `sync`.
+    pub clock_bound_us: u64,
 }
 
 impl Default for RunSpec {
     fn default() -> Self {
-        RunSpec { warmup_us: 20, measure_us: 200, seed: 1, retry: Retry::DEFAULT, failure_timeout_ms: 1000 }
+        RunSpec {
+            warmup_us: 20,
+            measure_us: 200,
+            seed: 1,
+            retry: Retry::DEFAULT,
+            failure_timeout_ms: 1000,
+            clock_bound_us: 1000,
+        }
     }
 }
 
@@ -809,6 +826,9 @@ impl Scenario {
             }
         }
         c.check_topology()?;
+        if let Some(k) = &c.clocks {
+            k.check(c.nodes)?;
+        }
         let mut profile = NicProfile::load(&c.nic).map_err(|e| ("cluster.nic".into(), e.to_string()))?;
         if let Some(o) = &self.nic {
             if c.nics_per_node.is_some() && o.fields().iter().any(|(f, _)| f == "nics_per_node") {
@@ -837,6 +857,12 @@ impl Scenario {
                     return Err((
                         "cluster.link_delay_us".into(),
                         "Verbs workloads do not model link delays; they need a transactional workload".into(),
+                    ));
+                }
+                if c.clocks.is_some() {
+                    return Err((
+                        "cluster.clocks".into(),
+                        "Verbs workloads do not model clocks; they need a transactional workload".into(),
                     ));
                 }
                 in_range("workload.outstanding", v.outstanding.into())?;
@@ -922,6 +948,7 @@ impl Scenario {
         in_range("run.warmup_us", self.run.warmup_us)?;
         in_range("run.measure_us", self.run.measure_us)?;
         in_range("run.failure_timeout_ms", self.run.failure_timeout_ms)?;
+        in_range("run.clock_bound_us", self.run.clock_bound_us)?;
         self.run.retry.check().map_err(|e| ("run.retry".to_string(), e))?;
         if self.run.warmup_us + self.run.measure_us > fields::MAX_RUN_US {
             return Err((
@@ -941,7 +968,7 @@ impl Scenario {
 }
 
 /// Checks a whole-number field against its range in `fields::RANGES`.
-fn in_range(path: &str, v: u64) -> Result<(), (String, String)> {
+pub(crate) fn in_range(path: &str, v: u64) -> Result<(), (String, String)> {
     let (lo, hi) = fields::range(path).expect("a field of fields::RANGES");
     if (lo..=hi).contains(&v) {
         Ok(())

@@ -458,6 +458,8 @@ pub struct Sim {
     net: NetFaults,
     /// Link-fault draws: a stream of their own, as `wan_rng`.
     fault_rng: ChaCha8Rng,
+    /// Node clocks (`crate::clock`), once enabled; `None`: every clock is ideal.
+    pub(crate) clocks: Option<Box<crate::clock::SimClocks>>,
 }
 
 /// What the network faults in force do to one packet (`Sim::fault_leg`).
@@ -645,6 +647,7 @@ impl Sim {
             wan_rng: ChaCha8Rng::seed_from_u64(cfg.seed ^ 0x3a4e_d1a7),
             net: NetFaults::default(),
             fault_rng: ChaCha8Rng::seed_from_u64(cfg.seed ^ 0xfa17_0017),
+            clocks: None,
             cfg,
         })
     }
@@ -848,6 +851,7 @@ impl Sim {
             }
         }
         self.grow_qp_caches();
+        self.restart_clock(node);
     }
 
     /// A new QP at `b` for worker `w`'s `kk`-th connection to `a`, connected to `a`'s QP

@@ -6,9 +6,11 @@
 //! - [`fabric`]: nodes, worker CPUs, NICs, PCIe, links and the switch; drives the
 //!   transport's `WorkerCore`s.
 //! - [`wan`]: links between data centers (delay distributions, loss, bandwidth, TCP-like).
+//! - [`clock`]: node clocks (offset, drift, steps) and the error of their synchronized readings.
 //! - [`bench_verbs`]: the primitive microbenchmarks (DrTM+H Fig. 5 and 6).
 
 pub mod bench_verbs;
+pub mod clock;
 pub mod engine;
 pub mod fabric;
 pub mod faults;

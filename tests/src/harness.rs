@@ -167,6 +167,7 @@ impl<L: Load> Shape<L> {
             bug: self.bug,
             allow_unsafe_atomics: false,
             trace: self.trace,
+            clocks: Default::default(),
         }
     }
     pub fn replay(&self) -> String {

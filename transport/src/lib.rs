@@ -6,12 +6,14 @@
 //! - [`worker`]: the sans-IO per-worker core (coroutine executor, posting, completion
 //!   dispatch, timers) and [`Ctx`], the handle a coroutine holds.
 //! - [`rpc`]: request/reply over UD with batching, piggybacked replies and retransmission.
+//! - [`clock`]: the synchronized clock protocols read (`Ctx::clock`) and the sync service.
 //! - [`trace`]: optional records of verbs, RPCs and stages for a Chrome/Perfetto trace.
 //!
 //! Backends (the simulator, sockets, verbs) implement nothing of this interface's semantics
 //! themselves beyond moving doorbells, datagrams and completions; protocol code cannot tell
 //! them apart.
 
+pub mod clock;
 pub mod membership;
 pub mod memory;
 pub mod rpc;
@@ -19,6 +21,7 @@ pub mod trace;
 pub mod verbs;
 pub mod worker;
 
+pub use clock::{ClockReading, ClockSource, NodeClock};
 pub use membership::{NodeStatus, View};
 pub use memory::{HostMemory, MemError};
 pub use rpc::{CallId, Handled, HandlerCtx, HandlerFn, ReplyToken, RpcConfig, RpcError};

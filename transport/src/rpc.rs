@@ -164,6 +164,7 @@ pub struct HandlerCtx<'a> {
     notices: &'a mut Vec<Notice>,
     token: ReplyToken,
     costs: &'a CpuCosts,
+    clock: Option<&'a crate::clock::NodeClock>,
 }
 
 /// A one-way message a handler sends once it has run (see [`HandlerCtx::notify`]).
@@ -187,8 +188,14 @@ impl<'a> HandlerCtx<'a> {
         notices: &'a mut Vec<Notice>,
         token: ReplyToken,
         costs: &'a CpuCosts,
+        clock: Option<&'a crate::clock::NodeClock>,
     ) -> Self {
-        HandlerCtx { me, src, now, mem, reply, cpu, deferred, notices, token, costs }
+        HandlerCtx { me, src, now, mem, reply, cpu, deferred, notices, token, costs, clock }
+    }
+    /// The synchronized clock at the handler's time, as `Ctx::clock` (a participant checking
+    /// a lease).
+    pub fn clock(&self) -> crate::clock::ClockReading {
+        self.clock.map_or(crate::clock::ClockReading::ideal(self.now), |c| c.read(self.now))
     }
     /// Charges handler CPU work.
     pub fn compute(&mut self, ns: Nanos) {

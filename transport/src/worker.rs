@@ -21,6 +21,7 @@ use std::task::{Context, Poll, Waker};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
+use crate::clock::{ClockReading, NodeClock};
 use crate::membership::{NodeStatus, View};
 use crate::memory::{HostMemory, MemError};
 use crate::rpc::{self, CallId, Frame, FrameKind, Handled, HandlerCtx, HandlerFn, ReplyToken, RpcConfig, RpcError};
@@ -210,12 +211,18 @@ pub(crate) struct Shared {
     trace: Option<Box<Recorder>>,
     /// The membership as the backend last delivered it.
     view: View,
+    /// The node's clock (`crate::clock`); `None`: ideal, the worker's own time with bound 0.
+    clock: Option<Rc<NodeClock>>,
 }
 
 impl Shared {
     fn charge(&mut self, ns: Nanos) {
         self.now += ns;
         self.stats.cpu_busy_ns += ns;
+    }
+
+    fn clock(&self) -> ClockReading {
+        self.clock.as_ref().map_or(ClockReading::ideal(self.now), |c| c.read(self.now))
     }
 
     fn has_work(&self) -> bool {
@@ -457,6 +464,7 @@ impl Shared {
                 &mut notices,
                 token,
                 &self.cfg.costs,
+                self.clock.as_deref(),
             );
             h(&mut hctx, payload)
         };
@@ -659,6 +667,7 @@ impl WorkerCore {
             stats: WorkerStats::default(),
             trace: None,
             view: View::all_up(nodes as u16),
+            clock: None,
         };
         WorkerCore { shared: Rc::new(RefCell::new(shared)), tasks: Vec::new() }
     }
@@ -764,6 +773,12 @@ impl WorkerCore {
             let me = s.cfg.me;
             s.trace = Some(Box::new(Recorder::new(me)));
         }
+    }
+
+    /// Gives this worker its node's clock (`crate::clock`); until then `Ctx::clock` is ideal
+    /// (the worker's own time, bound 0). The backend supplies it: the core reads no clock.
+    pub fn set_clock(&mut self, clock: Rc<NodeClock>) {
+        self.shared.borrow_mut().clock = Some(clock);
     }
 
     /// Whether trace events are being recorded.
@@ -961,6 +976,18 @@ impl Ctx {
     /// The worker-local clock (includes CPU time charged so far in this step).
     pub fn now(&self) -> Nanos {
         self.shared.borrow().now
+    }
+    /// The synchronized clock: the node's estimate of the reference time and its error bound
+    /// (`crate::clock`; docs/clocks.md says what DrTM's DELTA should be). Ideal (this worker's
+    /// time, bound 0) when the backend set no clock.
+    pub fn clock(&self) -> ClockReading {
+        self.shared.borrow().clock()
+    }
+    /// The node's raw physical clock (may drift and be stepped; no bound): for measurements,
+    /// not for leases. Without a clock set, this worker's time.
+    pub fn local_clock_ns(&self) -> i64 {
+        let s = self.shared.borrow();
+        s.clock.as_ref().map_or(s.now as i64, |c| c.local_ns(s.now))
     }
     /// Uses this coroutine's seeded RNG stream. The closure form keeps the borrow from
     /// outliving the call (a held borrow would make any other `Ctx` call panic).
