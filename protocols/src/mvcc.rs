@@ -45,7 +45,7 @@ use txbed_txn::msg::KeyReq;
 use txbed_txn::node::{NodeState, BUSY, MALFORMED, MISSING, OK};
 use txbed_txn::ops::{self, Rec, Tally};
 use txbed_txn::participant::{BY_KEY, BY_OFFSET};
-use txbed_txn::protocol::{handler_id, in_id_order, Bug, LocalBoxFuture, OptionValues, Protocol};
+use txbed_txn::protocol::{handler_id, in_id_order, Bug, LocalBoxFuture, OptionValues, Protocol, RecoveryFloor};
 use txbed_txn::stage::{Hybrid, Stage};
 use txbed_txn::store::{self, split_version_word, version_word, TablePlace, LOCK, META_BYTES, VERSION, WRITER};
 use txbed_txn::wire::{u64_at, Put, Reader, WireError};
@@ -75,6 +75,24 @@ impl Protocol for Mvcc {
     }
     fn participant(&self, _options: &OptionValues) -> Box<dyn std::any::Any> {
         Box::new(Participant::default())
+    }
+    /// The lock word is the holder's timestamp, which names its thread (node x workers +
+    /// worker) in bits 8..20.
+    fn lock_owner_node(&self, word: u64, workers: u16) -> Option<u16> {
+        Some((((word >> 8) & 0xfff) / workers.max(1) as u64) as u16)
+    }
+    /// A recovered tuple keeps only its latest version (the old ones were in volatile memory,
+    /// or may be stale): the slots are emptied, and `wts` and `rts` are set beyond every
+    /// timestamp issued before, so no reader or writer ordered before the recovery uses it
+    /// (their clocks move past it, RCC Sec. 4.4, and they retry).
+    fn recover_tuple(&self, place: &TablePlace, tuple: &mut [u8], floor: &RecoveryFloor) {
+        let g = Geometry::of(place);
+        let safe = (floor.clock_ns() & ((1 << 44) - 1)) << ID_BITS;
+        tuple[g.slot(0)..g.wts()].fill(0);
+        let word = u64_at(tuple, VERSION as usize);
+        tuple[g.wts()..g.wts() + 8].copy_from_slice(&safe.to_le_bytes());
+        tuple[g.seq()..g.seq() + 8].copy_from_slice(&word.to_le_bytes());
+        tuple[g.rts()..g.rts() + 8].copy_from_slice(&safe.to_le_bytes());
     }
     fn handler_names(&self) -> &'static [&'static str] {
         &HANDLER_NAMES

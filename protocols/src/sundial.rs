@@ -48,7 +48,7 @@ use txbed_txn::msg::KeyReq;
 use txbed_txn::node::{NodeState, BUSY, MALFORMED, MISSING, OK};
 use txbed_txn::ops::{self, Rec, Tally};
 use txbed_txn::participant::{BY_KEY, BY_OFFSET};
-use txbed_txn::protocol::{handler_id, in_id_order, Bug, LocalBoxFuture, Protocol};
+use txbed_txn::protocol::{handler_id, in_id_order, Bug, LocalBoxFuture, Protocol, RecoveryFloor};
 use txbed_txn::stage::Stage;
 use txbed_txn::store::{self, LOCK, META_BYTES, VERSION};
 use txbed_txn::wire::{u64_at, Put, Reader, WireError};
@@ -68,6 +68,15 @@ impl Protocol for Sundial {
     }
     fn bugs(&self) -> &'static [Bug] {
         &[RENEW_IGNORES_LOCK]
+    }
+    /// A recovered tuple's lease was in volatile memory: `[wts, rts]` is set beyond every
+    /// logical timestamp issued before, so every later reader and writer is ordered after
+    /// every transaction that read or wrote it before.
+    fn recover_tuple(&self, place: &store::TablePlace, tuple: &mut [u8], floor: &RecoveryFloor) {
+        let at = place.ext_at as usize;
+        let safe = floor.logical();
+        tuple[at + WTS as usize..][..8].copy_from_slice(&safe.to_le_bytes());
+        tuple[at + RTS as usize..][..8].copy_from_slice(&safe.to_le_bytes());
     }
     fn ext_bytes(&self, record_bytes: u64) -> u64 {
         ext_bytes(record_bytes)

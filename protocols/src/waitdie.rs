@@ -56,6 +56,11 @@ impl Protocol for WaitDie {
     fn bugs(&self) -> &'static [Bug] {
         &[STALE_READ]
     }
+    /// The lock word is the holder's timestamp, which names its thread (node x workers +
+    /// worker) in bits 8..20.
+    fn lock_owner_node(&self, word: u64, workers: u16) -> Option<u16> {
+        Some((((word >> 8) & 0xfff) / workers.max(1) as u64) as u16)
+    }
     fn background(&self) -> Option<BackgroundFn> {
         Some(|ctx, n, end| Box::pin(background(ctx, n, end)))
     }

@@ -274,6 +274,7 @@ impl WorkerSeed {
             retry: spec.retry,
             measured: Rc::new(std::cell::RefCell::new(Measured::for_run(spec.warmup_ns, spec.duration_ns))),
             failures: Rc::default(),
+            stop: Rc::default(),
         };
         Ok(WorkerActor {
             w,
@@ -481,6 +482,7 @@ pub fn run_real_node(
         qp_cache_miss_ratio: None,
         trace: Vec::new(),
         clocks: None,
+        faults: None,
     }))
 }
 
@@ -724,6 +726,8 @@ impl SpecForThread {
             retry: self.retry,
             trace: false,
             clocks: self.clocks,
+            // `crate::run` refuses faults: the simulator applies them.
+            faults: None,
         }
     }
 }

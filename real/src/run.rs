@@ -47,6 +47,11 @@ pub fn run_real(
             "cluster.clocks models simulated clocks; real backends use the host's clock with run.clock_bound_us as its bound (docs/clocks.md): remove cluster.clocks".into(),
         );
     }
+    if s.faults.is_some() {
+        return fail(
+            "faults: the simulator applies scheduled and random faults at exact simulated times; a real run cannot (kill -9 or SIGSTOP a rank to test failure detection, docs/faults.md): run on the simulator, or remove faults".into(),
+        );
+    }
     let mut spec = match txbed_runner::txn_spec(s, profile, seed) {
         Ok(x) => x,
         Err(e) => return fail(e),

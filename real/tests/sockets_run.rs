@@ -44,6 +44,7 @@ fn spec(protocol: ProtocolRef, hybrid: Hybrid) -> TxnRunSpec {
         allow_unsafe_atomics: false,
         trace: false,
         clocks: Default::default(),
+        faults: None,
     }
 }
 

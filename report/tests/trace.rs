@@ -48,6 +48,7 @@ fn spec(protocol: ProtocolRef, hybrid: Hybrid, options: Options, trace: bool) ->
         wan: None,
         trace,
         clocks: Default::default(),
+        faults: None,
     }
 }
 

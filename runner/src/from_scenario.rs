@@ -54,6 +54,25 @@ pub fn txn_spec(s: &Scenario, profile: &NicProfile, seed: u64) -> Result<TxnRunS
             sim: c.clocks.as_ref().map(|k| k.config(c.nodes, seed, s.run.clock_bound_us)),
             host_bound_ns: s.run.clock_bound_us * 1000,
         },
+        faults: fault_plan(s, seed),
+    })
+}
+
+/// The faults of `s` run with `seed` (its random generators expanded with that seed).
+pub fn fault_plan(s: &Scenario, seed: u64) -> Option<crate::faults::FaultPlan> {
+    use txbed_sim::faults::Region;
+    let f = s.faults.as_ref()?;
+    let mut seeded = s.clone();
+    seeded.run.seed = seed;
+    let t = seeded.fault_topology();
+    let dcs = t.dcs.iter().map(|d| (d.clone(), t.dc_nodes(d).unwrap_or_default())).collect();
+    Some(crate::faults::FaultPlan {
+        detect_ns: f.detect_us * 1000,
+        reconnect_ns: f.reconnect_us * 1000,
+        durable_store: f.durable.contains(&Region::Store),
+        durable_logs: f.durable.contains(&Region::Logs),
+        schedule: seeded.fault_schedule(),
+        dcs,
     })
 }
 

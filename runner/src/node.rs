@@ -61,7 +61,7 @@ pub fn node_state(spec: &TxnRunSpec, me: u16, catalog: &Rc<Catalog>) -> Rc<NodeS
         rings: RefCell::new(Vec::new()),
         readers: RefCell::new(Vec::new()),
         replica: RefCell::new(Default::default()),
-        recovery: None,
+        recovery: spec.faults.as_ref().map(|f| f.recovery()),
         incarnation: 0,
         pending: RefCell::default(),
         wal: RefCell::default(),
@@ -81,6 +81,8 @@ pub struct Shared {
     pub retry: Retry,
     pub measured: Rc<RefCell<Measured>>,
     pub failures: Rc<RefCell<Vec<String>>>,
+    /// No new transaction starts once set (a fault the protocol does not survive).
+    pub stop: Rc<std::cell::Cell<bool>>,
 }
 
 /// A coordinator coroutine: draws transactions until `end`, retrying each conflict (the same
@@ -89,7 +91,7 @@ pub async fn coordinator(ctx: Ctx, st: Rc<NodeState>, sh: Shared, c: u32) {
     let (n, wk) = (st.me, ctx.me().worker);
     let mut seq = 0u64;
     let mut drawn = 0u64;
-    while ctx.now() < sh.end {
+    while ctx.now() < sh.end && !sh.stop.get() {
         let terminal = Terminal { worker: wk, coroutine: c, seq: drawn };
         drawn += 1;
         let drawn_spec = ctx.with_rng(|r| st.workload.generate_at(r, n, st.nodes, terminal));

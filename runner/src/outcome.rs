@@ -122,6 +122,8 @@ pub struct TxnRunResult {
     pub trace: Vec<TraceEvent>,
     /// What the simulated clocks measured (`None` without a clock model or on real backends).
     pub clocks: Option<txbed_sim::clock::ClockStats>,
+    /// What the faults did (`None` without faults).
+    pub faults: Option<crate::faults::FaultReport>,
 }
 
 impl TxnRunResult {

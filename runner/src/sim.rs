@@ -8,6 +8,7 @@ use txbed_sim::{Sim, SimConfig};
 use txbed_txn::locate::Catalog;
 use txbed_txn::node::NodeState;
 
+use crate::faults::{Driver, World};
 use crate::node::{add_measured, coordinator, load_partition, node_result, node_state, Shared};
 use crate::outcome::{assemble, Measured, TxnRunResult};
 use crate::spec::{check_spec, coroutines_per_worker, layout, scratch_per_coroutine, TxnRunSpec};
@@ -45,6 +46,7 @@ pub fn run_txns_with(spec: &TxnRunSpec, progress: &mut dyn FnMut(u64, u64)) -> R
     cfg.rpc.piggyback = spec.options.passive_ack;
     cfg.rpc.doorbell_batching = spec.options.doorbell;
     cfg.rpc.max_patience_ns = spec.protocol.rpc_patience_ns(&spec.protocol_options);
+    cfg.reconnect_ns = spec.faults.as_ref().map(|f| f.reconnect_ns);
     let mut sim = Sim::new(cfg)?;
     let layout = layout(spec);
     let mut regions = Vec::new();
@@ -55,7 +57,7 @@ pub fn run_txns_with(spec: &TxnRunSpec, progress: &mut dyn FnMut(u64, u64)) -> R
     }
     let catalog = Rc::new(Catalog { layout: layout.clone(), regions });
     // In the simulator a node's workers share one protocol state (one thread runs them all).
-    let states: Vec<Rc<NodeState>> = (0..spec.nodes).map(|n| node_state(spec, n, &catalog)).collect();
+    let mut states: Vec<Rc<NodeState>> = (0..spec.nodes).map(|n| node_state(spec, n, &catalog)).collect();
     for (n, st) in states.iter().enumerate() {
         txbed_txn::index::build(st, &*sim.memory(n as u16));
     }
@@ -75,6 +77,7 @@ pub fn run_txns_with(spec: &TxnRunSpec, progress: &mut dyn FnMut(u64, u64)) -> R
         retry: spec.retry,
         measured: Rc::new(RefCell::new(Measured::for_run(spec.warmup_ns, spec.duration_ns))),
         failures: Rc::default(),
+        stop: Rc::default(),
     };
     for n in 0..spec.nodes {
         for wk in 0..spec.workers {
@@ -100,24 +103,45 @@ pub fn run_txns_with(spec: &TxnRunSpec, progress: &mut dyn FnMut(u64, u64)) -> R
         sim.enable_clocks(c.clone(), sh.end)?;
     }
     // Start nothing after the end; let transactions in flight finish.
+    let mut driver = spec.faults.as_ref().map(|p| Driver::new(p, spec.nodes));
     let slice = (sh.end / 100).max(1);
     let mut t = 0;
     while t < sh.end {
         t = (t + slice).min(sh.end);
+        // Faults and the membership's steps due in this slice, each at its exact time.
+        while let Some(d) = driver.as_mut().filter(|d| d.next_at().is_some_and(|at| at <= t)) {
+            let at = d.next_at().expect("checked");
+            sim.run_until(at);
+            d.fire(&mut World { sim: &mut sim, states: &mut states, spec, catalog: &catalog, sh: &sh });
+        }
         sim.run_until(t);
         progress(t, sh.end);
     }
-    sim.run_to_idle(sh.end + STRAGGLE_NS);
+    let limit = sh.end + STRAGGLE_NS;
+    while let Some(d) = driver.as_mut().filter(|d| d.next_at().is_some_and(|at| at <= limit)) {
+        let at = d.next_at().expect("checked");
+        sim.run_until(at);
+        d.fire(&mut World { sim: &mut sim, states: &mut states, spec, catalog: &catalog, sh: &sh });
+    }
+    sim.run_to_idle(limit);
     // A coroutine still running this long after the end is stuck (a protocol waiting for
     // something that never comes): say so rather than check a history it never finished.
+    // A node that is down is reported as such.
     for n in 0..spec.nodes {
         for wk in 0..spec.workers {
-            if !sim.worker(n, wk).all_finished() {
+            if sim.is_alive(n) && !sim.worker(n, wk).all_finished() {
                 sh.failures.borrow_mut().push(format!(
                     "node {n} worker {wk}: coroutines still running {} ms after the end of the run",
                     STRAGGLE_NS / 1_000_000
                 ));
             }
+        }
+    }
+    // Nodes still down are recovered for the final check (the report says they were down).
+    if let Some(d) = driver.as_mut() {
+        d.recover_after_run(&mut World { sim: &mut sim, states: &mut states, spec, catalog: &catalog, sh: &sh });
+        if let Some(f) = &d.report.fatal {
+            sh.failures.borrow_mut().push(f.clone());
         }
     }
     // Backups catch up on the logs still in their rings (a recovering backup would too).
@@ -167,6 +191,7 @@ pub fn run_txns_with(spec: &TxnRunSpec, progress: &mut dyn FnMut(u64, u64)) -> R
         qp_cache_miss_ratio: Some(sim.stats().qp_cache_misses as f64 / sim.stats().qp_cache_lookups.max(1) as f64),
         trace,
         clocks: sim.clock_stats(),
+        faults: driver.map(|d| d.report),
     })
 }
 

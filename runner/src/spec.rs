@@ -84,6 +84,8 @@ pub struct TxnRunSpec {
     pub trace: bool,
     /// Node clocks (`cluster.clocks`, `run.clock_bound_us`; docs/clocks.md).
     pub clocks: ClockSpec,
+    /// Faults the simulator applies (`faults`; docs/faults.md); `None`: none.
+    pub faults: Option<crate::faults::FaultPlan>,
 }
 
 /// The clocks of a run: the simulator's model, and the bound real backends report.
@@ -134,6 +136,7 @@ impl TxnRunSpec {
             wan: None,
             trace: false,
             clocks: ClockSpec::default(),
+            faults: None,
         }
     }
 }
@@ -163,6 +166,14 @@ pub fn check_spec(spec: &TxnRunSpec) -> Result<(), String> {
     }
     if spec.replication == 0 || spec.replication > spec.nodes {
         return Err(format!("replication {} must be 1..={} (the number of nodes)", spec.replication, spec.nodes));
+    }
+    if spec.faults.is_some() && spec.options.passive_ack {
+        return Err(
+            "faults need every write-back confirmed, and passive ACK (protocol.rdma.passive_ack, or a preset's) leaves them unconfirmed: a write-back lost to a fault would leave its lock held; run this protocol without it under faults".into(),
+        );
+    }
+    if spec.workers > 256 && spec.faults.is_some() {
+        return Err(format!("faults need at most 256 workers per node (transaction ids), got {}", spec.workers));
     }
     Ok(())
 }

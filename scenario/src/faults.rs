@@ -19,8 +19,10 @@ pub struct Faults {
     /// manager's exchange and the QP state transitions).
     #[serde(default = "default_reconnect_us")]
     pub reconnect_us: u64,
-    /// What survives a crash besides nothing (DRAM): `Store`, `Logs` (battery-backed NVRAM).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// What survives a crash (battery-backed NVRAM); the rest is DRAM and is lost. Default
+    /// `[Logs]` (the write-ahead log, the log rings and the backups' replicas), as FaRM and
+    /// DrTM Sec. 5.6 assume; `[]` loses everything, `[Store, Logs]` keeps the records too.
+    #[serde(default = "default_durable")]
     pub durable: Vec<Region>,
     /// Faults at given times.
     #[serde(default)]
@@ -41,13 +43,16 @@ fn default_detect_us() -> u64 {
 fn default_reconnect_us() -> u64 {
     DEFAULT_RECONNECT_US
 }
+fn default_durable() -> Vec<Region> {
+    vec![Region::Logs]
+}
 
 impl Default for Faults {
     fn default() -> Self {
         Faults {
             detect_us: DEFAULT_DETECT_US,
             reconnect_us: DEFAULT_RECONNECT_US,
-            durable: Vec::new(),
+            durable: default_durable(),
             schedule: Vec::new(),
             random: None,
         }

@@ -168,6 +168,7 @@ impl<L: Load> Shape<L> {
             allow_unsafe_atomics: false,
             trace: self.trace,
             clocks: Default::default(),
+            faults: None,
         }
     }
     pub fn replay(&self) -> String {

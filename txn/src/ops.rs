@@ -559,7 +559,8 @@ pub fn commit_point(
         }
         let record = log_record(recs, new_values, history.id);
         // The record is copied into the log area (NVRAM where the logs are durable).
-        ctx.compute(ctx.costs().copy_ns(record.len()));
+        let copy_ns = ctx.costs().copy_ns(record.len());
+        ctx.compute(copy_ns);
         n.wal.borrow_mut().insert(history.id, record);
     }
     *n.committing.borrow_mut().entry(epoch).or_default() += 1;

@@ -112,6 +112,12 @@ impl Protocol for Calvin {
     fn bugs(&self) -> &'static [Bug] {
         &[READ_BEFORE_LOCK]
     }
+    /// Calvin replicates its input log to recover a node by replaying it; here the sequencer
+    /// buffers, the epoch barrier and the lock queues live only in the nodes' memory, so a
+    /// crashed node's epochs can never complete (docs/faults.md).
+    fn survives_crashes(&self) -> Result<(), &'static str> {
+        Err("its sequencers, epoch batches and lock queues are kept only in volatile memory and are not replicated, so every node would wait forever for the crashed node's batches")
+    }
     fn check_options(&self, given: &OptionValues) -> Result<(), String> {
         let o = parse_options::<Options>(given)?;
         if o.epoch_us == 0 || o.epoch_us > 1_000_000 {

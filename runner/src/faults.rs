@@ -1,0 +1,550 @@
+//! Faults in a simulated run (issue 17, docs/faults.md): the schedule applied at its exact
+//! times, the membership service (a crashed node is declared down a lease after it stops,
+//! and every worker gets each new view at once, after DrTM Sec. 5.6's ZooKeeper), and the
+//! recovery of restarted nodes.
+//!
+//! A node's life: up; crashed (CPUs, NIC and volatile memory gone: `Sim::crash`); declared
+//! down `detect` later (fenced off; survivors stop using it and apply what its log rings on
+//! them hold); restarted (a new incarnation, reconnected: `Sim::restart`) and joining (it
+//! takes log records as a backup but its records are not used); rebuilt once no transaction
+//! that committed before it joined is still completing anywhere; up again a modelled
+//! transfer time later, with its coordinators. The rebuild: its write-ahead log (durable
+//! logs) rolls its committed transactions forward everywhere; the locks its transactions
+//! held are released; its store (reloaded from the initial checkpoint unless durable) takes
+//! the newest version of each of its records from the backups' replicas; its replica takes
+//! the newest of each record it backs from the primaries and other backups.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use serde::Serialize;
+use txbed_sim::faults::{Fault, LinkParams, TimedFault};
+use txbed_sim::Sim;
+use txbed_transport::{HostMemory, NodeStatus, View};
+use txbed_txn::locate::Catalog;
+use txbed_txn::msg::LogRecord;
+use txbed_txn::node::{NodeState, Recovery};
+use txbed_txn::protocol::RecoveryFloor;
+use txbed_txn::recovery::{self, key_of};
+
+use crate::node::{coordinator, load_partition, node_state, Shared};
+use crate::spec::TxnRunSpec;
+
+/// The faults of a simulated run, as the scenario's `faults` section gives them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FaultPlan {
+    /// A crashed node is declared down this long after it stops, ns.
+    pub detect_ns: u64,
+    /// A connection a fault broke is re-established this long after, ns.
+    pub reconnect_ns: u64,
+    /// The store survives a crash (NVRAM); otherwise it is reloaded and rebuilt.
+    pub durable_store: bool,
+    /// The logs survive a crash: the write-ahead log, the rings, the backup's replica.
+    pub durable_logs: bool,
+    /// Every fault, in the order applied.
+    pub schedule: Vec<TimedFault>,
+    /// The nodes of each data center, by name (empty: one data center).
+    pub dcs: Vec<(String, Vec<u16>)>,
+}
+
+impl FaultPlan {
+    /// What the transaction layer is told.
+    pub fn recovery(&self) -> Recovery {
+        Recovery { retry_ns: self.reconnect_ns.max(10_000) }
+    }
+
+    /// Whether some fault stops a node.
+    pub fn crashes(&self) -> bool {
+        self.schedule.iter().any(|f| matches!(f.fault, Fault::Crash { .. } | Fault::CrashDc { .. }))
+    }
+
+    fn dc(&self, name: &str) -> Vec<u16> {
+        self.dcs.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone()).unwrap_or_default()
+    }
+}
+
+/// What the faults did, for the report.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct FaultReport {
+    /// Each fault applied: when (ns) and what.
+    pub applied: Vec<(u64, String)>,
+    /// Each node crash and what became of it.
+    pub recoveries: Vec<NodeRecovery>,
+    /// Nodes down at the end of the run (recovered afterwards for the final check).
+    pub down_at_end: Vec<u16>,
+    /// Why the run stopped early: the protocol does not survive a fault.
+    pub fatal: Option<String>,
+    /// Messages partitions and link faults lost, datagrams they duplicated, RC requests that
+    /// gave up.
+    pub lost: u64,
+    pub duplicated: u64,
+    pub gave_up: u64,
+}
+
+/// One crash of a node and its recovery; times in ns.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct NodeRecovery {
+    pub node: u16,
+    pub crashed_ns: u64,
+    pub declared_down_ns: Option<u64>,
+    pub restarted_ns: Option<u64>,
+    /// When its rebuild ran (after the transactions committed before it rejoined completed).
+    pub rebuilt_ns: Option<u64>,
+    pub up_ns: Option<u64>,
+    /// Transactions its write-ahead log rolled forward, and pending ones it lost (volatile
+    /// logs).
+    pub rolled_forward: u64,
+    pub lost_pending: u64,
+    /// Locks its transactions held elsewhere, released.
+    pub locks_released: u64,
+    /// Records its store took from the replicas, and its replica from the others.
+    pub store_records: u64,
+    pub replica_records: u64,
+    /// Recovered only after the run, for the final check.
+    pub after_run: bool,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Action {
+    Fault(usize),
+    Detect(u16),
+    /// Rebuild `node` once nothing committed before `epoch` is still completing.
+    Barrier {
+        node: u16,
+        epoch: u64,
+    },
+    Up(u16),
+}
+
+/// How often a rejoining node checks that the transactions it waits for have completed.
+const BARRIER_POLL_NS: u64 = 10_000;
+
+/// The simulated cluster a driver acts on.
+pub(crate) struct World<'a> {
+    pub sim: &'a mut Sim,
+    pub states: &'a mut Vec<Rc<NodeState>>,
+    pub spec: &'a TxnRunSpec,
+    pub catalog: &'a Rc<Catalog>,
+    pub sh: &'a Shared,
+}
+
+/// The fault schedule and the membership service of one run.
+pub(crate) struct Driver {
+    plan: FaultPlan,
+    queue: BTreeMap<(u64, u64), Action>,
+    seq: u64,
+    view: View,
+    pub report: FaultReport,
+    recoveries: u64,
+    /// Crashed nodes' states as they were (their history and, with durable logs, their logs).
+    crashed: BTreeMap<u16, Rc<NodeState>>,
+}
+
+impl Driver {
+    pub fn new(plan: &FaultPlan, nodes: u16) -> Driver {
+        let mut d = Driver {
+            plan: plan.clone(),
+            queue: BTreeMap::new(),
+            seq: 0,
+            view: View::all_up(nodes),
+            report: FaultReport::default(),
+            recoveries: 0,
+            crashed: BTreeMap::new(),
+        };
+        for (i, f) in plan.schedule.iter().enumerate() {
+            d.push(f.at_us * 1000, Action::Fault(i));
+        }
+        d
+    }
+
+    fn push(&mut self, at: u64, a: Action) {
+        self.seq += 1;
+        self.queue.insert((at, self.seq), a);
+    }
+
+    /// When the next action is due.
+    pub fn next_at(&self) -> Option<u64> {
+        self.queue.keys().next().map(|k| k.0)
+    }
+
+    /// Carries out every action due at or before the simulation's time.
+    pub fn fire(&mut self, w: &mut World<'_>) {
+        let now = w.sim.now();
+        while let Some((&(at, seq), &a)) = self.queue.iter().next() {
+            if at > now {
+                break;
+            }
+            self.queue.remove(&(at, seq));
+            match a {
+                Action::Fault(i) => self.apply(w, i),
+                Action::Detect(n) => self.detect(w, n),
+                Action::Barrier { node, epoch } => {
+                    if barrier_clear(w, epoch) {
+                        self.rebuild(w, node, false);
+                    } else {
+                        self.push(now + BARRIER_POLL_NS, Action::Barrier { node, epoch });
+                    }
+                }
+                Action::Up(n) => self.up(w, n),
+            }
+            if self.report.fatal.is_some() {
+                self.queue.clear();
+                w.sh.stop.set(true);
+                return;
+            }
+        }
+    }
+
+    fn set_view(&mut self, w: &mut World<'_>, node: u16, s: NodeStatus) {
+        self.view.status[node as usize] = s;
+        self.view.epoch += 1;
+        w.sim.set_view(&self.view);
+    }
+
+    fn apply(&mut self, w: &mut World<'_>, i: usize) {
+        let f = self.plan.schedule[i].clone();
+        let now = w.sim.now();
+        let us = |x: u64| x * 1000;
+        match &f.fault {
+            Fault::Crash { .. } | Fault::CrashDc { .. } => {
+                if let Err(why) = w.spec.protocol.survives_crashes() {
+                    self.report.fatal = Some(format!(
+                        "{} does not survive a node crash ({why}): the run stopped starting transactions at {} us, the time of `{}`",
+                        w.spec.protocol.name(),
+                        f.at_us,
+                        f.fault.describe()
+                    ));
+                    return;
+                }
+                self.report.applied.push((now, f.fault.describe()));
+                let nodes = match &f.fault {
+                    Fault::Crash { node } => vec![*node],
+                    Fault::CrashDc { dc } => self.plan.dc(dc),
+                    _ => unreachable!(),
+                };
+                for n in nodes {
+                    w.sim.crash(n);
+                    self.report.recoveries.push(NodeRecovery { node: n, crashed_ns: now, ..Default::default() });
+                    self.push(now + self.plan.detect_ns, Action::Detect(n));
+                }
+            }
+            Fault::Restart { .. } | Fault::RestartDc { .. } => {
+                self.report.applied.push((now, f.fault.describe()));
+                let nodes = match &f.fault {
+                    Fault::Restart { node } => vec![*node],
+                    Fault::RestartDc { dc } => self.plan.dc(dc),
+                    _ => unreachable!(),
+                };
+                for n in nodes {
+                    self.restart(w, n);
+                }
+            }
+            Fault::Partition { a, b, one_way, for_us } => {
+                self.report.applied.push((now, f.fault.describe()));
+                w.sim.partition(a, b, *one_way, us(*for_us));
+            }
+            Fault::Link { from, to, both_ways, for_us, drop, duplicate, delay_us, reorder_us } => {
+                self.report.applied.push((now, f.fault.describe()));
+                let e = LinkParams { drop: *drop, duplicate: *duplicate, delay_us: *delay_us, reorder_us: *reorder_us };
+                w.sim.link_fault(*from, *to, *both_ways, us(*for_us), e);
+            }
+            Fault::SlowCpu { node, factor, for_us } => {
+                self.report.applied.push((now, f.fault.describe()));
+                w.sim.slow_cpu(*node, *factor, us(*for_us));
+            }
+            Fault::ClockStep { node, by_us } => {
+                self.report.applied.push((now, f.fault.describe()));
+                w.sim.step_clock(*node, by_us.saturating_mul(1000));
+            }
+            Fault::ClockDrift { node, ppm } => {
+                self.report.applied.push((now, f.fault.describe()));
+                w.sim.set_clock_drift(*node, *ppm);
+            }
+        }
+    }
+
+    fn record(&mut self, node: u16) -> &mut NodeRecovery {
+        self.report.recoveries.iter_mut().rev().find(|r| r.node == node).expect("a crash recorded")
+    }
+
+    /// The membership declares crashed `node` down: every worker stops using it, its
+    /// messages are fenced off, and the survivors apply what its rings on them hold (its
+    /// transactions logged only after their commit points).
+    fn detect(&mut self, w: &mut World<'_>, node: u16) {
+        let now = w.sim.now();
+        w.sim.declare_down(node);
+        self.set_view(w, node, NodeStatus::Down);
+        self.record(node).declared_down_ns = Some(now);
+        for m in self.alive(w) {
+            let mem = w.sim.memory(m);
+            for wk in 0..w.spec.workers {
+                txbed_txn::log::drain_ring(&w.states[m as usize], &*mem, node, wk);
+            }
+        }
+    }
+
+    fn alive(&self, w: &World<'_>) -> Vec<u16> {
+        (0..w.spec.nodes).filter(|&n| w.sim.is_alive(n)).collect()
+    }
+
+    /// Restarts `node`: a new incarnation that joins (log records yes, its records no);
+    /// what did not survive its crash is wiped; its rebuild waits for the barrier.
+    fn restart(&mut self, w: &mut World<'_>, node: u16) {
+        let now = w.sim.now();
+        w.sim.restart(node);
+        let layout = &w.catalog.layout;
+        let mem = w.sim.memory(node);
+        let region = w.catalog.regions[node as usize];
+        // What did not survive: the store unless durable; the rings always (their entries
+        // were applied or are rebuilt), the protocol's area (volatile state).
+        if !self.plan.durable_store {
+            zero(&*mem, region.addr, layout.log_at);
+        }
+        zero(&*mem, region.addr + layout.log_at, layout.bytes - layout.log_at);
+        let old = w.states[node as usize].clone();
+        let st = fresh_state(w, &old, self.plan.durable_logs, self.plan.recovery());
+        w.states[node as usize] = st.clone();
+        for wk in 0..w.spec.workers {
+            if w.spec.trace {
+                w.sim.worker(node, wk).enable_trace();
+            }
+            for (id, name, h) in txbed_txn::participant::handlers(w.spec.protocol, &st) {
+                w.sim.worker(node, wk).name_handler(id, name);
+                w.sim.worker(node, wk).register_handler(id, h);
+            }
+        }
+        // Both sides of every log ring with it start again: its peers forget where they
+        // wrote and read, and the rings it wrote on them are cleared.
+        for m in self.alive(w).into_iter().filter(|&m| m != node) {
+            w.states[m as usize].reset_rings_with(node);
+            let mm = w.sim.memory(m);
+            let at = w.catalog.regions[m as usize].addr;
+            for wk in 0..w.spec.workers {
+                zero(&*mm, at + layout.ring(node, wk), layout.ring_bytes);
+            }
+        }
+        self.crashed.insert(node, old);
+        self.set_view(w, node, NodeStatus::Joining);
+        self.record(node).restarted_ns = Some(now);
+        let epoch = self.view.epoch;
+        self.push(now, Action::Barrier { node, epoch });
+    }
+
+    /// Rebuilds joining `node` (see the module documentation), then schedules it up after
+    /// the modelled transfer time (`after_run`: only for the final check, never up).
+    fn rebuild(&mut self, w: &mut World<'_>, node: u16, after_run: bool) {
+        let now = w.sim.now();
+        self.recoveries += 1;
+        let floor = RecoveryFloor { now_ns: now, recoveries: self.recoveries };
+        let protocol = w.spec.protocol;
+        let st = w.states[node as usize].clone();
+        let mem = w.sim.memory(node);
+        let old = self.crashed.remove(&node).expect("a restarted node's old state");
+        let alive: Vec<u16> = self.alive(w).into_iter().filter(|&m| m != node).collect();
+        let (mut store_records, mut replica_records, mut bytes) = (0u64, 0u64, 0u64);
+        // The backups first apply every complete entry their rings hold (lazily reclaimed
+        // ones included): the rebuild must see every version logged.
+        for &m in &alive {
+            let mm = w.sim.memory(m);
+            for sender in 0..w.spec.nodes {
+                for wk in 0..w.spec.workers {
+                    txbed_txn::log::drain_ring(&w.states[m as usize], &*mm, sender, wk);
+                }
+            }
+        }
+        // Its store: the checkpoint, or what survived without its locks.
+        if self.plan.durable_store {
+            recovery::reset_store(protocol, &st, &*mem, &floor);
+        } else {
+            let region = w.catalog.regions[node as usize];
+            if let Err(e) = load_partition(&*mem, region, &w.catalog.layout, node, &*w.spec.workload) {
+                w.sh.failures.borrow_mut().push(format!("recovery of node {node}: {e}"));
+            }
+            // The protocol's metadata (timestamps, leases) was lost with the memory too.
+            recovery::reset_store(protocol, &st, &*mem, &floor);
+        }
+        // Its committed transactions, from its write-ahead log, everywhere.
+        let mut rolled = 0;
+        let wal = std::mem::take(&mut *old.wal.borrow_mut());
+        for (id, record) in &wal {
+            let Ok(rec) = LogRecord::decode(record) else { continue };
+            for e in &rec.entries {
+                let key = txbed_workloads::Key { table: e.table, row: e.key };
+                let home = w.spec.workload.home(key, w.spec.nodes);
+                if home == node || alive.contains(&home) {
+                    let hm = w.sim.memory(home);
+                    recovery::install(
+                        protocol,
+                        &w.states[home as usize],
+                        &*hm,
+                        key,
+                        e.version,
+                        *id,
+                        e.value,
+                        false,
+                        &floor,
+                    );
+                }
+                let hk = txbed_txn::history_key(e.table, e.key);
+                for m in alive.iter().copied().chain([node]) {
+                    recovery::replica_apply(&w.states[m as usize], hk, e.version, *id, e.value);
+                }
+            }
+            if let Some(p) = old.pending.borrow_mut().remove(id) {
+                let mut h = p.history;
+                h.end_ns = now;
+                st.history.borrow_mut().push(h);
+                st.stats.borrow_mut().external_delta += p.delta;
+            }
+            rolled += 1;
+        }
+        let lost_pending = old.pending.borrow().len() as u64;
+        // The locks its transactions held: released.
+        let mut locks = 0;
+        for &m in &alive {
+            let mm = w.sim.memory(m);
+            locks += recovery::release_locks_of(protocol, &w.states[m as usize], &*mm, node, w.spec.workers);
+        }
+        // Its records: the newest version any replica has.
+        for &m in &alive {
+            let reps: Vec<(u64, txbed_txn::node::Replica)> =
+                w.states[m as usize].replica.borrow().iter().map(|(k, r)| (*k, r.clone())).collect();
+            for (hk, r) in reps {
+                let key = key_of(hk);
+                if w.spec.workload.home(key, w.spec.nodes) == node
+                    && recovery::install(protocol, &st, &*mem, key, r.version, r.writer, &r.value, true, &floor)
+                {
+                    store_records += 1;
+                    bytes += r.value.len() as u64 + 24;
+                }
+            }
+        }
+        // Its replica: the newest version of each record it backs, from the primaries and
+        // the other backups.
+        for &m in &alive {
+            let mm = w.sim.memory(m);
+            for (hk, v, writer, rec) in recovery::written(&w.states[m as usize], &*mm) {
+                if recovery::replica_apply(&st, hk, v, writer, &rec) {
+                    replica_records += 1;
+                    bytes += rec.len() as u64 + 24;
+                }
+            }
+            let reps: Vec<(u64, txbed_txn::node::Replica)> =
+                w.states[m as usize].replica.borrow().iter().map(|(k, r)| (*k, r.clone())).collect();
+            for (hk, r) in reps {
+                if recovery::replica_apply(&st, hk, r.version, r.writer, &r.value) {
+                    replica_records += 1;
+                    bytes += r.value.len() as u64 + 24;
+                }
+            }
+        }
+        txbed_txn::index::build(&st, &*mem);
+        let rec = self.record(node);
+        rec.rebuilt_ns = Some(now);
+        rec.rolled_forward = rolled;
+        rec.lost_pending = lost_pending;
+        rec.locks_released = locks;
+        rec.store_records = store_records;
+        rec.replica_records = replica_records;
+        rec.after_run = after_run;
+        if !after_run {
+            // The transfer: the bytes over the node's link, and two cache-missing accesses
+            // per record at the receiving CPU (docs/faults.md, "Recovery time").
+            let p = &w.spec.profile;
+            let wire_ns = (bytes as f64 * 8.0 / p.link.gbps).ceil() as u64;
+            let cpu_ns = (store_records + replica_records) * 2 * p.host.memory_miss_ns;
+            self.push(now + wire_ns + cpu_ns, Action::Up(node));
+        }
+    }
+
+    /// Rebuilt `node` is up: it serves its records and its coordinators start.
+    fn up(&mut self, w: &mut World<'_>, node: u16) {
+        let now = w.sim.now();
+        self.set_view(w, node, NodeStatus::Up);
+        self.record(node).up_ns = Some(now);
+        let st = w.states[node as usize].clone();
+        for wk in 0..w.spec.workers {
+            for c in 0..w.spec.coroutines {
+                let (st, sh) = (st.clone(), w.sh.clone());
+                w.sim.spawn(node, wk, move |ctx| coordinator(ctx, st, sh, c));
+            }
+            if let Some(background) = w.spec.protocol.background() {
+                let (st, end) = (st.clone(), w.sh.end);
+                w.sim.spawn(node, wk, move |ctx| background(ctx, st, end));
+            }
+        }
+    }
+
+    /// After the run: every node still down is restarted and rebuilt (never up), so the
+    /// final check sees what survived of its data.
+    pub fn recover_after_run(&mut self, w: &mut World<'_>) {
+        for node in 0..w.spec.nodes {
+            if w.sim.is_alive(node) {
+                continue;
+            }
+            self.report.down_at_end.push(node);
+            if self.view.of(node) != NodeStatus::Down {
+                self.detect(w, node);
+            }
+            self.restart(w, node);
+            self.rebuild(w, node, true);
+        }
+        // Joining nodes whose barrier never cleared (a transaction stuck behind a fault that
+        // did not heal): rebuilt as they are.
+        let waiting: Vec<u16> = self
+            .queue
+            .values()
+            .filter_map(|a| if let Action::Barrier { node, .. } = a { Some(*node) } else { None })
+            .collect();
+        for node in waiting {
+            if self.crashed.contains_key(&node) {
+                self.rebuild(w, node, true);
+            }
+        }
+        self.queue.clear();
+        let s = w.sim.stats();
+        (self.report.lost, self.report.duplicated, self.report.gave_up) =
+            (s.fault_lost, s.fault_duplicated, s.fault_gave_up);
+    }
+}
+
+/// Whether no node has a transaction that committed in a view before `epoch` still
+/// completing (a rejoining node's replica must not miss what such a transaction writes).
+fn barrier_clear(w: &World<'_>, epoch: u64) -> bool {
+    (0..w.spec.nodes).filter(|&m| w.sim.is_alive(m)).all(|m| {
+        let c = w.states[m as usize].committing.borrow();
+        c.range(..epoch).all(|(_, &n)| n == 0)
+    })
+}
+
+/// A restarted node's state: everything in its memory starts anew, but the history and
+/// counters (the observer's record of what happened before) carry over, and with durable
+/// logs so does its replica.
+fn fresh_state(w: &World<'_>, old: &Rc<NodeState>, durable_logs: bool, recovery: Recovery) -> Rc<NodeState> {
+    let mut st = node_state(w.spec, old.me, w.catalog);
+    let s = Rc::get_mut(&mut st).expect("a new state");
+    s.recovery = Some(recovery);
+    s.incarnation = old.incarnation + 1;
+    s.history = RefCell::new(std::mem::take(&mut *old.history.borrow_mut()));
+    s.stats = RefCell::new(std::mem::take(&mut *old.stats.borrow_mut()));
+    if durable_logs {
+        s.replica = RefCell::new(std::mem::take(&mut *old.replica.borrow_mut()));
+    } else {
+        old.wal.borrow_mut().clear();
+        old.replica.borrow_mut().clear();
+    }
+    st
+}
+
+/// Zeroes `len` bytes of registered memory from `at`.
+fn zero(mem: &dyn HostMemory, at: u64, len: u64) {
+    const CHUNK: u64 = 1 << 20;
+    let buf = vec![0u8; CHUNK.min(len) as usize];
+    let mut off = 0;
+    while off < len {
+        let n = CHUNK.min(len - off);
+        let _ = mem.write(at + off, &buf[..n as usize]);
+        off += n;
+    }
+}
