@@ -111,6 +111,60 @@ fn clock_line(r: &TxnReport) -> String {
     )
 }
 
+/// The `faults` and `recovery` lines of a run with faults (empty without): what was applied,
+/// when, and what each crashed node went through.
+fn fault_lines(r: &TxnReport) -> String {
+    let Some(f) = &r.faults else { return String::new() };
+    let us = |ns: u64| format!("{:.0} us", ns as f64 / 1000.0);
+    let mut out = String::new();
+    let applied: Vec<String> = f.applied.iter().take(6).map(|(at, what)| format!("{what} at {}", us(*at))).collect();
+    let more = if f.applied.len() > 6 { format!("; and {} more", f.applied.len() - 6) } else { String::new() };
+    let none = if f.applied.is_empty() { "none applied" } else { "" };
+    out.push_str(&format!(
+        "  faults     {none}{}{more}
+",
+        applied.join("; ")
+    ));
+    if f.lost + f.duplicated + f.gave_up > 0 {
+        out.push_str(&format!(
+            "  network    faults lost {} messages, duplicated {}, and {} RC requests gave up
+",
+            f.lost, f.duplicated, f.gave_up
+        ));
+    }
+    for n in &f.recoveries {
+        let opt = |t: Option<u64>| t.map(us).unwrap_or_else(|| "never".into());
+        let mut line = format!(
+            "  recovery   node {}: crashed at {}, declared down at {}, restarted at {}",
+            n.node,
+            us(n.crashed_ns),
+            opt(n.declared_down_ns),
+            opt(n.restarted_ns)
+        );
+        if let Some(b) = n.rebuilt_ns {
+            line.push_str(&format!(
+                ", rebuilt at {} ({} transactions rolled forward, {} locks released, {} + {} records)",
+                us(b),
+                n.rolled_forward,
+                n.locks_released,
+                n.store_records,
+                n.replica_records
+            ));
+        }
+        if n.lost_pending > 0 {
+            line.push_str(&format!(", {} PENDING TRANSACTIONS LOST (volatile logs)", n.lost_pending));
+        }
+        match (n.up_ns, n.after_run) {
+            (_, true) => line.push_str(", DOWN AT THE END: recovered after the run for the final check"),
+            (Some(u), _) => line.push_str(&format!(", up at {}", us(u))),
+            (None, _) => {}
+        }
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out
+}
+
 pub fn txn_text(s: &Scenario, r: &TxnReport) -> String {
     let c = &s.cluster;
     let yes = |b: bool| if b { "yes" } else { "NO" };
@@ -127,7 +181,7 @@ pub fn txn_text(s: &Scenario, r: &TxnReport) -> String {
     let verbs: Vec<String> = r.verbs.iter().map(|(k, n)| format!("{k} {n}")).collect();
     let types: Vec<String> = r.per_type.iter().map(|(k, t)| format!("{k} {:.0}/s", t.tps)).collect();
     let mut out = format!(
-        "scenario {:?}, seed {}: {} ({}) on {}\n  cluster    {} nodes x {} workers x {} coroutines, NIC {}\n{}  throughput {:.0} transactions/s ({:.0} per node), {} committed in the window\n  latency    p50 {:.2} us  p90 {:.2} us  p99 {:.2} us  p99.9 {:.2} us  max {:.2} us  mean {:.2} us\n  aborts     {:.1}% ({} conflicts in the window), {} user aborts\n{}  types      {}\n{}  stages     {}\n{}  verbs      {}\n  locations  {}\n  log        {}\n{}{}  serializable: {}{}; {} transactions checked, invariants {}\n",
+        "scenario {:?}, seed {}: {} ({}) on {}\n  cluster    {} nodes x {} workers x {} coroutines, NIC {}\n{}  throughput {:.0} transactions/s ({:.0} per node), {} committed in the window\n  latency    p50 {:.2} us  p90 {:.2} us  p99 {:.2} us  p99.9 {:.2} us  max {:.2} us  mean {:.2} us\n  aborts     {:.1}% ({} conflicts in the window), {} user aborts\n{}  types      {}\n{}  stages     {}\n{}  verbs      {}\n  locations  {}\n  log        {}\n{}{}{}  serializable: {}{}; {} transactions checked, invariants {}\n",
         r.scenario,
         r.seed,
         r.protocol,
@@ -168,6 +222,7 @@ pub fn txn_text(s: &Scenario, r: &TxnReport) -> String {
             r.log.records, r.log.bytes, r.log.room_waits
         ),
         clock_line(r),
+        fault_lines(r),
         if r.backend == "sim" {
             format!(
                 "  simulator  {} events, {:.2} M events/s, {} us simulated\n  digest     {}\n",

@@ -240,6 +240,7 @@ impl Driver {
                     self.restart(w, n);
                 }
             }
+            Fault::Partition { .. } | Fault::Link { .. } if self.loses_messages(w, &f) => {}
             Fault::Partition { a, b, one_way, for_us } => {
                 self.report.applied.push((now, f.fault.describe()));
                 w.sim.partition(a, b, *one_way, us(*for_us));
@@ -262,6 +263,27 @@ impl Driver {
                 w.sim.set_clock_drift(*node, *ppm);
             }
         }
+    }
+
+    /// Whether `f` loses messages and the protocol does not survive that (the run then ends
+    /// with the verdict).
+    fn loses_messages(&mut self, w: &World<'_>, f: &TimedFault) -> bool {
+        let loses = match &f.fault {
+            Fault::Partition { .. } => true,
+            Fault::Link { drop, .. } => *drop > 0.0,
+            _ => false,
+        };
+        if !loses {
+            return false;
+        }
+        let Err(why) = w.spec.protocol.survives_lost_messages(w.spec.hybrid) else { return false };
+        self.report.fatal = Some(format!(
+            "{} in this mode does not survive lost messages ({why}): the run stopped starting transactions at {} us, the time of `{}`",
+            w.spec.protocol.name(),
+            f.at_us,
+            f.fault.describe()
+        ));
+        true
     }
 
     fn record(&mut self, node: u16) -> &mut NodeRecovery {

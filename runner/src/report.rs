@@ -197,6 +197,10 @@ pub struct TxnReport {
     /// What the simulated clocks measured (`cluster.clocks`); absent without them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub clocks: Option<ClockReport>,
+    /// What the faults did (`faults`; docs/faults.md): each applied, each node's crash and
+    /// recovery (times in ns), nodes down at the end, messages lost; absent without faults.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub faults: Option<crate::faults::FaultReport>,
 }
 
 /// The simulated clocks: the sync service and what the simulator, which knows the reference
@@ -437,8 +441,17 @@ pub fn txn_report(
     }
     let end_ns = spec.warmup_ns + spec.duration_ns;
     let stage_us_per_committed = stages.values().map(|s: &StageReport| s.per_committed_us).sum();
+    let mut warns = warnings(committed, aborted, &per_node, &per_worker);
+    if let Some(f) = &r.faults {
+        for n in &f.down_at_end {
+            warns.push(format!(
+                "node {n} was down at the end of the run (crashed, never restarted): it was recovered after the run only for the final check"
+            ));
+        }
+    }
     TxnReport {
-        warnings: warnings(committed, aborted, &per_node, &per_worker),
+        warnings: warns,
+        faults: r.faults.clone(),
         run_committed: r.stats.committed,
         stage_us_per_committed,
         per_node,
@@ -448,7 +461,14 @@ pub fn txn_report(
         series: r.measured.series.clone(),
         clocks: r.clocks.as_ref().map(ClockReport::from_stats),
         scenario: s.name.clone(),
-        resolved_scenario: s.to_ron(),
+        resolved_scenario: if s.faults.is_some() {
+            // With the fault schedule the run drew: the copy replays without drawing again.
+            let mut seeded = s.clone();
+            seeded.run.seed = seed;
+            seeded.with_faults_expanded().to_ron()
+        } else {
+            s.to_ron()
+        },
         backend,
         protocol: spec.protocol.name().into(),
         hybrid: spec.hybrid.to_string(),

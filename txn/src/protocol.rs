@@ -207,6 +207,13 @@ pub trait Protocol: Sync {
         Ok(())
     }
 
+    /// Faults: whether it survives connections that break and messages that are lost for a
+    /// while (partitions, link faults that drop) in mode `hybrid`; `Err` says why not, and
+    /// the run ends at such a fault with that verdict.
+    fn survives_lost_messages(&self, _hybrid: Hybrid) -> Result<(), &'static str> {
+        Ok(())
+    }
+
     /// Faults: the node whose transaction holds a tuple's lock word `word` (nonzero), so the
     /// recovery of a crashed node can release the locks its transactions held. The default
     /// reads a transaction id (`attempt::txn_node`); a protocol that locks with its own

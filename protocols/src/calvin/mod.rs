@@ -52,7 +52,7 @@ use txbed_txn::ops;
 use txbed_txn::protocol::{
     handler_id, in_id_order, parse_options, BackgroundFn, Bug, LocalBoxFuture, OptionValues, Protocol,
 };
-use txbed_txn::stage::Stage;
+use txbed_txn::stage::{Hybrid, Stage};
 use txbed_txn::store::{self, split_version_word, version_word, BUCKET_BYTES, META_BYTES, VERSION, WRITER};
 use txbed_txn::wire::{u64_at, WireError};
 use txbed_txn::TxnError;
@@ -115,6 +115,12 @@ impl Protocol for Calvin {
     /// Calvin replicates its input log to recover a node by replaying it; here the sequencer
     /// buffers, the epoch barrier and the lock queues live only in the nodes' memory, so a
     /// crashed node's epochs can never complete (docs/faults.md).
+    fn survives_lost_messages(&self, hybrid: Hybrid) -> Result<(), &'static str> {
+        if hybrid.onesided(Stage::CalvinInput) || hybrid.onesided(Stage::CalvinForward) {
+            return Err("its one-sided channels write each message once into the receiver's ring: one lost to a broken connection leaves a hole the receiver waits on forever (the RPC channels resend)");
+        }
+        Ok(())
+    }
     fn survives_crashes(&self) -> Result<(), &'static str> {
         Err("its sequencers, epoch batches and lock queues are kept only in volatile memory and are not replicated, so every node would wait forever for the crashed node's batches")
     }
