@@ -278,3 +278,29 @@ fn jittery_inter_dc_links_keep_one_sided_channels_in_order() {
         }
     }
 }
+
+/// A peer's malformed message ends the receiving scheduler with an error the run reports (it
+/// once panicked the whole process: "CALVIN scheduler on node 0: message too short"), over
+/// RPC and one-sided channels; the coordinators waiting on that node fail at once, the rest
+/// when their calls give up, and the run is not clean.
+#[test]
+fn a_malformed_forward_is_a_failure_not_a_panic() {
+    for code in Hybrid::all_codes(&STAGES) {
+        let s = Shape { bug: Some(txbed_protocols::calvin::SHORT_FORWARD), ..shape(W::YcsbHot, code, 1) };
+        let r = s.run();
+        eprintln!("{code}: {} failures, first {:?}", r.failures.len(), r.failures.first());
+        assert!(!r.clean(), "{}: a malformed forward went unnoticed", s.replay());
+        assert!(
+            r.failures.iter().any(|f| f.contains("CALVIN background: message too short")),
+            "{}: no scheduler reported the malformed message: {:?}",
+            s.replay(),
+            r.failures
+        );
+        assert!(
+            r.failures.iter().any(|f| f.contains("scheduler on this node stopped")),
+            "{}: no coordinator heard its scheduler stopped: {:?}",
+            s.replay(),
+            r.failures
+        );
+    }
+}

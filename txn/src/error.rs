@@ -50,6 +50,9 @@ pub enum TxnError {
     },
     /// The run's shape is beyond what the protocol supports.
     Unsupported(&'static str),
+    /// This part of a participant stopped on an error of its own (reported where it
+    /// happened), so the attempt cannot finish.
+    Stopped(&'static str),
 }
 
 impl fmt::Display for TxnError {
@@ -72,6 +75,7 @@ impl fmt::Display for TxnError {
                 write!(f, "backup {backup} applied none of worker {worker}'s log entries for {ms} ms: its ring is full")
             }
             TxnError::Unsupported(what) => f.write_str(what),
+            TxnError::Stopped(what) => write!(f, "{what} stopped on an error (reported as a failure too)"),
         }
     }
 }
