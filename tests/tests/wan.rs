@@ -288,3 +288,50 @@ fn one_rc_qp_stays_in_order_across_a_jittery_link() {
         }
     }
 }
+
+/// Of `n` (unsignaled CAS, signaled READ) pairs on one RC QP, as MVCC's one-sided LOCK posts
+/// them, how many times the READ completed before the CAS's result landed.
+fn cas_results_missing(link: WanLink, n: u64) -> u64 {
+    const UNSET: u64 = u64::MAX;
+    let mut sim = two_dcs(link, 13, |_| {});
+    let mr = sim.register_region(1, 8 * n + 64);
+    let missing = Rc::new(Cell::new(0u64));
+    let m = missing.clone();
+    sim.spawn(0, 0, move |ctx| async move {
+        let qp = ctx.rc_qp(NodeId(1), 0).unwrap();
+        let s = ctx.scratch();
+        for i in 0..n {
+            ctx.store_local(s.addr, UNSET).unwrap();
+            let word = RemoteBuf { rkey: mr.rkey, addr: mr.addr + 8 * i, len: 8 };
+            let cas = Op::Cas { local: LocalBuf { len: 8, ..s }, remote: word, compare: 0, swap: i + 1 };
+            let read =
+                Op::Read { local: LocalBuf { addr: s.addr + 8, len: 64, ..s }, remote: RemoteBuf { len: 64, ..word } };
+            ctx.post(qp, [(cas, false), (read, true)]).unwrap();
+            ctx.wait().await.unwrap();
+            if ctx.load_local(s.addr).unwrap() == UNSET {
+                m.set(m.get() + 1);
+            }
+        }
+    });
+    sim.run_until(100_000_000_000);
+    missing.get()
+}
+
+/// An unsignaled CAS's result is in place when a later signaled request on its QP completes
+/// (MVCC relies on it), also across a lossy inter-DC RDMA link whose retransmissions delay the
+/// CAS: the READ behind it, a smaller packet, once landed first and its completion woke the
+/// coroutine before the CAS result ("MVCC CAS on the lock reply lost"). The constant delay
+/// shows that loss alone (the retransmission wait) was enough.
+#[test]
+fn cas_result_lands_before_a_later_completion_across_a_lossy_link() {
+    let cases = [
+        (Delay::Constant(30.0), 0.0, 0.05),
+        (Delay::Uniform(5.0, 45.0), 10.0, 0.01),
+        (Delay::Normal(40.0, 10.0), 0.0, 0.0),
+    ];
+    for (delay, jitter_us, loss) in cases {
+        let l = WanLink { jitter_us, loss, ..link(delay.clone()) };
+        let missing = cas_results_missing(l, 500);
+        assert_eq!(missing, 0, "{delay:?}, loss {loss}: {missing} of 500 READs completed before their CAS's result");
+    }
+}
