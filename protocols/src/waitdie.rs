@@ -342,7 +342,7 @@ pub fn handlers(n: &Rc<NodeState>) -> Vec<(u16, Rc<HandlerFn>)> {
 /// The worker's event-loop check (RCC Sec. 4.3: "the waiting list, which is checked in the
 /// event loop periodically"): locks freed by one-sided WRITEs go to their waiters, and
 /// waiters past their bound give up. Returns after `end` once this worker has no waiters.
-async fn background(ctx: Ctx, n: Rc<NodeState>, end: u64) {
+async fn background(ctx: Ctx, n: Rc<NodeState>, end: u64) -> Result<(), TxnError> {
     part(&n).end.set(end);
     let me = ctx.me().worker;
     let mut side = ctx.clone();
@@ -354,7 +354,7 @@ async fn background(ctx: Ctx, n: Rc<NodeState>, end: u64) {
             left |= serve(&n, &mut side, off);
         }
         if !left && ctx.now() >= end {
-            return;
+            return Ok(());
         }
         ctx.sleep(POLL_NS).await;
     }

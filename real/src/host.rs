@@ -26,7 +26,9 @@ use txbed_workloads::Workload;
 use crate::bootstrap::{Bootstrap, Rank};
 use crate::sockets::node::{NodeAddrs, SocketsWorker};
 use crate::sockets::{start_nic, NicRoutes, SharedMemory};
-use txbed_runner::node::{add_measured, coordinator, load_partition, node_result, node_state, NodeResult, Shared};
+use txbed_runner::node::{
+    add_measured, coordinator, load_partition, node_result, node_state, run_background, NodeResult, Shared,
+};
 use txbed_runner::outcome::{assemble, Measured, TxnRunResult};
 use txbed_runner::spec::{check_spec, layout, TxnRunSpec};
 
@@ -125,8 +127,8 @@ impl Handler<Start> for WorkerActor {
             self.w.core().spawn(move |cx| coordinator(cx, st, sh, c));
         }
         if let Some(background) = self.spec.protocol.background() {
-            let (st, end) = (self.st.clone(), self.sh.end);
-            self.w.core().spawn(move |cx| background(cx, st, end));
+            let (st, sh) = (self.st.clone(), self.sh.clone());
+            self.w.core().spawn(move |cx| run_background(background, cx, st, sh));
         }
         self.running = true;
         ctx.notify(Poll);

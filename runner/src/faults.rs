@@ -28,7 +28,7 @@ use txbed_txn::node::{NodeState, Recovery};
 use txbed_txn::protocol::RecoveryFloor;
 use txbed_txn::recovery::{self, key_of};
 
-use crate::node::{coordinator, load_partition, node_state, Shared};
+use crate::node::{coordinator, load_partition, node_state, run_background, Shared};
 use crate::spec::TxnRunSpec;
 
 /// The faults of a simulated run, as the scenario's `faults` section gives them.
@@ -492,8 +492,8 @@ impl Driver {
                 w.sim.spawn(node, wk, move |ctx| coordinator(ctx, st, sh, c));
             }
             if let Some(background) = w.spec.protocol.background() {
-                let (st, end) = (st.clone(), w.sh.end);
-                w.sim.spawn(node, wk, move |ctx| background(ctx, st, end));
+                let (st, sh) = (st.clone(), w.sh.clone());
+                w.sim.spawn(node, wk, move |ctx| run_background(background, ctx, st, sh));
             }
         }
     }

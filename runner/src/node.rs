@@ -11,7 +11,7 @@ use txbed_txn::attempt::cause;
 use txbed_txn::history_key;
 use txbed_txn::locate::{Catalog, LocationCache};
 use txbed_txn::node::{NodeState, TxnStats};
-use txbed_txn::protocol::ProtocolRef;
+use txbed_txn::protocol::{BackgroundFn, ProtocolRef};
 use txbed_txn::retry::Retry;
 use txbed_txn::stage::Stage;
 use txbed_txn::store::{self, split_version_word, Layout, VERSION};
@@ -83,6 +83,15 @@ pub struct Shared {
     pub failures: Rc<RefCell<Vec<String>>>,
     /// No new transaction starts once set (a fault the protocol does not survive).
     pub stop: Rc<std::cell::Cell<bool>>,
+}
+
+/// The protocol's background coroutine on one worker; an error it ends with is a failure of
+/// the run, as a coordinator's is.
+pub async fn run_background(background: BackgroundFn, ctx: Ctx, st: Rc<NodeState>, sh: Shared) {
+    let (n, wk) = (st.me, ctx.me().worker);
+    if let Err(e) = background(ctx, st, sh.end).await {
+        sh.failures.borrow_mut().push(format!("node {n} worker {wk}: {} background: {e}", sh.protocol.name()));
+    }
 }
 
 /// A coordinator coroutine: draws transactions until `end`, retrying each conflict (the same

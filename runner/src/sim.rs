@@ -9,7 +9,7 @@ use txbed_txn::locate::Catalog;
 use txbed_txn::node::NodeState;
 
 use crate::faults::{Driver, World};
-use crate::node::{add_measured, coordinator, load_partition, node_result, node_state, Shared};
+use crate::node::{add_measured, coordinator, load_partition, node_result, node_state, run_background, Shared};
 use crate::outcome::{assemble, Measured, TxnRunResult};
 use crate::spec::{check_spec, coroutines_per_worker, layout, scratch_per_coroutine, TxnRunSpec};
 
@@ -93,8 +93,8 @@ pub fn run_txns_with(spec: &TxnRunSpec, progress: &mut dyn FnMut(u64, u64)) -> R
                 sim.spawn(n, wk, move |ctx| coordinator(ctx, st, sh, c));
             }
             if let Some(background) = spec.protocol.background() {
-                let (st, end) = (states[n as usize].clone(), sh.end);
-                sim.spawn(n, wk, move |ctx| background(ctx, st, end));
+                let (st, sh) = (states[n as usize].clone(), sh.clone());
+                sim.spawn(n, wk, move |ctx| run_background(background, ctx, st, sh));
             }
         }
     }

@@ -1250,7 +1250,7 @@ impl Sim {
             // The far DC's switch port is not reserved: packets reach it in the order of
             // their delay draws, not of these calls, and reserving it now would hold local
             // traffic back for the whole delay. The inter-DC link is the bottleneck.
-            self.cross_wan(src, dst, head, bytes, from_qp)? + ser + self.m.propagation_ps
+            self.cross_wan(src, dst, head, bytes, ser, from_qp)? + self.m.propagation_ps
         } else {
             let d = &mut self.nodes[dst as usize].nics[dnic];
             let out = head.max(d.port_free);
@@ -1279,8 +1279,9 @@ impl Sim {
     /// A packet whose head reaches its DC's border at `head` crosses to `dst`'s DC: it queues for the link's bandwidth, each transmission may be lost (a
     /// datagram over RDMA is then gone: `None`; RC and TCP send it again after the
     /// retransmission wait), and it takes the drawn delay plus jitter. RC keeps its QP's
-    /// order, TCP its connection's. Returns when the head reaches the far DC.
-    fn cross_wan(&mut self, src: u16, dst: u16, head: u64, bytes: u64, from_qp: u32) -> Option<u64> {
+    /// order, TCP its connection's. Returns when its last bit (`ser` after the head) reaches
+    /// the far DC.
+    fn cross_wan(&mut self, src: u16, dst: u16, head: u64, bytes: u64, ser: u64, from_qp: u32) -> Option<u64> {
         let (k, link) = self.cfg.wan.as_ref().and_then(|w| w.link(src, dst)).expect("a link between two DCs");
         self.stats.wan_messages += 1;
         let ud = self.nodes[src as usize].qps[from_qp as usize].kind == QpType::Ud;
@@ -1310,9 +1311,10 @@ impl Sim {
                 }
             }
         }
-        t += delay + jitter;
+        t += delay + jitter + ser;
         // In-order delivery: RC per QP, TCP per node-pair connection; RDMA datagrams may
-        // overtake each other.
+        // overtake each other. Ordered by the last bit, which is when a packet is delivered:
+        // ordering heads let a small packet land before a larger one sent ahead of it.
         let n = self.nodes.len();
         let last = if tcp {
             Some(&mut self.wan_conn_order[src as usize * n + dst as usize])

@@ -234,3 +234,104 @@ fn runs_are_a_function_of_the_seed() {
     assert_eq!(digest(1), digest(1));
     assert_ne!(digest(1), digest(2));
 }
+
+/// Of `pairs` pairs posted on one RC QP, a large WRITE (first word 1) then a small inline
+/// WRITE (2) to the same word: how many times the small one landed first (the word ends 1).
+fn same_qp_overtaken(link: WanLink, pairs: u64) -> usize {
+    const BIG: u32 = 2048;
+    let mut sim = two_dcs(link, 11, |_| {});
+    let mr = sim.register_region(1, BIG as u64 * pairs);
+    let src = sim.register_region(0, BIG as u64);
+    sim.memory(0).write(src.addr, &1u64.to_le_bytes()).unwrap();
+    sim.spawn(0, 0, move |ctx| async move {
+        let qp = ctx.rc_qp(NodeId(1), 0).unwrap();
+        for i in 0..pairs {
+            let at = mr.addr + BIG as u64 * i;
+            let big = Op::Write {
+                src: Payload::Local(LocalBuf { lkey: src.lkey, addr: src.addr, len: BIG }),
+                remote: RemoteBuf { rkey: mr.rkey, addr: at, len: BIG },
+            };
+            let small = Op::Write {
+                src: Payload::Inline(2u64.to_le_bytes().to_vec()),
+                remote: RemoteBuf { rkey: mr.rkey, addr: at, len: 8 },
+            };
+            // One doorbell, as CALVIN's channel posts its frames and then their notify.
+            ctx.post(qp, [(big, false), (small, true)]).unwrap();
+            ctx.wait().await.unwrap();
+        }
+    });
+    sim.run_until(100_000_000_000);
+    let mem = sim.memory(1);
+    (0..pairs)
+        .filter(|i| {
+            let mut w = [0u8; 8];
+            mem.read(mr.addr + BIG as u64 * i, &mut w).unwrap();
+            assert_ne!(u64::from_le_bytes(w), 0, "a WRITE never landed");
+            u64::from_le_bytes(w) == 1
+        })
+        .count()
+}
+
+/// One RC QP keeps its order across an inter-DC link whatever the delay draws and sizes: a
+/// small WRITE never lands before a larger one posted ahead of it (a later packet must not
+/// arrive before the last bit of an earlier one). CALVIN's one-sided channel relies on it.
+#[test]
+fn one_rc_qp_stays_in_order_across_a_jittery_link() {
+    for delay in [Delay::Uniform(5.0, 45.0), Delay::Normal(57.0, 10.0), Delay::Constant(30.0)] {
+        for transport in [WanTransport::Rdma, WanTransport::Tcp(TcpCosts { per_message_cpu_ns: 100 })] {
+            let l = WanLink { jitter_us: 10.0, transport: transport.clone(), ..link(delay.clone()) };
+            let n = same_qp_overtaken(l, 300);
+            assert_eq!(
+                n, 0,
+                "{delay:?} over {transport:?}: {n} of 300 small WRITEs overtook the large one before them"
+            );
+        }
+    }
+}
+
+/// Of `n` (unsignaled CAS, signaled READ) pairs on one RC QP, as MVCC's one-sided LOCK posts
+/// them, how many times the READ completed before the CAS's result landed.
+fn cas_results_missing(link: WanLink, n: u64) -> u64 {
+    const UNSET: u64 = u64::MAX;
+    let mut sim = two_dcs(link, 13, |_| {});
+    let mr = sim.register_region(1, 8 * n + 64);
+    let missing = Rc::new(Cell::new(0u64));
+    let m = missing.clone();
+    sim.spawn(0, 0, move |ctx| async move {
+        let qp = ctx.rc_qp(NodeId(1), 0).unwrap();
+        let s = ctx.scratch();
+        for i in 0..n {
+            ctx.store_local(s.addr, UNSET).unwrap();
+            let word = RemoteBuf { rkey: mr.rkey, addr: mr.addr + 8 * i, len: 8 };
+            let cas = Op::Cas { local: LocalBuf { len: 8, ..s }, remote: word, compare: 0, swap: i + 1 };
+            let read =
+                Op::Read { local: LocalBuf { addr: s.addr + 8, len: 64, ..s }, remote: RemoteBuf { len: 64, ..word } };
+            ctx.post(qp, [(cas, false), (read, true)]).unwrap();
+            ctx.wait().await.unwrap();
+            if ctx.load_local(s.addr).unwrap() == UNSET {
+                m.set(m.get() + 1);
+            }
+        }
+    });
+    sim.run_until(100_000_000_000);
+    missing.get()
+}
+
+/// An unsignaled CAS's result is in place when a later signaled request on its QP completes
+/// (MVCC relies on it), also across a lossy inter-DC RDMA link whose retransmissions delay the
+/// CAS: the READ behind it, a smaller packet, once landed first and its completion woke the
+/// coroutine before the CAS result ("MVCC CAS on the lock reply lost"). The constant delay
+/// shows that loss alone (the retransmission wait) was enough.
+#[test]
+fn cas_result_lands_before_a_later_completion_across_a_lossy_link() {
+    let cases = [
+        (Delay::Constant(30.0), 0.0, 0.05),
+        (Delay::Uniform(5.0, 45.0), 10.0, 0.01),
+        (Delay::Normal(40.0, 10.0), 0.0, 0.0),
+    ];
+    for (delay, jitter_us, loss) in cases {
+        let l = WanLink { jitter_us, loss, ..link(delay.clone()) };
+        let missing = cas_results_missing(l, 500);
+        assert_eq!(missing, 0, "{delay:?}, loss {loss}: {missing} of 500 READs completed before their CAS's result");
+    }
+}

@@ -55,6 +55,9 @@ pub enum TxnError {
     Unavailable {
         node: u16,
     },
+    /// This part of a participant stopped on an error of its own (reported where it
+    /// happened), so the attempt cannot finish.
+    Stopped(&'static str),
 }
 
 impl fmt::Display for TxnError {
@@ -78,6 +81,7 @@ impl fmt::Display for TxnError {
             }
             TxnError::Unsupported(what) => f.write_str(what),
             TxnError::Unavailable { node } => write!(f, "node {node} is not serving (down or rejoining)"),
+            TxnError::Stopped(what) => write!(f, "{what} stopped on an error (reported as a failure too)"),
         }
     }
 }

@@ -38,8 +38,9 @@ pub type LocalBoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
 /// A registered protocol.
 pub type ProtocolRef = &'static dyn Protocol;
 
-/// A worker's background coroutine: `(ctx, node, end)`.
-pub type BackgroundFn = fn(Ctx, Rc<NodeState>, u64) -> LocalBoxFuture<'static, ()>;
+/// A worker's background coroutine: `(ctx, node, end)`. An error ends it and is reported
+/// as the run's failure (never a panic: it may come from a peer's message).
+pub type BackgroundFn = fn(Ctx, Rc<NodeState>, u64) -> LocalBoxFuture<'static, Result<(), crate::TxnError>>;
 
 /// The isolation level a protocol promises; the history checker verifies it.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]

@@ -25,7 +25,7 @@ use super::wire::SKIP;
 use txbed_txn::node::NodeState;
 use txbed_txn::ops;
 use txbed_txn::store::Layout;
-use txbed_txn::wire::align8;
+use txbed_txn::wire::{align8, WireError};
 use txbed_txn::TxnError;
 
 /// Bytes of each one-sided ring in CALVIN's area.
@@ -170,25 +170,32 @@ pub(crate) fn send(ctx: &Ctx, n: &NodeState, out: &mut Out, ch: usize, to: u16) 
 }
 
 /// Takes every complete message `from` wrote into this node's inbox, and acknowledges them
-/// once a quarter of the ring is consumed.
+/// once a quarter of the ring is consumed. The ring is written by a peer: a tail beyond its
+/// credit or a frame overrunning the tail or the ring is an error, not a panic.
 pub(crate) fn poll(ctx: &Ctx, n: &NodeState, inb: &mut In, ch: usize, from: u16) -> Result<Vec<Vec<u8>>, TxnError> {
     let l = &n.catalog.layout;
     let (ring, base) = (RING_BYTES, n.base());
     let tail = ctx.load_local(base + tail_word(l, ch, from))?;
+    if tail < inb.head || tail - inb.head > ring {
+        return Err(WireError::Invalid("a CALVIN ring's tail is behind its head or beyond the sender's credit").into());
+    }
     let mut msgs = Vec::new();
     while inb.head < tail {
         let pos = inb.head % ring;
         let at = base + inbox(l, ch, from) + pos;
         let len = ctx.load_local(at)? as u32;
+        // Frames below the tail are whole: the notify WRITE lands after them (per-QP order).
+        let framed = if len == SKIP { ring - pos } else { 8 + align8(len as usize) as u64 };
+        if (len != SKIP && (framed > ring / 4 || pos + framed > ring)) || inb.head + framed > tail {
+            return Err(WireError::Invalid("a CALVIN ring frame overruns the ring or the tail").into());
+        }
         if len == SKIP {
-            inb.head += ring - pos;
+            inb.head += framed;
             continue;
         }
-        // Frames below the tail are whole: the notify WRITE lands after them (per-QP order).
-        debug_assert!(8 + align8(len as usize) as u64 <= ring / 4, "CALVIN frame of {len} B from node {from}");
         let mut m = vec![0u8; len as usize];
         ctx.read_local(at + 8, &mut m)?;
-        inb.head += 8 + align8(len as usize) as u64;
+        inb.head += framed;
         msgs.push(m);
     }
     if inb.head - inb.acked >= ring / 4 {

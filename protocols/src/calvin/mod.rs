@@ -86,6 +86,8 @@ pub const HANDLER_NAMES: [&str; 4] = ["CALVIN_SUBMIT", "CALVIN_INPUT", "CALVIN_F
 const COMMITTED: u8 = 0;
 const USER_ABORT: u8 = 1;
 const TOO_LATE: u8 = 2;
+/// The origin's scheduler stopped on an error (reported as the run's failure).
+const FAILED: u8 = 3;
 
 /// Participant-side state of CALVIN on one node.
 pub struct Participant {
@@ -110,7 +112,7 @@ impl Protocol for Calvin {
         chan::area_bytes(nodes)
     }
     fn bugs(&self) -> &'static [Bug] {
-        &[READ_BEFORE_LOCK]
+        &[READ_BEFORE_LOCK, SHORT_FORWARD]
     }
     /// Calvin replicates its input log to recover a node by replaying it; here the sequencer
     /// buffers, the epoch barrier and the lock queues live only in the nodes' memory, so a
@@ -178,6 +180,13 @@ impl Default for Options {
 pub const READ_BEFORE_LOCK: Bug = Bug {
     name: "CalvinReadBeforeLock",
     about: "reads records before the lock manager grants them: misses earlier transactions' writes",
+};
+
+/// Cuts 8 bytes off every forwarded-values message: receivers cannot decode them, and must
+/// stop with an error the run reports (a peer's message never panics).
+pub const SHORT_FORWARD: Bug = Bug {
+    name: "CalvinShortForward",
+    about: "sends forwarded values 8 B short: each receiving scheduler reports a malformed message and stops",
 };
 
 /// This node's CALVIN state.
@@ -285,6 +294,8 @@ struct Engine {
     /// The first message a handler could not decode (only CALVIN's own nodes send them: a
     /// bug), for the scheduler to report.
     malformed: Option<WireError>,
+    /// The scheduler stopped on an error: submissions are answered `FAILED`.
+    failed: bool,
 }
 
 impl Engine {
@@ -443,9 +454,10 @@ pub fn handlers(n: &Rc<NodeState>) -> Vec<(u16, Rc<HandlerFn>)> {
                     ctx.reply.push(MALFORMED);
                     return Handled::Reply;
                 };
-                if e.sealed {
+                if e.sealed || e.failed {
                     e.submitting.remove(&id);
-                    ctx.reply.extend_from_slice(&wire::encode_result(id, TOO_LATE, 0, &[]));
+                    let status = if e.failed { FAILED } else { TOO_LATE };
+                    ctx.reply.extend_from_slice(&wire::encode_result(id, status, 0, &[]));
                     return Handled::Reply;
                 }
                 let got = e.submitting.entry(id).or_default();
@@ -515,7 +527,9 @@ async fn run(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Result<Attemp
     match status {
         COMMITTED => {}
         USER_ABORT => return Ok(Attempt::UserAbort),
-        _ => return Ok(Attempt::Conflict("calvin: sequenced after the run")),
+        TOO_LATE => return Ok(Attempt::Conflict("calvin: sequenced after the run")),
+        FAILED => return Err(TxnError::Stopped("CALVIN's scheduler on this node")),
+        s => return Err(WireError::Status(s).into()),
     }
     if versions.len() != spec.reads.len() + spec.writes.len() {
         return Err(WireError::Invalid("CALVIN result has the wrong number of versions").into());
@@ -534,41 +548,50 @@ async fn run(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Result<Attemp
 }
 
 /// The worker's background coroutine: on worker 0, the node's sequencer and scheduler, until
-/// the final epoch is sequenced and everything in it has run here.
-async fn background(ctx: Ctx, n: Rc<NodeState>, end: u64) {
+/// the final epoch is sequenced and everything in it has run here. An error (a peer's
+/// malformed message, a failed verb) stops it: the coordinators waiting here hear `FAILED`.
+async fn background(ctx: Ctx, n: Rc<NodeState>, end: u64) -> Result<(), TxnError> {
     if ctx.me().worker != 0 {
-        return;
+        return Ok(());
     }
-    let epoch_ns = part(&n).epoch_ns;
-    part(&n).e.borrow_mut().init(n.nodes);
-    loop {
-        if let Err(e) = step(&ctx, &n, epoch_ns, end) {
-            panic!("CALVIN scheduler on node {}: {e}", n.me);
+    let r = scheduler(&ctx, &n, end).await;
+    if r.is_err() {
+        let mut e = part(&n).e.borrow_mut();
+        e.failed = true;
+        for (id, token) in std::mem::take(&mut e.waiting) {
+            ctx.send_deferred_reply(token, wire::encode_result(id, FAILED, 0, &[]));
         }
-        let done = execute(&ctx, &n);
+    }
+    r
+}
+
+async fn scheduler(ctx: &Ctx, n: &NodeState, end: u64) -> Result<(), TxnError> {
+    let epoch_ns = part(n).epoch_ns;
+    part(n).e.borrow_mut().init(n.nodes);
+    loop {
+        step(ctx, n, epoch_ns, end)?;
+        let done = execute(ctx, n)?;
         let executed = !done.is_empty();
         if executed {
             // Group commit: this round's writes go to the backups; they are applied and
             // released once every backup has them.
-            log(&ctx, &n, done);
+            log(ctx, n, done);
         }
-        flush(&ctx, &n);
-        let applied = match reap(&ctx, &n) {
-            Ok(applied) => applied,
-            Err(e) => panic!("CALVIN scheduler on node {}: {e}", n.me),
-        };
+        flush(ctx, n)?;
+        let applied = reap(ctx, n)?;
         if executed || applied {
             continue; // new work may be ready
         }
-        let e = part(&n).e.borrow();
-        let finished = e.sealed
-            && e.all_scheduled()
-            && e.waiting.is_empty()
-            && e.results.is_empty()
-            && e.txns.is_empty()
-            && e.logging.is_empty()
-            && e.out.iter().all(|o| o.msgs.is_empty());
-        drop(e);
+        let finished = {
+            let e = part(n).e.borrow();
+            e.sealed
+                && e.all_scheduled()
+                && e.waiting.is_empty()
+                && e.results.is_empty()
+                && e.txns.is_empty()
+                && e.logging.is_empty()
+                && e.out.iter().all(|o| o.msgs.is_empty())
+        };
         if finished {
             break;
         }
@@ -576,10 +599,9 @@ async fn background(ctx: Ctx, n: Rc<NodeState>, end: u64) {
     }
     // What is still in flight: one-sided channel WRITEs and calls whose replies nobody
     // needs; a failed WRITE lost a message the run depended on.
-    if let Err(c) = ctx.wait().await {
-        panic!("CALVIN on node {}: {c}", n.me);
-    }
+    ctx.wait().await?;
     ctx.clear_replies();
+    Ok(())
 }
 
 /// Sequencer, arrivals, scheduling and local reads: everything that needs no waiting.
@@ -733,7 +755,10 @@ fn read_ready(ctx: &Ctx, n: &NodeState, e: &mut Engine) -> Result<(), TxnError> 
         }
         let refs: Vec<(u64, &Value)> = vals.iter().map(|(k, v)| (*k, v)).collect();
         for &a in actives.iter().filter(|&&a| a != n.me) {
-            for m in wire::forward_msgs(id, &refs, max_msg(ctx)) {
+            for mut m in wire::forward_msgs(id, &refs, max_msg(ctx)) {
+                if n.bug == Some(SHORT_FORWARD) {
+                    m.truncate(m.len() - 8);
+                }
                 e.out[FORWARD * n.nodes as usize + a as usize].msgs.push_back(m);
             }
         }
@@ -756,7 +781,7 @@ fn read_ready(ctx: &Ctx, n: &NodeState, e: &mut Engine) -> Result<(), TxnError> 
 }
 
 /// Actives holding every record run the logic; returns what must be logged and applied.
-fn execute(ctx: &Ctx, n: &NodeState) -> Vec<Done> {
+fn execute(ctx: &Ctx, n: &NodeState) -> Result<Vec<Done>, TxnError> {
     let mut e = part(n).e.borrow_mut();
     let e = &mut *e;
     let mut done = Vec::new();
@@ -773,6 +798,7 @@ fn execute(ctx: &Ctx, n: &NodeState) -> Vec<Done> {
         e.executing.remove(&g);
         let t = &e.txns[&g];
         let vals = e.values.remove(&t.id).expect("values");
+        check_values(n, &t.spec, &vals)?;
         let remote: u64 = vals.iter().filter(|(k, _)| home(n, **k) != n.me).map(|(_, v)| 24 + v.1.len() as u64).sum();
         if remote > 0 {
             // Waiting for the other participants' values (RCC Sec. 4.6, second communication).
@@ -803,7 +829,22 @@ fn execute(ctx: &Ctx, n: &NodeState) -> Vec<Done> {
         let result = (reporter == n.me).then(|| wire::encode_result(t.id, status, delta, &versions));
         done.push(Done { gseq: g, id: t.id, origin: t.origin, writes, result });
     }
-    done
+    Ok(done)
+}
+
+/// Whether the values an active holds (some forwarded by peers) are every record of `spec`,
+/// each as long as its table's records, before the workload reads them.
+fn check_values(n: &NodeState, spec: &TxnSpec, vals: &BTreeMap<u64, Value>) -> Result<(), TxnError> {
+    for k in spec.reads.iter().chain(&spec.writes) {
+        let Some((_, rec)) = vals.get(&k.packed()) else {
+            return Err(WireError::Invalid("CALVIN forwarded values lack a record of the transaction").into());
+        };
+        let table = n.catalog.layout.table(k.table).ok_or(TxnError::UnknownTable(k.table))?;
+        if rec.len() as u64 != table.tuple_bytes - META_BYTES {
+            return Err(WireError::Invalid("a CALVIN forwarded record's length is not its table's").into());
+        }
+    }
+    Ok(())
 }
 
 /// LOG: this round's writes to the backups of this node's records, as one record (split
@@ -908,16 +949,14 @@ fn apply(ctx: &Ctx, n: &NodeState, done: Vec<Done>) -> Result<(), TxnError> {
 }
 
 /// Sends every queued message: batched RPCs, or one-sided WRITEs, as each stage's bit says.
-fn flush(ctx: &Ctx, n: &NodeState) {
+fn flush(ctx: &Ctx, n: &NodeState) -> Result<(), TxnError> {
     let mut e = part(n).e.borrow_mut();
     for ch in [INPUT, FORWARD] {
         let onesided = n.hybrid.onesided(stage_of(ch));
         for to in (0..n.nodes).filter(|&t| t != n.me) {
             let out = &mut e.out[ch * n.nodes as usize + to as usize];
             if onesided {
-                if let Err(err) = chan::send(ctx, n, out, ch, to) {
-                    panic!("CALVIN {} to node {to}: {err}", stage_of(ch).name());
-                }
+                chan::send(ctx, n, out, ch, to)?;
                 continue;
             }
             let handler = if ch == INPUT { H_INPUT } else { H_FORWARD };
@@ -934,6 +973,7 @@ fn flush(ctx: &Ctx, n: &NodeState) {
             }
         }
     }
+    Ok(())
 }
 
 #[cfg(test)]
