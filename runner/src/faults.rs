@@ -388,7 +388,10 @@ impl Driver {
         }
         // Its committed transactions, from its write-ahead log, everywhere.
         let mut rolled = 0;
-        let wal = std::mem::take(&mut *old.wal.borrow_mut());
+        let mut wal = std::mem::take(&mut *old.wal.borrow_mut());
+        if w.spec.bug == Some(recovery::FORGET_WAL) {
+            wal.clear();
+        }
         for (id, record) in &wal {
             let Ok(rec) = LogRecord::decode(record) else { continue };
             for e in &rec.entries {

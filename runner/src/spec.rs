@@ -147,7 +147,7 @@ pub fn check_spec(spec: &TxnRunSpec) -> Result<(), String> {
     spec.hybrid.check(p.name(), p.stages())?;
     p.check_options(&spec.protocol_options).map_err(|e| format!("{} options: {e}", p.name()))?;
     if let Some(bug) = spec.bug {
-        let shared = [txbed_txn::log::SKIP_LOG, txbed_txn::local::CPU_CAS_ON_HCA];
+        let shared = [txbed_txn::log::SKIP_LOG, txbed_txn::local::CPU_CAS_ON_HCA, txbed_txn::recovery::FORGET_WAL];
         if !p.bugs().contains(&bug) && !shared.contains(&bug) {
             return Err(format!("{} has no planted bug {}", p.name(), bug.name));
         }

@@ -10,9 +10,18 @@
 use txbed_transport::HostMemory;
 use txbed_workloads::Key;
 
-use crate::node::{NodeState, Replica};
+use crate::node::{Bug, NodeState, Replica};
 use crate::protocol::{ProtocolRef, RecoveryFloor};
 use crate::store::{history_key, split_version_word, version_word, TablePlace, LOCK, META_BYTES, VERSION, WRITER};
+
+/// Planted bug shared by every protocol: the recovery of a restarted node ignores its
+/// write-ahead log, so the transactions it had committed but not completed are neither
+/// rolled forward nor recorded; backups that got their log records hold versions no
+/// committed transaction wrote (the checker's lost writes).
+pub const FORGET_WAL: Bug = Bug {
+    name: "ForgetWal",
+    about: "recovery ignores a crashed node's write-ahead log: its committed but unfinished transactions vanish while their log records survive on backups",
+};
 
 /// Where `key`'s tuple is on `n`, if `n` is its home: the table and the offset from the
 /// store region's base.
