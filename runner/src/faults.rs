@@ -136,7 +136,9 @@ pub(crate) struct World<'a> {
 /// The fault schedule and the membership service of one run.
 pub(crate) struct Driver {
     plan: FaultPlan,
-    queue: BTreeMap<(u64, u64), Action>,
+    /// By (time, rank, order of scheduling): at one time, declaring a node down comes first
+    /// (a restart may fall on the very time its node is declared down).
+    queue: BTreeMap<(u64, u8, u64), Action>,
     seq: u64,
     view: View,
     pub report: FaultReport,
@@ -221,7 +223,8 @@ impl Driver {
 
     fn push(&mut self, at: u64, a: Action) {
         self.seq += 1;
-        self.queue.insert((at, self.seq), a);
+        let rank = if matches!(a, Action::Detect(_)) { 0 } else { 1 };
+        self.queue.insert((at, rank, self.seq), a);
     }
 
     /// When the next action is due.
@@ -232,11 +235,11 @@ impl Driver {
     /// Carries out every action due at or before the simulation's time.
     pub fn fire(&mut self, w: &mut World<'_>) {
         let now = w.sim.now();
-        while let Some((&(at, seq), &a)) = self.queue.iter().next() {
-            if at > now {
+        while let Some((&key, &a)) = self.queue.iter().next() {
+            if key.0 > now {
                 break;
             }
-            self.queue.remove(&(at, seq));
+            self.queue.remove(&key);
             match a {
                 Action::Fault(i) => self.apply(w, i),
                 Action::Detect(n) => self.detect(w, n),

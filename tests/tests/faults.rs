@@ -220,3 +220,14 @@ fn passive_ack_is_refused_under_faults() {
     let e = txbed_runner::run_txn(&sc, &profile, 1, false, &mut |_, _| {}).err().expect("refused");
     assert!(e.contains("passive ACK"), "{e}");
 }
+
+/// A restart may fall on the very time its node is declared down (`detect_us` after its
+/// crash): the membership declares it down first (the restart once came first and panicked).
+#[test]
+fn a_restart_at_the_detection_time_follows_the_detection() {
+    let s = vec!["faults=Some((schedule: [(at_us: 400, fault: Crash(node: 1)), (at_us: 900, fault: Restart(node: 1))]))".to_string()];
+    let r = run("quickstart.ron", &s);
+    assert_survives("quickstart.ron", &s, &r, 1000);
+    let rec = &r.faults.as_ref().unwrap().recoveries[0];
+    assert_eq!((rec.declared_down_ns, rec.restarted_ns), (Some(900_000), Some(900_000)));
+}
