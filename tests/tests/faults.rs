@@ -225,7 +225,9 @@ fn passive_ack_is_refused_under_faults() {
 /// crash): the membership declares it down first (the restart once came first and panicked).
 #[test]
 fn a_restart_at_the_detection_time_follows_the_detection() {
-    let s = vec!["faults=Some((schedule: [(at_us: 400, fault: Crash(node: 1)), (at_us: 900, fault: Restart(node: 1))]))".to_string()];
+    let s =
+        vec!["faults=Some((schedule: [(at_us: 400, fault: Crash(node: 1)), (at_us: 900, fault: Restart(node: 1))]))"
+            .to_string()];
     let r = run("quickstart.ron", &s);
     assert_survives("quickstart.ron", &s, &r, 1000);
     let rec = &r.faults.as_ref().unwrap().recoveries[0];
