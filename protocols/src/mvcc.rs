@@ -1107,7 +1107,7 @@ async fn commit(
                     (r.home, H_COMMIT, req)
                 })
                 .collect();
-            ops::until_answered(ctx, n, calls).await;
+            ops::until_answered(ctx, n, id, calls).await;
             Ok(())
         }
         other => other,
@@ -1203,8 +1203,13 @@ async fn commit_once(
         }
     }
     let waited = ctx.wait().await;
+    // A COMMIT by RPC that got no answer failed as much as a WRITE that gave up.
+    let unanswered = ctx.failed_reply();
     ctx.clear_replies();
     waited?;
+    if let Some(e) = unanswered {
+        return Err(e.into());
+    }
     ops::account_tally(ctx, n, Stage::Commit, t0, &t);
     Ok(())
 }

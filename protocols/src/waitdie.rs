@@ -589,8 +589,10 @@ async fn write_back(
     t.sent += unlocks.sent;
     t.local += unlocks.local;
     let waited = ctx.wait().await;
+    // A COMMIT by RPC that got no answer failed as much as a WRITE that gave up.
+    let unanswered = ctx.failed_reply().map(TxnError::from);
     ctx.clear_replies();
-    match waited.err().map(TxnError::from).or(failed) {
+    match waited.err().map(TxnError::from).or(failed).or(unanswered) {
         Some(e) if n.recovery.is_some() && e.unreachable_node().is_some() => {
             ops::finish_write_back(ctx, n, recs, new_values, id, ts, true).await;
         }

@@ -479,9 +479,13 @@ impl Driver {
         }
         for (id, record) in &wal {
             let Ok(rec) = LogRecord::decode(record) else { continue };
+            let mut absent = std::collections::BTreeSet::new();
             for e in &rec.entries {
                 let key = txbed_workloads::Key { table: e.table, row: e.key };
                 let home = w.spec.workload.home(key, w.spec.nodes);
+                if home != node && !alive.contains(&home) {
+                    absent.insert(home);
+                }
                 if home == node || alive.contains(&home) {
                     let hm = w.sim.memory(home);
                     recovery::install(
@@ -501,6 +505,11 @@ impl Driver {
                     recovery::replica_apply(&w.states[m as usize], hk, e.version, *id, e.value);
                 }
             }
+            // A home that is down too gets these values at its own rebuild: the record stays.
+            if !absent.is_empty() {
+                st.wal.borrow_mut().insert(*id, record.clone());
+                st.skipped.borrow_mut().insert(*id, absent);
+            }
             if let Some(p) = old.pending.borrow_mut().remove(id) {
                 let mut h = p.history;
                 h.end_ns = now;
@@ -510,6 +519,33 @@ impl Driver {
             rolled += 1;
         }
         let lost_pending = old.pending.borrow().len() as u64;
+        // What other coordinators committed while it was down and could not write back here:
+        // their write-ahead logs kept it for this rebuild.
+        for &m in &alive {
+            let sm = w.states[m as usize].clone();
+            let waiting: Vec<u64> =
+                sm.skipped.borrow().iter().filter(|(_, homes)| homes.contains(&node)).map(|(id, _)| *id).collect();
+            for id in waiting {
+                let record = sm.wal.borrow().get(&id).cloned();
+                if let Some(rec) = record.as_deref().and_then(|r| LogRecord::decode(r).ok()) {
+                    for e in &rec.entries {
+                        let key = txbed_workloads::Key { table: e.table, row: e.key };
+                        if w.spec.workload.home(key, w.spec.nodes) == node {
+                            recovery::install(protocol, &st, &*mem, key, e.version, id, e.value, false, &floor);
+                        }
+                    }
+                }
+                let mut skipped = sm.skipped.borrow_mut();
+                let homes = skipped.get_mut(&id).expect("listed");
+                homes.remove(&node);
+                if homes.is_empty() {
+                    skipped.remove(&id);
+                    if !sm.pending.borrow().contains_key(&id) {
+                        sm.wal.borrow_mut().remove(&id);
+                    }
+                }
+            }
+        }
         // The locks its transactions held: released.
         let mut locks = 0;
         for &m in &alive {

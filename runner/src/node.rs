@@ -65,6 +65,7 @@ pub fn node_state(spec: &TxnRunSpec, me: u16, catalog: &Rc<Catalog>) -> Rc<NodeS
         incarnation: 0,
         pending: RefCell::default(),
         wal: RefCell::default(),
+        skipped: RefCell::default(),
         committing: RefCell::default(),
         participant: spec.protocol.participant(&spec.protocol_options),
         index: Default::default(),

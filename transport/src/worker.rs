@@ -1217,6 +1217,13 @@ impl Ctx {
         Some(replies.swap_remove(i).1)
     }
 
+    /// The first error among the replies this coroutine has not taken (a call that got no
+    /// answer), if any: for callers that `clear_replies` without taking them one by one.
+    pub fn failed_reply(&self) -> Option<RpcError> {
+        let s = self.shared.borrow();
+        s.coros[self.coro as usize].replies.iter().find_map(|(_, r)| r.as_ref().err().cloned())
+    }
+
     /// Drops replies this coroutine did not take (one-way use of `call`).
     pub fn clear_replies(&self) {
         self.shared.borrow_mut().coros[self.coro as usize].replies.clear();

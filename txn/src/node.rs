@@ -220,6 +220,10 @@ pub struct NodeState {
     /// written at its commit point, dropped once it is complete. It lives with the logs, so
     /// it survives a crash where the scenario declares the logs durable.
     pub wal: RefCell<std::collections::BTreeMap<u64, Vec<u8>>>,
+    /// Committed transactions whose write-back gave up on a home that was down, and those
+    /// homes: their write-ahead log records stay until each home's rebuild applied them (with
+    /// one replica, nothing else holds the values).
+    pub skipped: RefCell<std::collections::BTreeMap<u64, std::collections::BTreeSet<u16>>>,
     /// Pending transactions per membership epoch of their commit point: a restarted node
     /// rejoins once none of an earlier epoch is left anywhere.
     pub committing: RefCell<std::collections::BTreeMap<u64, u32>>,

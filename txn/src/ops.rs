@@ -572,7 +572,10 @@ pub fn commit_point(
 /// entry is recorded and its write-ahead log record dropped.
 pub fn complete(ctx: &Ctx, n: &NodeState, id: u64) {
     let p = n.pending.borrow_mut().remove(&id).expect("complete: a transaction past its commit point");
-    n.wal.borrow_mut().remove(&id);
+    // A record a write-back gave up on (its home was down) is kept for that home's rebuild.
+    if !n.skipped.borrow().contains_key(&id) {
+        n.wal.borrow_mut().remove(&id);
+    }
     let mut c = n.committing.borrow_mut();
     let left = c.get_mut(&p.epoch).expect("counted at the commit point");
     *left -= 1;
@@ -654,8 +657,10 @@ pub async fn write_back(
         t.local += unlocks.local;
     }
     let waited = ctx.wait().await;
+    // A COMMIT by RPC that got no answer failed as much as a WRITE that gave up.
+    let unanswered = ctx.failed_reply().map(TxnError::from);
     ctx.clear_replies();
-    match waited.err().map(TxnError::from).or(failed) {
+    match waited.err().map(TxnError::from).or(failed).or(unanswered) {
         Some(e) if n.recovery.is_some() && e.unreachable_node().is_some() => {
             finish_write_back(ctx, n, recs, new_values, id, id, !unlock_first).await;
         }
@@ -689,16 +694,24 @@ pub async fn finish_write_back(
     for r in recs.iter().filter(|r| !r.write && r.locked && unlock_reads) {
         calls.push((r.home, H_UNLOCK_KEY, UnlockKeyReq { table: r.table, key: r.key, owner }.encode()));
     }
-    until_answered(ctx, n, calls).await;
+    until_answered(ctx, n, id, calls).await;
 }
 
-/// Sends each `(home, handler, request)` by RPC (a direct call for this node) until its home
-/// answers, or is no longer up: steps past a commit point that must get through. The
-/// handlers must be idempotent (a request whose reply was lost is sent again).
-pub async fn until_answered(ctx: &Ctx, n: &NodeState, mut todo: Vec<(u16, u16, Vec<u8>)>) {
+/// Sends each `(home, handler, request)` of committed transaction `id` by RPC (a direct call
+/// for this node) until its home answers, or is no longer up: steps past a commit point that
+/// must get through. The handlers must be idempotent (a request whose reply was lost is sent
+/// again). A home given up on gets the transaction's values when it is rebuilt, from this
+/// node's write-ahead log, which keeps the record until then (`NodeState::skipped`).
+pub async fn until_answered(ctx: &Ctx, n: &NodeState, id: u64, mut todo: Vec<(u16, u16, Vec<u8>)>) {
     let retry = n.recovery.map_or(100_000, |r| r.retry_ns);
     while !todo.is_empty() {
-        todo.retain(|(home, _, _)| ctx.node_status(*home) == NodeStatus::Up);
+        todo.retain(|(home, _, _)| {
+            let up = ctx.node_status(*home) == NodeStatus::Up;
+            if !up {
+                n.skipped.borrow_mut().entry(id).or_default().insert(*home);
+            }
+            up
+        });
         let calls: Vec<CallId> = todo.iter().map(|(home, h, req)| send(ctx, n, *home, *h, req)).collect();
         let _ = ctx.wait().await;
         let answered: Vec<bool> = calls.iter().map(|c| matches!(ctx.take_reply(*c), Some(Ok(_)))).collect();

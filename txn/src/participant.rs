@@ -294,6 +294,7 @@ mod tests {
             incarnation: 0,
             pending: RefCell::default(),
             wal: RefCell::default(),
+            skipped: RefCell::default(),
             committing: RefCell::default(),
             participant: Box::new(()),
             index: Default::default(),
