@@ -351,11 +351,16 @@ fn capture_panics() {
 /// One run of `s` (its schedule expanded, its seed set), checked and classified; a panic is
 /// caught and becomes its verdict.
 pub fn run_one(s: &Scenario, profile: &NicProfile, bug: Option<Bug>) -> Outcome {
+    guarded(s.fault_schedule().len(), || run_scenario(s, profile, bug, &mut |_, _| {}))
+}
+
+/// The outcome of `run` (a run of a schedule of `scheduled` faults): its verdict, or the
+/// panic it raised, with its message and location.
+pub fn guarded(scheduled: usize, run: impl FnOnce() -> Result<ScenarioRun, String>) -> Outcome {
     capture_panics();
-    let scheduled = s.fault_schedule().len();
     let start = Instant::now();
     CAPTURING.with(|c| c.set(true));
-    let ran = catch_unwind(AssertUnwindSafe(|| run_scenario(s, profile, bug, &mut |_, _| {})));
+    let ran = catch_unwind(AssertUnwindSafe(run));
     CAPTURING.with(|c| c.set(false));
     let wall_s = start.elapsed().as_secs_f64();
     let empty = |kind, detail| Outcome {
@@ -415,6 +420,8 @@ pub struct Row {
     pub replay: Option<PathBuf>,
     /// Faults in the shrunk schedule (failures only, once shrunk).
     pub shrunk_faults: Option<usize>,
+    /// The digest of the replay file's run (failures only).
+    pub replay_digest: Option<u64>,
 }
 
 /// Runs every target over every seed on `jobs` threads; rows in (target, seed) order.
@@ -457,6 +464,7 @@ pub fn run_all(setup: &Setup, jobs: usize, done: &(dyn Fn(&Outcome) + Sync)) -> 
                 outcome,
                 replay: None,
                 shrunk_faults: None,
+                replay_digest: None,
             }
         })
         .collect()
@@ -484,11 +492,10 @@ pub struct Shrunk {
 
 /// Delta debugging over an expanded schedule: every candidate is a valid scenario (the
 /// schedule's life cycles hold, every fault inside the run) and is kept only if its run fails
-/// with the same kind. At most `budget` runs.
+/// the same way (`same_failure`). At most `budget` runs.
 struct Shrinker<'a> {
     profile: &'a NicProfile,
     bug: Option<Bug>,
-    kind: Kind,
     budget: usize,
     runs: usize,
     best: Scenario,
@@ -514,7 +521,7 @@ impl Shrinker<'_> {
         }
         self.runs += 1;
         let o = run_one(&s, self.profile, self.bug);
-        if o.kind == self.kind {
+        if same_failure(&o, &self.best_outcome) {
             self.best = s;
             self.best_outcome = o;
             true
@@ -630,6 +637,13 @@ impl Shrinker<'_> {
     }
 }
 
+/// Whether `b` fails as `a` did: the same kind, and for a panic the same place in the code
+/// (a panic elsewhere is another bug, which shrinking must not drift to).
+pub fn same_failure(a: &Outcome, b: &Outcome) -> bool {
+    let place = |o: &Outcome| o.detail.rsplit_once(" at ").map(|(_, at)| at.to_string());
+    a.kind == b.kind && (a.kind != Kind::Panic || place(a) == place(b))
+}
+
 /// The faults of `schedule` in groups that can go together: a crash with the restart that
 /// ends it, every other fault alone. Groups in time order.
 pub fn fault_groups(schedule: &[TimedFault], t: &Topology) -> Vec<Vec<usize>> {
@@ -668,15 +682,7 @@ fn crash_of(schedule: &[TimedFault], i: usize, t: &Topology) -> Option<usize> {
 /// Shrinks a failing run of `original` (schedule expanded) within `budget` runs: drop faults
 /// (then restarts alone), shorten the run, shorten faults and downtimes, and shorten the run again if that helped.
 pub fn shrink(original: &Scenario, outcome: &Outcome, profile: &NicProfile, bug: Option<Bug>, budget: usize) -> Shrunk {
-    let mut sh = Shrinker {
-        profile,
-        bug,
-        kind: outcome.kind,
-        budget,
-        runs: 0,
-        best: original.clone(),
-        best_outcome: outcome.clone(),
-    };
+    let mut sh = Shrinker { profile, bug, budget, runs: 0, best: original.clone(), best_outcome: outcome.clone() };
     sh.drop_faults();
     sh.drop_restarts();
     sh.shorten_run();
@@ -832,6 +838,7 @@ pub fn shrink_and_write(
         }
         rows[i].replay = Some(minimal_file.clone());
         rows[i].shrunk_faults = Some(s.minimal_outcome.faults_scheduled);
+        rows[i].replay_digest = s.minimal_outcome.digest;
         out.push(Failure { row: i, shrunk: s, original_file, minimal_file, command });
     }
     Ok(out)
@@ -847,7 +854,7 @@ fn short(s: &str) -> String {
 }
 
 /// The columns of campaign.csv, in order.
-pub const CSV_COLUMNS: [&str; 12] = [
+pub const CSV_COLUMNS: [&str; 13] = [
     "protocol",
     "workload",
     "seed",
@@ -860,6 +867,7 @@ pub const CSV_COLUMNS: [&str; 12] = [
     "wall_s",
     "shrunk_faults",
     "replay",
+    "replay_digest",
 ];
 
 /// Writes campaign.csv: one row per run.
@@ -882,6 +890,7 @@ pub fn write_csv(path: &Path, rows: &[Row]) -> Result<(), String> {
             format!("{:.3}", o.wall_s),
             r.shrunk_faults.map_or(String::new(), |n| n.to_string()),
             r.replay.as_ref().map_or(String::new(), |p| p.display().to_string()),
+            r.replay_digest.map_or(String::new(), |d| format!("{d:016x}")),
         ])
         .map_err(err)?;
     }
@@ -989,6 +998,34 @@ fn summary_row(s: &Summary) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_panic_is_a_verdict_with_its_message_and_place() {
+        let o = guarded(3, || panic!("boom {}", 7));
+        assert_eq!(o.kind, Kind::Panic);
+        assert!(o.detail.starts_with("boom 7 at ") && o.detail.contains("campaign.rs"), "{}", o.detail);
+        assert_eq!((o.faults_scheduled, o.digest), (3, None));
+        let o = guarded(0, || Err("no such thing".into()));
+        assert_eq!((o.kind, o.detail.as_str()), (Kind::Error, "no such thing"));
+    }
+
+    #[test]
+    fn a_panic_elsewhere_is_another_failure() {
+        let o = |kind, detail: &str| Outcome {
+            kind,
+            detail: detail.into(),
+            faults_scheduled: 1,
+            faults_applied: 1,
+            committed: 0,
+            digest: None,
+            wall_s: 0.0,
+        };
+        let a = o(Kind::Panic, "x at sim/src/fabric.rs:10");
+        assert!(same_failure(&a, &o(Kind::Panic, "y at sim/src/fabric.rs:10")));
+        assert!(!same_failure(&a, &o(Kind::Panic, "x at sim/src/fabric.rs:11")));
+        assert!(same_failure(&o(Kind::LostWrites, "a"), &o(Kind::LostWrites, "b")));
+        assert!(!same_failure(&o(Kind::LostWrites, "a"), &o(Kind::Stuck, "a")));
+    }
 
     #[test]
     fn every_profile_loads_and_names_no_unknown_field() {
