@@ -241,6 +241,7 @@ impl WorkerSeed {
             seed: cfg_seed(&spec, node, wk),
             scratch: self.scratch,
             scratch_per_coroutine: txbed_runner::spec::scratch_per_coroutine(&spec, &catalog.layout),
+            incarnation: 0,
         };
         let loss = (spec.profile.reliability.ud_drop_probability, cfg_seed(&spec, node, wk) ^ 0x10_55);
         let (mut w, mem): (Box<dyn WorkerTransport>, Rc<dyn HostMemory>) = match self.link {

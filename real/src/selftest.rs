@@ -179,6 +179,7 @@ fn core(node: u16, mem: &(impl HostMemory + Clone + 'static)) -> WorkerCore {
         seed: node as u64,
         scratch: LocalBuf { lkey: scratch.lkey, addr: scratch.addr, len: scratch.len as u32 },
         scratch_per_coroutine: SCRATCH_LEN as u32,
+        incarnation: 0,
     };
     WorkerCore::new(cfg, Rc::new(mem.clone()))
 }

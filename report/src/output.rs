@@ -165,7 +165,8 @@ impl RunOutput<'_> {
                 std::fs::write(&p, body).map_err(|e| format!("{}: {e}", p.display()))
             };
             write("report.json", &json)?;
-            write("scenario.ron", &s.to_ron())?;
+            // With its random faults drawn: the copy replays without drawing again.
+            write("scenario.ron", &s.with_faults_expanded().to_ron())?;
         }
         if !self.quiet {
             if self.json {

@@ -67,6 +67,14 @@ impl Series {
         self.buckets.get_mut((t_ns / self.fine_ns) as usize)
     }
 
+    /// Commits recorded at or after `t_ns` (to the bucket holding it).
+    pub fn commits_after(&self, t_ns: u64) -> u64 {
+        if self.fine_ns == 0 {
+            return 0;
+        }
+        self.buckets.iter().skip((t_ns / self.fine_ns) as usize).map(|b| b.committed).sum()
+    }
+
     pub fn commit(&mut self, t_ns: u64, latency_ns: u64) {
         if let Some(b) = self.at(t_ns) {
             b.committed += 1;

@@ -114,7 +114,11 @@ enum Action {
         node: u16,
         epoch: u64,
     },
-    Up(u16),
+    /// `node`'s incarnation `inc` is rebuilt: it serves again.
+    Up {
+        node: u16,
+        inc: u32,
+    },
 }
 
 /// How often a rejoining node checks that the transactions it waits for have completed.
@@ -132,17 +136,29 @@ pub(crate) struct World<'a> {
 /// The fault schedule and the membership service of one run.
 pub(crate) struct Driver {
     plan: FaultPlan,
-    queue: BTreeMap<(u64, u64), Action>,
+    /// By (time, rank, order of scheduling): at one time, declaring a node down comes first
+    /// (a restart may fall on the very time its node is declared down).
+    queue: BTreeMap<(u64, u8, u64), Action>,
     seq: u64,
     view: View,
     pub report: FaultReport,
     recoveries: u64,
     /// Crashed nodes' states as they were (their history and, with durable logs, their logs).
     crashed: BTreeMap<u16, Rc<NodeState>>,
+    /// Per partition (the records a node is primary of): the nodes whose copy has every
+    /// committed write (the primary's store, the backups' replicas). A node that goes down
+    /// leaves it (it misses later writes) unless it holds the last such copy; a rebuilt node
+    /// rejoins it. A partition whose last current copy was volatile is lost.
+    current: Vec<std::collections::BTreeSet<u16>>,
+    /// Partitions whose every current copy was lost (volatile memory), with the node whose
+    /// crash lost the last one.
+    pub lost: Vec<(u16, u16)>,
+    /// Restarted nodes waiting to be rebuilt, and the membership epoch they joined in.
+    joined: BTreeMap<u16, u64>,
 }
 
 impl Driver {
-    pub fn new(plan: &FaultPlan, nodes: u16) -> Driver {
+    pub fn new(plan: &FaultPlan, nodes: u16, replication: u16) -> Driver {
         let mut d = Driver {
             plan: plan.clone(),
             queue: BTreeMap::new(),
@@ -151,16 +167,64 @@ impl Driver {
             report: FaultReport::default(),
             recoveries: 0,
             crashed: BTreeMap::new(),
+            current: Vec::new(),
+            lost: Vec::new(),
+            joined: BTreeMap::new(),
         };
         for (i, f) in plan.schedule.iter().enumerate() {
             d.push(f.at_us * 1000, Action::Fault(i));
         }
+        d.current = (0..nodes).map(|p| holders(p, nodes, replication).into_iter().collect()).collect();
         d
+    }
+
+    /// Whether `node` holds a copy of partition `p` that survives its crash.
+    fn durable_copy(&self, node: u16, p: u16) -> bool {
+        if node == p {
+            self.plan.durable_store
+        } else {
+            self.plan.durable_logs
+        }
+    }
+
+    /// Crashed `node` misses every later write of the partitions it holds: it leaves their
+    /// current copies, unless it holds the last one; a last copy that was volatile is lost.
+    fn leave_current(&mut self, w: &World<'_>, node: u16) {
+        for p in 0..w.spec.nodes {
+            let cur = &mut self.current[p as usize];
+            if !cur.contains(&node) {
+                continue;
+            }
+            if cur.len() > 1 {
+                cur.remove(&node);
+            } else if !(if node == p { self.plan.durable_store } else { self.plan.durable_logs }) {
+                cur.clear();
+                self.lost.push((p, node));
+                w.sh.failures.borrow_mut().push(format!(
+                    "the crash of node {node} lost partition {p}: its copy there was the last with every committed write, and it was volatile (faults.durable)"
+                ));
+            }
+        }
+    }
+
+    /// Whether every partition restarted `node` holds has a current copy it can read: on a
+    /// node that is up, or that survived its own crash (durable) and is running again. A
+    /// lost partition waits for nothing.
+    fn sources_ready(&self, w: &World<'_>, node: u16) -> bool {
+        (0..w.spec.nodes).filter(|&p| holders(p, w.spec.nodes, w.spec.replication).contains(&node)).all(|p| {
+            let cur = &self.current[p as usize];
+            cur.is_empty()
+                || cur.iter().any(|&s| {
+                    w.sim.is_alive(s)
+                        && (self.view.is_up(s) || (self.durable_copy(s, p) && self.crashed.contains_key(&s)))
+                })
+        })
     }
 
     fn push(&mut self, at: u64, a: Action) {
         self.seq += 1;
-        self.queue.insert((at, self.seq), a);
+        let rank = if matches!(a, Action::Detect(_)) { 0 } else { 1 };
+        self.queue.insert((at, rank, self.seq), a);
     }
 
     /// When the next action is due.
@@ -171,22 +235,29 @@ impl Driver {
     /// Carries out every action due at or before the simulation's time.
     pub fn fire(&mut self, w: &mut World<'_>) {
         let now = w.sim.now();
-        while let Some((&(at, seq), &a)) = self.queue.iter().next() {
-            if at > now {
+        while let Some((&key, &a)) = self.queue.iter().next() {
+            if key.0 > now {
                 break;
             }
-            self.queue.remove(&(at, seq));
+            self.queue.remove(&key);
             match a {
                 Action::Fault(i) => self.apply(w, i),
                 Action::Detect(n) => self.detect(w, n),
+                // The node crashed again while it waited: its new restart waits anew.
+                Action::Barrier { node, epoch } if self.joined.get(&node) != Some(&epoch) => {}
                 Action::Barrier { node, epoch } => {
-                    if barrier_clear(w, epoch) {
+                    if w.sim.is_alive(node) && barrier_clear(w, epoch) && self.sources_ready(w, node) {
+                        self.joined.remove(&node);
                         self.rebuild(w, node, false);
-                    } else {
+                    } else if w.sim.is_alive(node) {
                         self.push(now + BARRIER_POLL_NS, Action::Barrier { node, epoch });
                     }
                 }
-                Action::Up(n) => self.up(w, n),
+                Action::Up { node, inc } => {
+                    if w.sim.is_alive(node) && w.sim.incarnation(node) == inc {
+                        self.up(w, node);
+                    }
+                }
             }
             if self.report.fatal.is_some() {
                 self.queue.clear();
@@ -298,6 +369,7 @@ impl Driver {
         w.sim.declare_down(node);
         self.set_view(w, node, NodeStatus::Down);
         self.record(node).declared_down_ns = Some(now);
+        self.leave_current(w, node);
         for m in self.alive(w) {
             let mem = w.sim.memory(m);
             for wk in 0..w.spec.workers {
@@ -318,13 +390,22 @@ impl Driver {
         let layout = &w.catalog.layout;
         let mem = w.sim.memory(node);
         let region = w.catalog.regions[node as usize];
+        let old = w.states[node as usize].clone();
+        // Durable logs: what the rings hold (committed records not yet applied) goes into
+        // the replica that survives with them, before the rings start anew.
+        if self.plan.durable_logs {
+            for sender in 0..w.spec.nodes {
+                for wk in 0..w.spec.workers {
+                    txbed_txn::log::drain_ring(&old, &*mem, sender, wk);
+                }
+            }
+        }
         // What did not survive: the store unless durable; the rings always (their entries
         // were applied or are rebuilt), the protocol's area (volatile state).
         if !self.plan.durable_store {
             zero(&*mem, region.addr, layout.log_at);
         }
         zero(&*mem, region.addr + layout.log_at, layout.bytes - layout.log_at);
-        let old = w.states[node as usize].clone();
         let st = fresh_state(w, &old, self.plan.durable_logs, self.plan.recovery());
         w.states[node as usize] = st.clone();
         for wk in 0..w.spec.workers {
@@ -346,10 +427,13 @@ impl Driver {
                 zero(&*mm, at + layout.ring(node, wk), layout.ring_bytes);
             }
         }
-        self.crashed.insert(node, old);
+        // A node that crashes again before its rebuild keeps its first state's logs (its
+        // history moved on with each restart).
+        self.crashed.entry(node).or_insert(old);
         self.set_view(w, node, NodeStatus::Joining);
         self.record(node).restarted_ns = Some(now);
         let epoch = self.view.epoch;
+        self.joined.insert(node, epoch);
         self.push(now, Action::Barrier { node, epoch });
     }
 
@@ -363,6 +447,7 @@ impl Driver {
         let st = w.states[node as usize].clone();
         let mem = w.sim.memory(node);
         let old = self.crashed.remove(&node).expect("a restarted node's old state");
+        self.joined.remove(&node);
         let alive: Vec<u16> = self.alive(w).into_iter().filter(|&m| m != node).collect();
         let (mut store_records, mut replica_records, mut bytes) = (0u64, 0u64, 0u64);
         // The backups first apply every complete entry their rings hold (lazily reclaimed
@@ -465,6 +550,11 @@ impl Driver {
             }
         }
         txbed_txn::index::build(&st, &*mem);
+        for p in 0..w.spec.nodes {
+            if holders(p, w.spec.nodes, w.spec.replication).contains(&node) && !self.current[p as usize].is_empty() {
+                self.current[p as usize].insert(node);
+            }
+        }
         let rec = self.record(node);
         rec.rebuilt_ns = Some(now);
         rec.rolled_forward = rolled;
@@ -479,7 +569,8 @@ impl Driver {
             let p = &w.spec.profile;
             let wire_ns = (bytes as f64 * 8.0 / p.link.gbps).ceil() as u64;
             let cpu_ns = (store_records + replica_records) * 2 * p.host.memory_miss_ns;
-            self.push(now + wire_ns + cpu_ns, Action::Up(node));
+            let inc = w.sim.incarnation(node);
+            self.push(now + wire_ns + cpu_ns, Action::Up { node, inc });
         }
     }
 
@@ -502,7 +593,9 @@ impl Driver {
     }
 
     /// After the run: every node still down is restarted and rebuilt (never up), so the
-    /// final check sees what survived of its data.
+    /// final check sees what survived of its data. Nodes are rebuilt once a current copy of
+    /// each of their partitions is readable (as during the run); what is left then is
+    /// rebuilt from what there is.
     pub fn recover_after_run(&mut self, w: &mut World<'_>) {
         for node in 0..w.spec.nodes {
             if w.sim.is_alive(node) {
@@ -513,18 +606,13 @@ impl Driver {
                 self.detect(w, node);
             }
             self.restart(w, node);
-            self.rebuild(w, node, true);
         }
-        // Joining nodes whose barrier never cleared (a transaction stuck behind a fault that
-        // did not heal): rebuilt as they are.
-        let waiting: Vec<u16> = self
-            .queue
-            .values()
-            .filter_map(|a| if let Action::Barrier { node, .. } = a { Some(*node) } else { None })
-            .collect();
-        for node in waiting {
-            if self.crashed.contains_key(&node) {
-                self.rebuild(w, node, true);
+        loop {
+            let waiting: Vec<u16> = self.crashed.keys().copied().collect();
+            let ready: Vec<u16> = waiting.iter().copied().filter(|&n| self.sources_ready(w, n)).collect();
+            match (ready.first(), waiting.first()) {
+                (Some(&n), _) | (None, Some(&n)) => self.rebuild(w, n, true),
+                (None, None) => break,
             }
         }
         self.queue.clear();
@@ -532,6 +620,12 @@ impl Driver {
         (self.report.lost, self.report.duplicated, self.report.gave_up) =
             (s.fault_lost, s.fault_duplicated, s.fault_gave_up);
     }
+}
+
+/// The nodes holding partition `p` (records homed on node `p`): the primary and the next
+/// `replication - 1` nodes.
+fn holders(p: u16, nodes: u16, replication: u16) -> Vec<u16> {
+    (0..replication).map(|k| (p + k) % nodes).collect()
 }
 
 /// Whether no node has a transaction that committed in a view before `epoch` still

@@ -94,6 +94,17 @@ pub async fn run_background(background: BackgroundFn, ctx: Ctx, st: Rc<NodeState
     }
 }
 
+/// The wait `run.retry` says before the `tries`-th retry.
+async fn back_off(ctx: &Ctx, sh: &Shared, tries: u32) {
+    match sh.retry.window_ns(tries) {
+        0 => ctx.yield_now().await,
+        window => {
+            let pause = ctx.with_rng(|r| r.gen_range(0..window));
+            ctx.sleep(pause).await;
+        }
+    }
+}
+
 /// A coordinator coroutine: draws transactions until `end`, retrying each conflict (the same
 /// transaction) after the wait `Shared::retry` says.
 pub async fn coordinator(ctx: Ctx, st: Rc<NodeState>, sh: Shared, c: u32) {
@@ -115,7 +126,22 @@ pub async fn coordinator(ctx: Ctx, st: Rc<NodeState>, sh: Shared, c: u32) {
             let resolved = if lookups.is_empty() {
                 None
             } else {
-                let answers = txbed_txn::index::lookup(&ctx, &st, &lookups).await.map_err(|e| e.to_string());
+                let answers = match txbed_txn::index::lookup(&ctx, &st, &lookups).await {
+                    // With faults, an owner out of reach aborts the attempt like a conflict.
+                    Err(e) if st.recovery.is_some() && e.unreachable_node().is_some() => {
+                        waited = true;
+                        st.stats.borrow_mut().aborted_conflict += 1;
+                        let now = ctx.now();
+                        sh.measured.borrow_mut().abort((n, wk), cause::UNAVAILABLE, now, in_window(now));
+                        tries += 1;
+                        if ctx.now() >= sh.end {
+                            break;
+                        }
+                        back_off(&ctx, &sh, tries).await;
+                        continue;
+                    }
+                    other => other.map_err(|e| e.to_string()),
+                };
                 match answers.and_then(|a| st.workload.resolve(&drawn_spec, &a)) {
                     Ok(t) => Some(t),
                     Err(e) => {
@@ -166,13 +192,7 @@ pub async fn coordinator(ctx: Ctx, st: Rc<NodeState>, sh: Shared, c: u32) {
                     if ctx.now() >= sh.end {
                         break;
                     }
-                    match sh.retry.window_ns(tries) {
-                        0 => ctx.yield_now().await,
-                        window => {
-                            let pause = ctx.with_rng(|r| r.gen_range(0..window));
-                            ctx.sleep(pause).await;
-                        }
-                    }
+                    back_off(&ctx, &sh, tries).await;
                 }
                 Attempt::Failed(e) => {
                     sh.failures.borrow_mut().push(format!("node {n} worker {wk}: {e}"));

@@ -103,7 +103,7 @@ pub fn run_txns_with(spec: &TxnRunSpec, progress: &mut dyn FnMut(u64, u64)) -> R
         sim.enable_clocks(c.clone(), sh.end)?;
     }
     // Start nothing after the end; let transactions in flight finish.
-    let mut driver = spec.faults.as_ref().map(|p| Driver::new(p, spec.nodes));
+    let mut driver = spec.faults.as_ref().map(|p| Driver::new(p, spec.nodes, spec.replication));
     let slice = (sh.end / 100).max(1);
     let mut t = 0;
     while t < sh.end {
@@ -130,8 +130,13 @@ pub fn run_txns_with(spec: &TxnRunSpec, progress: &mut dyn FnMut(u64, u64)) -> R
     for n in 0..spec.nodes {
         for wk in 0..spec.workers {
             if sim.is_alive(n) && !sim.worker(n, wk).all_finished() {
+                let why = if std::env::var_os("TXBED_DEBUG_STUCK").is_some() {
+                    format!(" ({})", sim.worker(n, wk).waiting())
+                } else {
+                    String::new()
+                };
                 sh.failures.borrow_mut().push(format!(
-                    "node {n} worker {wk}: coroutines still running {} ms after the end of the run",
+                    "node {n} worker {wk}: coroutines still running {} ms after the end of the run{why}",
                     STRAGGLE_NS / 1_000_000
                 ));
             }

@@ -35,7 +35,10 @@ pub fn local_path(spec: &TxnRunSpec) -> LocalPath {
 
 /// Coroutines each worker runs: the coordinators, plus the protocol's background one.
 pub fn coroutines_per_worker(spec: &TxnRunSpec) -> u32 {
-    spec.coroutines + spec.protocol.background().is_some() as u32
+    // The clock sync service's coroutine on worker 0 (docs/clocks.md); a restarted node
+    // spawns it before its coordinators, so its room is reserved.
+    let sync = spec.clocks.sim.as_ref().is_some_and(|c| c.sync.is_some());
+    spec.coroutines + spec.protocol.background().is_some() as u32 + sync as u32
 }
 
 #[derive(Clone)]

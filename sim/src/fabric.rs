@@ -427,6 +427,8 @@ impl Default for InFlight {
 struct PendingDoorbell {
     node: u16,
     worker: u16,
+    /// The node's incarnation when the worker rang it.
+    inc: u32,
     db: Doorbell,
 }
 
@@ -571,7 +573,7 @@ impl Sim {
             let mem = Rc::new(NodeMemory::new(clock_ps.clone()));
             let per_worker = cfg.max_coroutines as u64 * cfg.scratch_per_coroutine as u64;
             let scratch = mem.register(per_worker * cfg.workers as u64, rkey_for(n as u16, 0), lkey_for(n as u16, 0));
-            let workers = (0..cfg.workers).map(|w| new_worker(&cfg, &m, &rpc, n as u16, w, &mem, scratch)).collect();
+            let workers = (0..cfg.workers).map(|w| new_worker(&cfg, &m, &rpc, n as u16, w, &mem, scratch, 0)).collect();
             let node = Node {
                 alive: true,
                 rc_index: Vec::new(),
@@ -802,8 +804,13 @@ impl Sim {
         }
         let rpc = RpcConfig { mtu: self.m.mtu, ..self.cfg.rpc.clone() };
         let (mem, scratch) = (self.nodes[a].mem.clone(), self.nodes[a].scratch);
-        let fresh: Vec<Worker> =
-            (0..workers).map(|w| new_worker(&self.cfg, &self.m, &rpc, node, w, &mem, scratch)).collect();
+        let inc = self.nodes[a].inc + 1;
+        let mut fresh: Vec<Worker> =
+            (0..workers).map(|w| new_worker(&self.cfg, &self.m, &rpc, node, w, &mem, scratch, inc)).collect();
+        // Wake-ups the old workers still have scheduled must not match the new ones.
+        for (w, old) in fresh.iter_mut().zip(&self.nodes[a].workers) {
+            w.gen = old.gen.wrapping_add(1);
+        }
         let now_ps = self.q.now() * 1000;
         {
             let n = &mut self.nodes[a];
@@ -1080,7 +1087,8 @@ impl Sim {
                     (self.dbs.len() - 1) as u32
                 }
             };
-            self.dbs[slot as usize] = Some(PendingDoorbell { node, worker, db });
+            let inc = self.nodes[node as usize].inc;
+            self.dbs[slot as usize] = Some(PendingDoorbell { node, worker, inc, db });
             self.stats.doorbells += 1;
             self.q.schedule(at, Ev::Doorbell { db: slot });
         }
@@ -1363,9 +1371,9 @@ impl Sim {
     }
 
     fn on_fetched(&mut self, slot: u32) {
-        let PendingDoorbell { node, worker, mut db } = self.dbs[slot as usize].take().expect("doorbell slot");
+        let PendingDoorbell { node, worker, inc, mut db } = self.dbs[slot as usize].take().expect("doorbell slot");
         self.free_dbs.push(slot);
-        if self.nodes[node as usize].alive {
+        if self.nodes[node as usize].alive && self.nodes[node as usize].inc == inc {
             let ready = self.q.now() * 1000;
             let qp_idx = self.nodes[node as usize].workers[worker as usize].qps[db.qp.0 as usize];
             let nic = self.nodes[node as usize].workers[worker as usize].nic as usize;
@@ -1546,6 +1554,15 @@ impl Sim {
         let gone = self.nodes[dst as usize].inc != self.ops[id as usize].dst_inc
             || self.nodes[dst as usize].qps[dst_qp as usize].dead;
         if !self.nodes[dst as usize].alive || gone {
+            // Requests queued behind this one on the QP (per-QP FIFO) have no event of their
+            // own: the next is looked at now, and fails the same way.
+            let q = &mut self.nodes[dst as usize].qps[dst_qp as usize];
+            if q.waiting.front() == Some(&id) {
+                q.waiting.pop_front();
+                if let Some(&next) = q.waiting.front() {
+                    self.q.schedule(self.q.now(), Ev::ReqArrive { op: next });
+                }
+            }
             return self.request_to_dead_node(id, is_ud, now_ps);
         }
         if !self.takes_its_turn(id, now_ps) {
@@ -2024,6 +2041,7 @@ impl Sim {
 }
 
 /// Worker `w` of node `n` as a new incarnation builds it: a fresh core, no QPs yet.
+#[allow(clippy::too_many_arguments)]
 fn new_worker(
     cfg: &SimConfig,
     m: &NicModel,
@@ -2032,6 +2050,7 @@ fn new_worker(
     w: u16,
     mem: &Rc<NodeMemory>,
     scratch: MemoryRegion,
+    incarnation: u32,
 ) -> Worker {
     let per_worker = cfg.max_coroutines as u64 * cfg.scratch_per_coroutine as u64;
     let wc = WorkerConfig {
@@ -2043,6 +2062,7 @@ fn new_worker(
         seed: cfg.seed,
         scratch: LocalBuf { lkey: scratch.lkey, addr: scratch.addr + w as u64 * per_worker, len: per_worker as u32 },
         scratch_per_coroutine: cfg.scratch_per_coroutine,
+        incarnation,
     };
     Worker {
         core: WorkerCore::new(wc, mem.clone()),

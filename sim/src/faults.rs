@@ -582,7 +582,12 @@ impl RandomFaults {
         let (mut r_crash, mut r_dc, mut r_part, mut r_link, mut r_slow, mut r_step, mut r_drift) =
             (sub(1), sub(2), sub(3), sub(4), sub(5), sub(6), sub(7));
         let pick = |rng: &mut ChaCha8Rng, (lo, hi): Range<u64>| rng.gen_range(lo..=hi);
-        let pick_f = |rng: &mut ChaCha8Rng, (lo, hi): Range<f64>| if hi > lo { rng.gen_range(lo..=hi) } else { lo };
+        // Drawn reals keep three decimals: schedules stay readable, and a printed one
+        // reads back to the same value.
+        let pick_f = |rng: &mut ChaCha8Rng, (lo, hi): Range<f64>| {
+            let v = if hi > lo { rng.gen_range(lo..=hi) } else { lo };
+            ((v * 1000.0).round() / 1000.0).clamp(lo, hi)
+        };
         // Crashes: a node (or a data center) goes down, and restarts after its downtime,
         // if no more than `max_down` nodes would be down at once.
         let max_down = self.max_down.unwrap_or(1) as usize;

@@ -423,13 +423,19 @@ struct Partial {
 const SPARE_BUFS: usize = 256;
 
 impl RpcState {
+    #[cfg(test)]
     pub(crate) fn new(cfg: RpcConfig) -> Self {
+        Self::with_first_call(cfg, 1)
+    }
+
+    /// An RPC state whose calls are numbered from `first`.
+    pub(crate) fn with_first_call(cfg: RpcConfig, first: CallId) -> Self {
         RpcState {
             cfg,
-            next_call: 1,
+            next_call: first,
             out: BTreeMap::new(),
             pending: VecDeque::new(),
-            pending_base: 1,
+            pending_base: first,
             deadlines: BTreeSet::new(),
             served: BTreeMap::new(),
             deferred: BTreeSet::new(),
@@ -634,7 +640,18 @@ impl RpcState {
     /// A reply arrived at `now`: the coroutine that waits for it, if the call is still
     /// pending. A reply to a call sent once and not deferred by its server is a round-trip
     /// sample (Karn's rule: a retransmitted call's reply may answer either transmission).
-    pub(crate) fn on_reply(&mut self, now: Nanos, call_id: CallId, deferred: bool) -> Option<(u32, Endpoint)> {
+    pub(crate) fn on_reply(
+        &mut self,
+        now: Nanos,
+        src: Endpoint,
+        call_id: CallId,
+        deferred: bool,
+    ) -> Option<(u32, Endpoint)> {
+        // Only the endpoint the call went to answers it: a reply from another is a stray
+        // (a delayed duplicate, an old incarnation's) and is dropped.
+        if self.pending_mut(call_id)?.dst != src {
+            return None;
+        }
         let p = self.remove_pending(call_id)?;
         self.deadlines.remove(&(p.deadline, call_id));
         if p.attempts == 1 && !deferred && p.patience == 0 {
@@ -860,7 +877,7 @@ mod tests {
         let mut rtt = |s: &mut RpcState, r: Nanos, deferred: bool| {
             let id = s.call(t, 0, dst, 1, b"x", true, 0).unwrap();
             t += r;
-            assert_eq!(s.on_reply(t, id, deferred), Some((0, dst)));
+            assert_eq!(s.on_reply(t, dst, id, deferred), Some((0, dst)));
         };
         rtt(&mut s, 10_000, false);
         assert_eq!(s.rtt_estimate(dst), Some(RttEstimate { srtt: 10_000, rttvar: 5_000 }));
@@ -890,7 +907,7 @@ mod tests {
         }
         assert_eq!(waits, [2 * rto, 4 * rto, 8 * rto]);
         assert_eq!(s.expire(at).len(), 1, "the call fails after its retries");
-        assert!(s.on_reply(at, id, false).is_none());
+        assert!(s.on_reply(at, dst, id, false).is_none());
         assert_eq!(s.rtt_estimate(dst), Some(e), "a retransmitted call gives no sample");
         assert_eq!(s.retransmits, 3);
     }
@@ -921,7 +938,7 @@ mod tests {
         assert_eq!(c.pending_mut(id).unwrap().rto, 4_000, "backed off to the cap");
         srv.remember(at, token, Some(b"done"));
         assert!(srv.duplicate(at, token), "the reply is remembered for later duplicates");
-        assert_eq!(c.on_reply(at, id, true), Some((0, dst)));
+        assert_eq!(c.on_reply(at, dst, id, true), Some((0, dst)));
         // Without PENDING, the call gives up after its retry.
         let id = c.call(at, 0, dst, 1, b"x", true, 0).unwrap();
         let d1 = c.deadlines.first().unwrap().0;

@@ -85,6 +85,9 @@ pub struct WorkerConfig {
     /// buffers (READ targets, atomic results, WRITE sources).
     pub scratch: LocalBuf,
     pub scratch_per_coroutine: u32,
+    /// How many times the node restarted (0 on real backends): RPC call ids of each
+    /// incarnation are distinct, so a late reply to an old call never answers a new one.
+    pub incarnation: u32,
 }
 
 /// Id bits: a work-request id carries its coroutine and its per-QP sequence number.
@@ -387,7 +390,7 @@ impl Shared {
             FrameKind::Reply if frame.status == rpc::STATUS_PENDING => self.rpc.on_pending(frame.call_id),
             FrameKind::Reply => {
                 let now = self.now;
-                if let Some((coro, dst)) = self.rpc.on_reply(now, frame.call_id, frame.deferred) {
+                if let Some((coro, dst)) = self.rpc.on_reply(now, src, frame.call_id, frame.deferred) {
                     if let Some(t) = self.trace.as_mut() {
                         let why = frame.error(dst).map(|e| match e {
                             RpcError::ReplyTooLarge { .. } => "reply too large",
@@ -638,7 +641,7 @@ pub struct WorkerCore {
 
 impl WorkerCore {
     pub fn new(cfg: WorkerConfig, mem: Rc<dyn HostMemory>) -> Self {
-        let rpc = rpc::RpcState::new(cfg.rpc.clone());
+        let rpc = rpc::RpcState::with_first_call(cfg.rpc.clone(), ((cfg.incarnation as u64) << 40) | 1);
         let nodes = cfg.nodes as usize;
         let shared = Shared {
             cfg,
@@ -727,6 +730,9 @@ impl WorkerCore {
             .collect();
         s.view = view.clone();
         for n in newly_down {
+            // What its dead incarnation sent and this worker has not served yet is dropped,
+            // as the NIC would once its connections are torn down.
+            s.inbox.retain(|ev| !matches!(ev, Inbound::Datagram { src, .. } if src.node.0 == n));
             let now = s.now;
             for (coro, call_id, err) in s.rpc.peer_down(n) {
                 s.stats.rpc_timeouts += 1;
@@ -935,6 +941,36 @@ impl WorkerCore {
     /// Whether every coroutine has returned.
     pub fn all_finished(&self) -> bool {
         self.tasks.iter().all(|t| t.is_none())
+    }
+
+    /// What each unfinished coroutine waits for (signaled requests and calls pending, a
+    /// timer), and the QPs with requests outstanding: for a report of stuck coroutines.
+    pub fn waiting(&self) -> String {
+        let s = self.shared.borrow();
+        let mut out = Vec::new();
+        for (i, t) in self.tasks.iter().enumerate() {
+            if t.is_none() {
+                continue;
+            }
+            let c = &s.coros[i];
+            let timer = s.timers.iter().find(|&&(_, _, co)| co == i as u32).map(|&(at, _, _)| at);
+            out.push(format!(
+                "coroutine {i}: {} pending{}{}",
+                c.pending,
+                if c.waiting { ", waiting" } else { "" },
+                timer.map(|t| format!(", timer at {t} ns")).unwrap_or_default()
+            ));
+        }
+        for q in s.qps.iter().filter(|q| q.posted > q.confirmed) {
+            out.push(format!(
+                "QP {} to node {}: {} outstanding{}",
+                q.info.id.0,
+                q.info.peer.0,
+                q.posted - q.confirmed,
+                if q.error { " (error)" } else { "" }
+            ));
+        }
+        out.join("; ")
     }
 
     pub fn stats(&self) -> WorkerStats {

@@ -119,6 +119,12 @@ pub async fn lookup(ctx: &Ctx, n: &NodeState, lookups: &[Lookup]) -> Result<Vec<
             ctx.compute(ns);
             answers[i] = Some(out);
         } else {
+            // A rejoining owner's index is not rebuilt yet (`ops::check_up`).
+            if let Err(e) = crate::ops::check_up(ctx, n, home) {
+                let _ = ctx.wait().await;
+                ctx.clear_replies();
+                return Err(e);
+            }
             calls.push((i, ctx.call(endpoint(ctx, home), H_LOOKUP, &encode_ints(&l.args))));
         }
     }

@@ -340,8 +340,7 @@ async fn append_onesided_robust(
     }
     let s = ctx.scratch();
     let ring_at = n.catalog.layout.ring(n.me, worker);
-    // (backup, its WRITEs, the ring bytes written once this frame is in)
-    let mut copies: Vec<(u16, Vec<(Op, bool)>, u64)> = Vec::new();
+    let mut copies: Vec<RingCopy> = Vec::new();
     let mut reclaims = Vec::new();
     let mut failed = false;
     for (i, &b) in backups.iter().enumerate() {
@@ -415,6 +414,10 @@ async fn append_onesided_robust(
     st.log_bytes += (backups.len() * record.len()) as u64;
     Ok(())
 }
+
+/// A record's copy for one backup: the backup, its WRITEs, and the ring bytes written once
+/// the frame is in.
+type RingCopy = (u16, Vec<(Op, bool)>, u64);
 
 /// Posts a ring copy's WRITEs on this worker's first QP to `backup`, once the send queue
 /// has room.

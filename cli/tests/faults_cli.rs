@@ -1,0 +1,90 @@
+//! Faults from the command line (issue 17): the fault scenarios validate and run checked,
+//! writing an expanded schedule that replays to the same digest; bad values exit 2 naming the
+//! field; real backends refuse faults (exit 2, saying why); passive ACK is refused.
+
+mod common;
+
+use common::{finish, free_port, scratch, start_rank};
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+fn txbed() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_txbed"));
+    c.current_dir(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".."));
+    c
+}
+
+fn out(c: &mut Command) -> (Option<i32>, String, String) {
+    let o = c.output().unwrap();
+    (o.status.code(), String::from_utf8_lossy(&o.stdout).into(), String::from_utf8_lossy(&o.stderr).into())
+}
+
+fn digest(text: &str) -> String {
+    text.lines().find_map(|l| l.trim().strip_prefix("digest")).map(|d| d.trim().to_string()).expect("a digest line")
+}
+
+#[test]
+fn the_fault_scenarios_validate_and_run_checked() {
+    for f in ["crash-restart", "partition", "clock-step", "random"] {
+        let path = format!("scenarios/faults/{f}.ron");
+        let (code, _, err) = out(txbed().args(["validate", &path]));
+        assert_eq!(code, Some(0), "{f}: {err}");
+        let (code, stdout, err) = out(txbed().args(["run", &path]));
+        assert_eq!(code, Some(0), "{f}: {err}");
+        assert!(
+            stdout.contains("serializable: yes, nothing lost") && stdout.contains("  faults     "),
+            "{f}: {stdout}"
+        );
+    }
+}
+
+/// The scenario a run writes holds the schedule its generators drew: running it gives the
+/// same digest, and it holds no generator any more.
+#[test]
+fn a_random_run_replays_from_the_scenario_it_writes() {
+    let dir = scratch("faults-replay");
+    let (code, first, err) =
+        out(txbed().args(["run", "scenarios/faults/random.ron", "--seed", "5", "--out"]).arg(&dir));
+    assert_eq!(code, Some(0), "{err}");
+    let written = dir.join("scenario.ron");
+    let text = std::fs::read_to_string(&written).unwrap();
+    assert!(text.contains("schedule: [") && !text.contains("RandomFaults"), "{text}");
+    let (code, again, err) = out(txbed().arg("run").arg(&written));
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(digest(&first), digest(&again));
+}
+
+#[test]
+fn bad_faults_exit_2_naming_the_field() {
+    let cases: &[(&str, &str)] = &[
+        ("faults.detect_us=0", "faults.detect_us: must be 1..="),
+        (
+            "faults.schedule=[(at_us: 400, fault: Crash(node: 2)), (at_us: 500, fault: Restart(node: 2))]",
+            "faults.schedule[1].at_us: node 2 restarts 100 us after its crash",
+        ),
+        ("faults.schedule=[(at_us: 400, fault: Crash(node: 7))]", "faults.schedule[0].fault.node"),
+        ("faults.durable=[Disk]", "Disk"),
+    ];
+    for (set, want) in cases {
+        let (code, _, err) = out(txbed().args(["run", "scenarios/faults/crash-restart.ron", "--set", set]));
+        assert_eq!(code, Some(2), "{set}: {err}");
+        assert!(err.contains(want), "{set}: {err}");
+    }
+}
+
+#[test]
+fn passive_ack_is_refused_under_faults() {
+    let (code, _, err) =
+        out(txbed().args(["run", "scenarios/faults/crash-restart.ron", "--set", "protocol.rdma.passive_ack=true"]));
+    assert_ne!(code, Some(0), "{err}");
+    assert!(err.contains("passive ACK"), "{err}");
+}
+
+#[test]
+fn real_backends_refuse_faults() {
+    let o = finish(start_rank("scenarios/faults/crash-restart.ron", 0, 4, free_port(), &[]), Duration::from_secs(30));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("faults: the simulator applies"), "{err}");
+}
