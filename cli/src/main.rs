@@ -31,6 +31,10 @@ enum Command {
     /// every point and report how throughput, latency and aborts move; with --compare, whether
     /// a comparison's ranking holds. Writes sensitivity.csv and tornado plots.
     Sensitivity(commands::sensitivity::Args),
+    /// Run a scenario over many seeds, each with its own random fault schedule, in parallel;
+    /// check every run, shrink each failure to a minimal schedule and print the command that
+    /// replays it. Writes campaign.csv and failures/*.ron.
+    Campaign(commands::campaign::Args),
     /// Re-run the scenario and seed of a report (`txbed run --out DIR`) and check the digest.
     Replay(commands::replay::Args),
     /// Compare two runs' reports or two sweeps' results: every numeric metric side by side with
@@ -77,6 +81,7 @@ fn main() -> ExitCode {
         Command::Sweep(a) => commands::sweep::run(a),
         Command::HybridSearch(a) => commands::hybrid_search::run(a),
         Command::Sensitivity(a) => commands::sensitivity::run(a),
+        Command::Campaign(a) => commands::campaign::run(a),
         Command::Replay(a) => commands::replay::run(a),
         Command::Compare(a) => commands::compare::run(a),
         Command::Plot(a) => commands::plot::run(a),

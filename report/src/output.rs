@@ -13,7 +13,7 @@ use crate::provenance::Provenance;
 /// sensitivity analysis's CSVs, provenance, traces and plots (`summary-throughput.svg`,
 /// `tornado-throughput.png`). `--force` removes these and nothing else.
 pub fn is_txbed_output(name: &str) -> bool {
-    const FILES: [&str; 10] = [
+    const FILES: [&str; 11] = [
         "report.json",
         "report.html",
         "latency.hgrm",
@@ -24,6 +24,7 @@ pub fn is_txbed_output(name: &str) -> bool {
         "summary.csv",
         "sensitivity.csv",
         "provenance.json",
+        "campaign.csv",
     ];
     let plot = (name.ends_with(".svg") || name.ends_with(".png"))
         && (["summary-", "results-", "tornado-"].iter().any(|p| name.starts_with(p))
@@ -34,15 +35,23 @@ pub fn is_txbed_output(name: &str) -> bool {
 /// A sweep's per-run latency distributions (`latency/*.hgrm`).
 pub const LATENCY_DIR: &str = "latency";
 
+/// A campaign's failing scenarios (`failures/*.ron`).
+pub const FAILURES_DIR: &str = "failures";
+
 /// Whether `dir` is a real directory (not a link) holding only `.hgrm` files, so `--force` may
 /// remove it whole.
 fn only_hgrms(dir: &Path) -> bool {
+    only_files(dir, "hgrm")
+}
+
+/// Whether `dir` is a real directory (not a link) holding only `.ext` files.
+fn only_files(dir: &Path, ext: &str) -> bool {
     let real_dir = std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir());
     real_dir
         && std::fs::read_dir(dir).is_ok_and(|entries| {
             entries.into_iter().all(|e| {
                 e.is_ok_and(|e| {
-                    e.file_type().is_ok_and(|t| t.is_file()) && e.path().extension().is_some_and(|x| x == "hgrm")
+                    e.file_type().is_ok_and(|t| t.is_file()) && e.path().extension().is_some_and(|x| x == ext)
                 })
             })
         })
@@ -85,7 +94,11 @@ pub fn prepare_dir(dir: &Path, force: bool) -> Result<(), String> {
     }
     let foreign: Vec<&str> = names
         .iter()
-        .filter(|(n, f)| !((*f && is_txbed_output(n)) || (!*f && n == LATENCY_DIR && only_hgrms(&dir.join(n)))))
+        .filter(|(n, f)| {
+            let ours_dir = (n == LATENCY_DIR && only_hgrms(&dir.join(n)))
+                || (n == FAILURES_DIR && only_files(&dir.join(n), "ron"));
+            !((*f && is_txbed_output(n)) || (!*f && ours_dir))
+        })
         .map(|(n, _)| n.as_str())
         .collect();
     if !foreign.is_empty() {

@@ -8,6 +8,7 @@
 
 pub mod bench_verbs;
 pub mod breakdown;
+pub mod campaign;
 pub mod faults;
 pub mod from_scenario;
 pub mod node;

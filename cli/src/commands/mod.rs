@@ -4,6 +4,7 @@
 use std::process::ExitCode;
 
 pub mod bench_verbs;
+pub mod campaign;
 pub mod check;
 pub mod compare;
 pub mod devices;

@@ -79,6 +79,10 @@ pub struct Args {
     /// warm-up plus window; rounded to a thousandth of the run).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub bucket_us: Option<u64>,
+    /// Plant a bug (the protocol's, or SkipLog, CpuCasOnHca, ForgetWal; `txbed protocols`
+    /// lists them), as `txbed campaign --bug` does; simulator only.
+    #[arg(long, value_name = "NAME")]
+    pub bug: Option<String>,
 }
 
 pub fn run(a: Args) -> ExitCode {
@@ -131,18 +135,28 @@ pub fn run(a: Args) -> ExitCode {
         provenance: Some(&provenance),
         strict: a.strict,
     };
+    let bug = match (&a.bug, &s.protocol, &real) {
+        (None, _, _) => None,
+        (Some(_), _, Some(_)) => return fail("--bug plants a bug in simulated runs only"),
+        (Some(_), None, _) => return fail("--bug needs a transactional scenario (a protocol to plant it in)"),
+        (Some(b), Some(p), None) => match txbed_runner::campaign::find_bug(p.name.protocol(), b) {
+            Ok(b) => Some(b),
+            Err(e) => return fail(format!("--bug: {e}")),
+        },
+    };
     match real {
-        None => run_sim(&s, &profile, seed, out, &Extras { strict: a.strict, bucket_us: a.bucket_us }),
+        None => run_sim(&s, &profile, seed, out, &Extras { strict: a.strict, bucket_us: a.bucket_us, bug }),
         Some(backend) => {
             txbed_real::run::run_real(&s, &profile, seed, a.rank, a.size, a.coordinator.as_deref(), backend, out)
         }
     }
 }
 
-/// `--strict` and `--bucket-us`.
+/// `--strict`, `--bucket-us` and `--bug`.
 struct Extras {
     strict: bool,
     bucket_us: Option<u64>,
+    bug: Option<txbed_txn::node::Bug>,
 }
 
 /// `txbed run` on the simulator: the report, files, and exit code.
@@ -160,7 +174,13 @@ fn run_sim(s: &Scenario, profile: &NicProfile, seed: u64, out: RunOutput<'_>, x:
         };
     }
     let mut bar = Progress::new(out.quiet);
-    let mut run = match txbed_runner::run_txn(s, profile, seed, false, &mut |t, end| bar.update(t, end)) {
+    let mut progress = |t, end| bar.update(t, end);
+    let ran = match x.bug {
+        // The scenario's seed is `seed` here (`run` set it).
+        Some(bug) => txbed_runner::campaign::run_scenario(s, profile, Some(bug), &mut progress),
+        None => txbed_runner::run_txn(s, profile, seed, false, &mut progress),
+    };
+    let mut run = match ran {
         Ok(r) => r,
         Err(e) => return fail(e),
     };
