@@ -7,8 +7,7 @@
 //! `TXBED_CAMPAIGN_SEEDS=N` runs N seeds per protocol and workload (default 20: 240 runs).
 //!
 //! `tests/campaign-found/` holds the failures the full-size campaign found in the fault
-//! machinery, shrunk; `failures_the_campaign_found_replay_clean` (ignored until they are
-//! fixed) replays them.
+//! machinery, shrunk (all fixed since); `failures_the_campaign_found_replay_clean` replays them.
 
 use std::path::PathBuf;
 
@@ -149,9 +148,8 @@ fn planted_recovery_bug_is_found_shrunk_and_replayed() {
 }
 
 /// The failures the full-size campaign found in the fault machinery (docs/campaign.md,
-/// "What it found"), each shrunk and written by the campaign; each must run clean once fixed.
+/// "What it found"), each shrunk and written by the campaign; fixed, each must run clean.
 #[test]
-#[ignore = "fault-machinery bugs found by the campaign, not fixed yet: docs/campaign.md"]
 fn failures_the_campaign_found_replay_clean() {
     let dir = root().join("runner/tests/campaign-found");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
