@@ -81,35 +81,41 @@ fn overlap() -> (f64, f64) {
     (any as f64 / n as f64, district as f64 / n as f64)
 }
 
+// Two tests, one per mode, so they run side by side (each is four TPC-C runs).
 #[test]
-fn binding_workers_to_warehouses_decides_district_contention() {
+fn binding_workers_to_warehouses_decides_district_contention_over_rpc() {
+    binding_decides_district_contention(Hybrid::RPC);
+}
+
+#[test]
+fn binding_workers_to_warehouses_decides_district_contention_one_sided() {
+    binding_decides_district_contention(Hybrid::full(OCC.stages()));
+}
+
+fn binding_decides_district_contention(hybrid: Hybrid) {
     let (q, same_district) = overlap();
     // Uniform over the node's 10 W districts, and STOCK adds a little (about 0.009).
     assert!((same_district - 0.05).abs() < 0.005, "same district {same_district}");
     assert!(q > same_district && q < same_district + 0.02, "q {q}, same district {same_district}");
     let expect = |c: i32| 1.0 - (1.0 - q).powi(c - 1);
     let within = |r: f64, p: f64| r >= 0.5 * p && r <= 3.0 * p;
-    for hybrid in [Hybrid::RPC, Hybrid::full(OCC.stages())] {
-        let run = |home, workers| {
-            let s = Shape { workers, coroutines: 1, duration_ns: 2_000_000, ..Shape::new(OCC, tpcc(home), hybrid, 1) };
-            let r = s.run();
-            s.assert_clean(&r);
-            s.assert_commits(&r, 120);
-            (rate(&r), r.stats.aborted_conflict, s.replay())
-        };
-        let (bound, conflicts, replay) = run(HomeWarehouse::Worker, 2);
-        assert_eq!(conflicts, 0, "{replay}: a coordinator alone on its warehouse conflicted");
-        let (node2, _, replay) = run(HomeWarehouse::Node, 2);
-        assert_eq!(bound, 0.0);
-        assert!(within(node2, expect(2)), "{replay}: r = {node2}, expected {}", expect(2));
-        let (node4, _, replay) = run(HomeWarehouse::Node, 4);
-        assert!(within(node4, expect(4)), "{replay}: r = {node4}, expected {}", expect(4));
-        // (c - 1) = 3 against 1: about 2.8 times the rate.
-        assert!(node4 > 1.5 * node2, "{replay}: 4 workers {node4}, 2 workers {node2}");
-        let (shared, _, replay) = run(HomeWarehouse::Worker, 4);
-        assert!(within(shared, 2.0 * q) && shared < node4, "{replay}: r = {shared}, expected {}", 2.0 * q);
-        eprintln!(
-            "{hybrid}: q {q:.4}, r: Worker/2 {bound}, Node/2 {node2:.4}, Node/4 {node4:.4}, Worker/4 {shared:.4}"
-        );
-    }
+    let run = |home, workers| {
+        let s = Shape { workers, coroutines: 1, duration_ns: 2_000_000, ..Shape::new(OCC, tpcc(home), hybrid, 1) };
+        let r = s.run();
+        s.assert_clean(&r);
+        s.assert_commits(&r, 120);
+        (rate(&r), r.stats.aborted_conflict, s.replay())
+    };
+    let (bound, conflicts, replay) = run(HomeWarehouse::Worker, 2);
+    assert_eq!(conflicts, 0, "{replay}: a coordinator alone on its warehouse conflicted");
+    let (node2, _, replay) = run(HomeWarehouse::Node, 2);
+    assert_eq!(bound, 0.0);
+    assert!(within(node2, expect(2)), "{replay}: r = {node2}, expected {}", expect(2));
+    let (node4, _, replay) = run(HomeWarehouse::Node, 4);
+    assert!(within(node4, expect(4)), "{replay}: r = {node4}, expected {}", expect(4));
+    // (c - 1) = 3 against 1: about 2.8 times the rate.
+    assert!(node4 > 1.5 * node2, "{replay}: 4 workers {node4}, 2 workers {node2}");
+    let (shared, _, replay) = run(HomeWarehouse::Worker, 4);
+    assert!(within(shared, 2.0 * q) && shared < node4, "{replay}: r = {shared}, expected {}", 2.0 * q);
+    eprintln!("{hybrid}: q {q:.4}, r: Worker/2 {bound}, Node/2 {node2:.4}, Node/4 {node4:.4}, Worker/4 {shared:.4}");
 }
