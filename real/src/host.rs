@@ -180,7 +180,8 @@ impl Handler<Finish> for WorkerActor {
         }
         self.w.close();
         let base = self.catalog.regions[self.node as usize].addr;
-        let mut r = node_result(&self.spec, self.node, &*self.mem, base, &[self.st.clone()], &self.catalog.layout);
+        let mut r =
+            node_result(&self.spec, self.node, &*self.mem, base, std::slice::from_ref(&self.st), &self.catalog.layout);
         add_measured(&mut r, &self.sh.measured.borrow());
         r.failures = self.sh.failures.borrow().clone();
         r.verbs = self.w.core().stats().verbs;
@@ -590,9 +591,9 @@ fn connect(
     let node = me.rank as u16;
     match backend {
         RealBackend::Sockets { bind } => {
-            let mem = SharedMemory::new(&keys);
+            let mem = SharedMemory::new(keys);
             let regions = mem.regions();
-            load_partition(&mem, regions[1], &layout, node, &*spec.workload)?;
+            load_partition(&mem, regions[1], layout, node, &*spec.workload)?;
             let routes = NicRoutes::default();
             let nic =
                 start_nic(mem.clone(), routes.clone(), SocketAddr::new(bind, 0)).map_err(|e| format!("NIC: {e}"))?;
@@ -616,9 +617,9 @@ fn connect(
         #[cfg(feature = "verbs")]
         RealBackend::Verbs { device, gid_index } => {
             use crate::verbs::transport::{NodeDescriptor, VerbsMemory, VerbsNode};
-            let mem = VerbsMemory::new(&keys);
+            let mem = VerbsMemory::new(keys);
             let regions = mem.regions();
-            load_partition(&mem, regions[1], &layout, node, &*spec.workload)?;
+            load_partition(&mem, regions[1], layout, node, &*spec.workload)?;
             let mut dev = VerbsNode::open(device.as_deref(), gid_index, mem, spec.nodes, spec.workers, 128)
                 .map_err(|e| e.to_string())?;
             let mut blob = encode_region(regions[1]);

@@ -440,11 +440,7 @@ fn reader(
     peer: NodeId,
 ) {
     let mut rd = BufReader::new(s);
-    loop {
-        let rep = match read_frame(&mut rd) {
-            Ok(r) => r,
-            Err(_) => break,
-        };
+    while let Ok(rep) = read_frame(&mut rd) {
         let Some(p) = pending.lock().expect("pending").pop_front() else { break };
         let ok = rep.first() == Some(&0);
         if ok {
