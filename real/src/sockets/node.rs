@@ -15,6 +15,9 @@
 //!   handled by the RPC layer's retransmission, as simulated loss is.
 //! - The worker loop feeds the inbox into the core, runs it with wall-clock time, sends what it
 //!   posted, and sleeps on the inbox until its next timer when idle.
+//! - Emulated partitions (`crate::partitions`): datagrams across a cut are dropped, RC
+//!   doorbells across it held per QP in order, completions coming back over it held; the
+//!   idle wait wakes when one heals.
 
 use std::collections::VecDeque;
 use std::io::{BufReader, BufWriter, Read, Write};
