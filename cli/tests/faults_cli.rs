@@ -1,6 +1,7 @@
 //! Faults from the command line (issue 17): the fault scenarios validate and run checked,
 //! writing an expanded schedule that replays to the same digest; bad values exit 2 naming the
-//! field; real backends refuse faults (exit 2, saying why); passive ACK is refused.
+//! field; real backends refuse what they cannot emulate (exit 2, naming the entry); passive ACK
+//! is refused.
 
 mod common;
 
@@ -81,10 +82,50 @@ fn passive_ack_is_refused_under_faults() {
     assert!(err.contains("passive ACK"), "{err}");
 }
 
+/// What the sockets backend cannot emulate is refused naming the entry (exit 2, before any
+/// peer is contacted): a crash in the schedule, a random crash generator, a partition longer
+/// than RC's retry budget. Verbs refuses every fault, built with the feature or not.
 #[test]
-fn real_backends_refuse_faults() {
-    let o = finish(start_rank("scenarios/faults/crash-restart.ron", 0, 4, free_port(), &[]), Duration::from_secs(30));
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(2), "{err}");
-    assert!(err.contains("faults: the simulator applies"), "{err}");
+fn real_backends_refuse_what_they_cannot_emulate() {
+    let sockets = |scenario: &str, sets: &[&str]| {
+        let mut args = vec![];
+        for s in sets {
+            args.extend(["--set", s]);
+        }
+        let o = finish(start_rank(scenario, 0, 5, free_port(), &args), Duration::from_secs(30));
+        (o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    let want = [
+        (
+            sockets("scenarios/faults/crash-restart.ron", &[]),
+            "faults.schedule[0]: the sockets backend cannot emulate Crash (kill -9 or SIGSTOP a rank",
+        ),
+        (
+            sockets(
+                "scenarios/faults/crash-restart.ron",
+                &["faults.schedule=[(at_us: 400, fault: Partition(a: [0], b: [1], for_us: 100)), (at_us: 500, fault: SlowCpu(node: 1, factor: 2.0, for_us: 10))]"],
+            ),
+            "faults.schedule[1]: the sockets backend cannot emulate SlowCpu",
+        ),
+        (sockets("scenarios/faults/random.ron", &[]), "faults.random.crash: the sockets backend cannot emulate Crash"),
+        (
+            sockets("scenarios/faults/partition.ron", &[]),
+            "faults.schedule[0].fault.for_us: a 300 us partition is longer than RC's retry budget on this NIC profile (reliability.rc_timeout_ns 32768 x rc_retry_count 7 = 229 us)",
+        ),
+        (
+            sockets(
+                "scenarios/faults/random.ron",
+                &["faults=Some((random: Some((partition: Some((per_ms: 0.5, for_us: (20, 300), one_way: 0.3))))))"],
+            ),
+            "faults.random.partition.for_us: partitions up to 300 us are longer than RC's retry budget",
+        ),
+    ];
+    for ((code, err), want) in want {
+        assert_eq!(code, Some(2), "{err}");
+        assert!(err.contains(want), "want {want:?}, got {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    let (code, _, err) = out(txbed().args(["run", "scenarios/faults/partition-sockets.ron", "--backend", "verbs"]));
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("faults: the verbs backend cannot hold or drop real RDMA traffic"), "{err}");
 }

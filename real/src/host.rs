@@ -24,13 +24,16 @@ use txbed_txn::store::Layout;
 use txbed_workloads::Workload;
 
 use crate::bootstrap::{Bootstrap, Rank};
+use crate::partitions::Partitions;
 use crate::sockets::node::{NodeAddrs, SocketsWorker};
 use crate::sockets::{start_nic, NicRoutes, SharedMemory};
+use txbed_runner::faults::{Emulated, FaultReport};
 use txbed_runner::node::{
     add_measured, coordinator, load_partition, node_result, node_state, run_background, NodeResult, Shared,
 };
 use txbed_runner::outcome::{assemble, Measured, TxnRunResult};
 use txbed_runner::spec::{check_spec, layout, TxnRunSpec};
+use txbed_sim::faults::Fault;
 
 /// How long a worker's step may wait for input before it yields to its mailbox.
 const STEP: Duration = Duration::from_micros(200);
@@ -66,6 +69,11 @@ pub trait WorkerTransport: 'static {
     fn step(&mut self, idle_wait: Duration);
     fn set_start(&mut self, t0: Instant);
     fn close(&mut self);
+    /// What emulated partitions did (sockets): datagrams dropped, doorbells and completions
+    /// held.
+    fn partitioned(&self) -> [u64; 3] {
+        [0; 3]
+    }
 }
 
 impl WorkerTransport for SocketsWorker {
@@ -80,6 +88,10 @@ impl WorkerTransport for SocketsWorker {
     }
     fn close(&mut self) {
         SocketsWorker::close(self)
+    }
+    fn partitioned(&self) -> [u64; 3] {
+        let c = self.partitioned;
+        [c.datagrams_dropped, c.doorbells_held, c.completions_held]
     }
 }
 
@@ -168,10 +180,12 @@ impl Handler<Finish> for WorkerActor {
         }
         self.w.close();
         let base = self.catalog.regions[self.node as usize].addr;
-        let mut r = node_result(&self.spec, self.node, &*self.mem, base, &[self.st.clone()], &self.catalog.layout);
+        let mut r =
+            node_result(&self.spec, self.node, &*self.mem, base, std::slice::from_ref(&self.st), &self.catalog.layout);
         add_measured(&mut r, &self.sh.measured.borrow());
         r.failures = self.sh.failures.borrow().clone();
         r.verbs = self.w.core().stats().verbs;
+        r.partitioned = self.w.partitioned();
         ctx.stop();
         Ok(r)
     }
@@ -209,6 +223,8 @@ struct WorkerSeed {
     scratch: LocalBuf,
     start: Instant,
     done_tx: mpsc::Sender<()>,
+    /// Emulated partitions (sockets only; `run_real_node` refuses them elsewhere).
+    partitions: Arc<Partitions>,
 }
 
 impl WorkerSeed {
@@ -230,10 +246,10 @@ impl WorkerSeed {
             rpc: RpcConfig {
                 piggyback: spec.options.passive_ack,
                 doorbell_batching: spec.options.doorbell,
-                timeout_ns: 50_000_000,
-                rto_min_ns: 50_000_000,
-                rto_max_ns: 50_000_000,
-                retries: 10,
+                timeout_ns: RPC_RTO_NS,
+                rto_min_ns: RPC_RTO_NS,
+                rto_max_ns: RPC_RTO_NS,
+                retries: RPC_RETRIES,
                 mtu: self.datagram_mtu.unwrap_or(RpcConfig::default().mtu),
                 max_patience_ns: spec.protocol.rpc_patience_ns(&spec.protocol_options),
                 ..RpcConfig::default()
@@ -253,6 +269,7 @@ impl WorkerSeed {
                 if !spec.link_delay_ns.is_empty() {
                     w.set_link_delays(spec.link_delay_ns[node as usize * n..(node as usize + 1) * n].to_vec());
                 }
+                w.set_partitions(self.partitions);
                 (Box::new(w), Rc::new(mem))
             }
             #[cfg(feature = "verbs")]
@@ -294,6 +311,10 @@ impl WorkerSeed {
         })
     }
 }
+
+/// The real backends' RPC retransmission timeout and retries (fixed: see `WorkerSeed::build`).
+pub const RPC_RTO_NS: u64 = 50_000_000;
+pub const RPC_RETRIES: u32 = 10;
 
 /// A worker's own seed (its RNG draws are independent of other workers').
 fn cfg_seed(spec: &TxnRunSpec, node: u16, wk: u16) -> u64 {
@@ -364,6 +385,18 @@ pub fn run_real_node(
             spec.qps_per_node
         ));
     }
+    // Faults reach a real node only as partitions the sockets backend emulates (`crate::run`
+    // checked them against the scenario); the workers' spec has none.
+    let partitions =
+        Arc::new(Partitions::new(spec.nodes, spec.faults.as_ref().map(|f| f.schedule.as_slice()).unwrap_or_default()));
+    if let Some(f) =
+        spec.faults.as_ref().and_then(|f| f.schedule.iter().find(|t| !matches!(t.fault, Fault::Partition { .. })))
+    {
+        return Err(format!("faults: a real backend cannot emulate {} (docs/faults.md)", f.fault.kind()));
+    }
+    if !partitions.is_empty() && !matches!(backend, RealBackend::Sockets { .. }) {
+        return Err("faults: the verbs backend cannot hold real RDMA traffic, so it cannot emulate partitions; run on the simulator (--backend sim), or on sockets".into());
+    }
     if me.size != spec.nodes as u32 {
         return Err(format!("the launcher started {} processes but the scenario has {} nodes", me.size, spec.nodes));
     }
@@ -409,6 +442,7 @@ pub fn run_real_node(
             },
             start,
             done_tx: done_tx.clone(),
+            partitions: partitions.clone(),
         };
         let ready_tx = ready_tx.clone();
         let arbiter = actix_rt::Arbiter::new();
@@ -470,6 +504,20 @@ pub fn run_real_node(
         }
     }
     let location = txbed_runner::outcome::location_total(&results);
+    let faults = (!partitions.is_empty()).then(|| {
+        let mut c = [0u64; 3];
+        for r in &results {
+            for (m, v) in c.iter_mut().zip(r.partitioned) {
+                *m += v;
+            }
+        }
+        FaultReport {
+            applied: partitions.applied.clone(),
+            lost: c[0],
+            emulated: Some(Emulated { backend: "sockets".into(), doorbells_held: c[1], completions_held: c[2] }),
+            ..FaultReport::default()
+        }
+    });
     let (history, report, stats, measured, failures) = assemble(spec, results);
     Ok(Some(TxnRunResult {
         measured,
@@ -485,7 +533,7 @@ pub fn run_real_node(
         qp_cache_miss_ratio: None,
         trace: Vec::new(),
         clocks: None,
-        faults: None,
+        faults,
     }))
 }
 
@@ -543,9 +591,9 @@ fn connect(
     let node = me.rank as u16;
     match backend {
         RealBackend::Sockets { bind } => {
-            let mem = SharedMemory::new(&keys);
+            let mem = SharedMemory::new(keys);
             let regions = mem.regions();
-            load_partition(&mem, regions[1], &layout, node, &*spec.workload)?;
+            load_partition(&mem, regions[1], layout, node, &*spec.workload)?;
             let routes = NicRoutes::default();
             let nic =
                 start_nic(mem.clone(), routes.clone(), SocketAddr::new(bind, 0)).map_err(|e| format!("NIC: {e}"))?;
@@ -569,9 +617,9 @@ fn connect(
         #[cfg(feature = "verbs")]
         RealBackend::Verbs { device, gid_index } => {
             use crate::verbs::transport::{NodeDescriptor, VerbsMemory, VerbsNode};
-            let mem = VerbsMemory::new(&keys);
+            let mem = VerbsMemory::new(keys);
             let regions = mem.regions();
-            load_partition(&mem, regions[1], &layout, node, &*spec.workload)?;
+            load_partition(&mem, regions[1], layout, node, &*spec.workload)?;
             let mut dev = VerbsNode::open(device.as_deref(), gid_index, mem, spec.nodes, spec.workers, 128)
                 .map_err(|e| e.to_string())?;
             let mut blob = encode_region(regions[1]);
@@ -637,6 +685,9 @@ fn merge_workers(results: Vec<NodeResult>) -> NodeResult {
         merged.series.add(&r.series);
         merged.failures.extend(r.failures);
         for (m, v) in merged.verbs.iter_mut().zip(r.verbs) {
+            *m += v;
+        }
+        for (m, v) in merged.partitioned.iter_mut().zip(r.partitioned) {
             *m += v;
         }
     }
@@ -729,7 +780,7 @@ impl SpecForThread {
             retry: self.retry,
             trace: false,
             clocks: self.clocks,
-            // `crate::run` refuses faults: the simulator applies them.
+            // Partitions are the transport's (`WorkerSeed::partitions`); nothing else reaches here.
             faults: None,
         }
     }

@@ -10,6 +10,20 @@ use txbed_sim::NicProfile;
 
 use crate::host::RealBackend;
 
+/// Whether a real backend can emulate `s`'s `faults` with `seed`: sockets, partitions within
+/// what RC and the RPC layer go without (`crate::partitions`); verbs, none. The error names the
+/// entry and what to do.
+pub fn check_faults(s: &Scenario, profile: &NicProfile, seed: u64, verbs: bool) -> Result<(), String> {
+    if s.faults.is_none() {
+        return Ok(());
+    }
+    if verbs {
+        return Err("faults: the verbs backend cannot hold or drop real RDMA traffic, so it emulates no faults (kill -9 or SIGSTOP a rank to test failure detection, docs/faults.md); run on the simulator (--backend sim), or partitions on sockets (--backend sockets)".into());
+    }
+    let budget = crate::partitions::budget_ns(profile, crate::host::RPC_RTO_NS, crate::host::RPC_RETRIES);
+    crate::partitions::check(s, seed, budget).map(|_| ())
+}
+
 /// One process of a real run (sockets or verbs); rank 0 prints the report. Exit code: 0 clean, 1 the checker
 /// found anomalies, 2 an error (bad input, a dead or unreachable peer).
 #[allow(clippy::too_many_arguments)]
@@ -47,16 +61,14 @@ pub fn run_real(
             "cluster.clocks models simulated clocks; real backends use the host's clock with run.clock_bound_us as its bound (docs/clocks.md): remove cluster.clocks".into(),
         );
     }
-    if s.faults.is_some() {
-        return fail(
-            "faults: the simulator applies scheduled and random faults at exact simulated times; a real run cannot (kill -9 or SIGSTOP a rank to test failure detection, docs/faults.md): run on the simulator, or remove faults".into(),
-        );
+    let verbs = !matches!(backend, crate::host::RealBackend::Sockets { .. });
+    if let Err(e) = check_faults(s, profile, seed, verbs) {
+        return fail(e);
     }
     let mut spec = match txbed_runner::txn_spec(s, profile, seed) {
         Ok(x) => x,
         Err(e) => return fail(e),
     };
-    let verbs = !matches!(backend, crate::host::RealBackend::Sockets { .. });
     if let Err(e) = crate::wan::emulate(s, &mut spec, verbs) {
         return fail(e);
     }

@@ -125,7 +125,18 @@ fn fault_lines(r: &TxnReport) -> String {
 ",
         applied.join("; ")
     ));
-    if f.lost + f.duplicated + f.gave_up > 0 {
+    if let Some(e) = &f.emulated {
+        let n = f.applied.len();
+        out.push_str(&format!(
+            "  emulated   {n} partition{} on {}, wall clock from the common start: {} datagrams dropped, {} RC doorbells and {} RC completions held until they healed
+",
+            if n == 1 { "" } else { "s" },
+            e.backend,
+            f.lost,
+            e.doorbells_held,
+            e.completions_held
+        ));
+    } else if f.lost + f.duplicated + f.gave_up > 0 {
         out.push_str(&format!(
             "  network    faults lost {} messages, duplicated {}, and {} RC requests gave up
 ",

@@ -80,6 +80,20 @@ pub struct FaultReport {
     pub lost: u64,
     pub duplicated: u64,
     pub gave_up: u64,
+    /// A real backend that emulated the faults (docs/faults.md); absent on the simulator.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub emulated: Option<Emulated>,
+}
+
+/// What a real backend did to emulate the faults (partitions on sockets); the datagrams it
+/// dropped are `FaultReport::lost`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Emulated {
+    pub backend: String,
+    /// RC doorbells held while their link was cut, sent when it healed.
+    pub doorbells_held: u64,
+    /// RC completions held while the link back was cut, delivered when it healed.
+    pub completions_held: u64,
 }
 
 /// One crash of a node and its recovery; times in ns.

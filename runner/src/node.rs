@@ -266,6 +266,10 @@ pub struct NodeResult {
     /// Commits, aborts and latency over the run by time.
     #[serde(default)]
     pub series: crate::breakdown::Series,
+    /// Sockets backend with emulated partitions: datagrams dropped, RC doorbells and RC
+    /// completions held while their link was cut.
+    #[serde(default)]
+    pub partitioned: [u64; 3],
 }
 
 /// Collects a node's history, final versions (its primaries and the replicas it keeps), and

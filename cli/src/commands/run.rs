@@ -107,6 +107,12 @@ pub fn run(a: Args) -> ExitCode {
         Backend::Sockets => "sockets",
         Backend::Verbs => "verbs",
     });
+    // Before a device is probed: verbs refuses faults on any machine.
+    if matches!(backend, Backend::Verbs) {
+        if let Err(e) = txbed_real::run::check_faults(&s, &profile, seed, true) {
+            return fail(e);
+        }
+    }
     let real = match backend {
         Backend::Sim => None,
         Backend::Sockets => {

@@ -15,6 +15,9 @@
 //!   handled by the RPC layer's retransmission, as simulated loss is.
 //! - The worker loop feeds the inbox into the core, runs it with wall-clock time, sends what it
 //!   posted, and sleeps on the inbox until its next timer when idle.
+//! - Emulated partitions (`crate::partitions`): datagrams across a cut are dropped, RC
+//!   doorbells across it held per QP in order, completions coming back over it held; the
+//!   idle wait wakes when one heals.
 
 use std::collections::VecDeque;
 use std::io::{BufReader, BufWriter, Read, Write};
@@ -26,6 +29,7 @@ use std::time::{Duration, Instant};
 
 use txbed_transport::*;
 
+use crate::partitions::{Counts, HeldDoorbells, Partitions};
 use crate::sockets::{encode_request, hello, write_frame, Inbound, NicRoutes, SharedMemory, Verb};
 
 /// Where a node can be reached: its NIC and every worker's UDP socket.
@@ -103,6 +107,10 @@ pub struct SocketsWorker {
     /// Injected UD loss (the NIC profile's `ud_drop_probability`): outbound datagrams dropped
     /// with this probability, so the RPC layer's retransmission is exercised for real.
     loss: Option<(f64, rand::rngs::StdRng)>,
+    /// Emulated partitions (`crate::partitions`), the RC doorbells they hold, and counts.
+    partitions: Arc<Partitions>,
+    held_dbs: HeldDoorbells<Doorbell>,
+    pub partitioned: Counts,
 }
 
 impl SocketsWorker {
@@ -167,7 +175,24 @@ impl SocketsWorker {
             .map_err(|e| e.to_string())?;
         let delay_ns = Vec::new();
         let (held, arrivals) = (Default::default(), 0);
-        Ok(SocketsWorker { core, inbox, tx, rc, udp, peers, mem, start, me, delay_ns, held, arrivals, loss: None })
+        Ok(SocketsWorker {
+            core,
+            inbox,
+            tx,
+            rc,
+            udp,
+            peers,
+            mem,
+            start,
+            me,
+            delay_ns,
+            held,
+            arrivals,
+            loss: None,
+            partitions: Arc::default(),
+            held_dbs: HeldDoorbells::default(),
+            partitioned: Counts::default(),
+        })
     }
 
     pub fn now(&self) -> Nanos {
@@ -191,18 +216,36 @@ impl SocketsWorker {
         self.loss = (p > 0.0).then(|| (p, rand::rngs::StdRng::seed_from_u64(seed)));
     }
 
-    /// Takes inbound traffic: now, or held until its link's delay has passed.
+    /// Emulates network partitions on wall-clock windows from the common start.
+    pub fn set_partitions(&mut self, p: Arc<Partitions>) {
+        self.partitions = p;
+    }
+
+    /// Takes inbound traffic: now, or held until its link's delay has passed, or (an RC
+    /// response over a cut link) until the partition heals.
     fn arrive(&mut self, x: Inbound) {
         let hold = match &x {
             Inbound::Completion(c) => 2 * self.delay_ns.get(c.peer.0 as usize).copied().unwrap_or(0),
             Inbound::Datagram(src, _) => self.delay_ns.get(src.node.0 as usize).copied().unwrap_or(0),
             Inbound::Imm(src, _) => self.delay_ns.get(src.0 as usize).copied().unwrap_or(0),
         };
-        if hold == 0 && self.held.is_empty() {
+        let now = self.now();
+        // Only replies that came over the wire: local errors name the peer too.
+        let heal = match &x {
+            Inbound::Completion(c) if matches!(c.status, WcStatus::Success | WcStatus::RemoteAccessError) => {
+                self.partitions.cut(c.peer.0, self.me.node.0, now)
+            }
+            _ => None,
+        };
+        if heal.is_some() {
+            self.partitioned.completions_held += 1;
+        }
+        let due = (now + hold).max(heal.unwrap_or(0));
+        if due == now && self.held.is_empty() {
             self.deliver(x);
         } else {
             self.arrivals += 1;
-            self.held.insert((self.now() + hold, self.arrivals), x);
+            self.held.insert((due, self.arrivals), x);
         }
     }
 
@@ -231,6 +274,11 @@ impl SocketsWorker {
             self.arrive(x);
         }
         self.release_due();
+        if !self.held_dbs.is_empty() {
+            for db in self.held_dbs.release(&self.partitions, self.me.node.0, self.now()) {
+                self.send_rc(db);
+            }
+        }
         let now = self.now();
         self.core.run(now);
         let mut dbs = Vec::new();
@@ -239,8 +287,11 @@ impl SocketsWorker {
             self.send(db);
         }
         if !self.core.has_work() {
-            let next =
-                [self.core.poll_timeout(), self.held.first_key_value().map(|(k, _)| k.0)].into_iter().flatten().min();
+            let heal = self.held_dbs.next_heal(&self.partitions, self.me.node.0, self.now());
+            let next = [self.core.poll_timeout(), self.held.first_key_value().map(|(k, _)| k.0), heal]
+                .into_iter()
+                .flatten()
+                .min();
             let wait = match next {
                 Some(t) => Duration::from_nanos(t.saturating_sub(self.now())).min(idle_wait),
                 None => idle_wait,
@@ -270,8 +321,10 @@ impl SocketsWorker {
             for wr in &db.wrs {
                 if let Op::Send { src: Payload::Inline(bytes), dest: Some(d) } = &wr.op {
                     let lost = self.loss.as_mut().is_some_and(|(p, rng)| rand::Rng::gen_bool(rng, *p));
+                    let cut = self.partitions.cut(self.me.node.0, d.node.0, self.now()).is_some();
+                    self.partitioned.datagrams_dropped += cut as u64;
                     if let Some(addr) = self.peers.get(d.node.0 as usize).and_then(|p| p.udp.get(d.worker as usize)) {
-                        if !lost {
+                        if !lost && !cut {
                             let _ = self.udp.send_to(bytes, addr);
                         }
                     }
@@ -282,6 +335,19 @@ impl SocketsWorker {
             }
             return;
         }
+        // RC: held while its link is cut (or earlier doorbells of its QP are).
+        let peer = self.rc[qi].as_ref().map_or(self.me.node.0, |q| q.peer);
+        let now = self.now();
+        if let Some(db) = self.held_dbs.post(&self.partitions, self.me.node.0, db.qp.0, peer, db, now) {
+            self.send_rc(db);
+        } else {
+            self.partitioned.doorbells_held += 1;
+        }
+    }
+
+    /// Writes an RC doorbell's requests to its QP's connection.
+    fn send_rc(&mut self, db: Doorbell) {
+        let qi = db.qp.0 as usize;
         let mem = self.mem.clone();
         let q = self.rc[qi].as_mut().expect("RC QP");
         let peer = NodeId(q.peer);
@@ -377,11 +443,7 @@ fn reader(
     peer: NodeId,
 ) {
     let mut rd = BufReader::new(s);
-    loop {
-        let rep = match read_frame(&mut rd) {
-            Ok(r) => r,
-            Err(_) => break,
-        };
+    while let Ok(rep) = read_frame(&mut rd) {
         let Some(p) = pending.lock().expect("pending").pop_front() else { break };
         let ok = rep.first() == Some(&0);
         if ok {
