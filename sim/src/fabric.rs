@@ -633,7 +633,7 @@ impl Sim {
         }
         Ok(Sim {
             q: EventQueue::new(),
-            rng: ChaCha8Rng::seed_from_u64(cfg.seed ^ 0x5eed_0f_fab1c),
+            rng: ChaCha8Rng::seed_from_u64(cfg.seed ^ 0x05ee_d0ff_ab1c),
             m,
             clock_ps,
             nodes,

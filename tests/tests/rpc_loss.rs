@@ -8,6 +8,9 @@ use std::rc::Rc;
 use txbed_tests::small_sim_with;
 use txbed_transport::*;
 
+/// Replies calls got, in order.
+type Replies = Rc<RefCell<Vec<Result<Vec<u8>, RpcError>>>>;
+
 /// Node 1's handler 1 parks every call; handler 2 answers every parked call from its own run
 /// (`HandlerCtx::reply_to`), as a lock RELEASE grants a waiter. Node 0 makes `calls` parked
 /// calls one after another while another coroutine keeps releasing. Returns the replies,
@@ -36,7 +39,7 @@ fn parked_calls(drop: f64, seed: u64, calls: u32) -> (Vec<Result<Vec<u8>, RpcErr
     sim.worker(1, 0).register_handler(1, park);
     sim.worker(1, 0).register_handler(2, release);
     let dst = Endpoint { node: NodeId(1), worker: 0 };
-    let got: Rc<RefCell<Vec<Result<Vec<u8>, RpcError>>>> = Rc::default();
+    let got: Replies = Rc::default();
     let done = Rc::new(Cell::new(false));
     let (g, d) = (got.clone(), done.clone());
     sim.spawn(0, 0, move |ctx| async move {
@@ -139,14 +142,16 @@ fn a_long_deferred_call_does_not_time_out() {
         });
         sim.worker(1, 0).register_handler(1, park);
         let dst = Endpoint { node: NodeId(1), worker: 0 };
-        let got: Rc<RefCell<Vec<Result<Vec<u8>, RpcError>>>> = Rc::default();
+        let got: Replies = Rc::default();
         let g = got.clone();
         sim.spawn(0, 0, move |ctx| async move {
             // Warm the RTO down to its floor first.
             for _ in 0..20 {
                 let _ = ctx.rpc(dst, 2, b"").await;
             }
-            g.borrow_mut().push(ctx.rpc(dst, 1, b"wait").await);
+            // Not borrowed across the await: another coroutine may look meanwhile.
+            let r = ctx.rpc(dst, 1, b"wait").await;
+            g.borrow_mut().push(r);
         });
         sim.spawn(1, 0, move |ctx| async move {
             // Replies 20 ms later: 400 x the RTO floor, twice as long as the caller's nine
