@@ -3,6 +3,10 @@
 //! columns, one row per run; with a planted bug the printed replay command runs as printed and
 //! reproduces the verdict and the digest campaign.csv recorded.
 
+mod common;
+
+use common::out;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -14,11 +18,6 @@ fn txbed() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_txbed"));
     c.current_dir(root());
     c
-}
-
-fn out(c: &mut Command) -> (Option<i32>, String, String) {
-    let o = c.output().unwrap();
-    (o.status.code(), String::from_utf8_lossy(&o.stdout).into(), String::from_utf8_lossy(&o.stderr).into())
 }
 
 fn scratch(name: &str) -> PathBuf {

@@ -2,19 +2,9 @@
 //! its `clocks` line; a fault beyond the assumption shows violations; bad values exit 2 naming
 //! the field; free-running clocks keep a run's digest; real backends refuse simulated clocks.
 
-use std::path::PathBuf;
-use std::process::Command;
+mod common;
 
-fn txbed() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_txbed"));
-    c.current_dir(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".."));
-    c
-}
-
-fn out(c: &mut Command) -> (Option<i32>, String, String) {
-    let o = c.output().unwrap();
-    (o.status.code(), String::from_utf8_lossy(&o.stdout).into(), String::from_utf8_lossy(&o.stderr).into())
-}
+use common::{out, txbed};
 
 fn run(sets: &[&str]) -> String {
     let mut args = vec!["run", "scenarios/clocks/sync.ron", "--set", "run.measure_us=3000"];

@@ -5,21 +5,9 @@
 
 mod common;
 
-use common::{finish, free_port, scratch, start_rank};
-use std::path::PathBuf;
-use std::process::Command;
+use common::{finish, free_port, out, scratch, start_rank, txbed};
+
 use std::time::Duration;
-
-fn txbed() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_txbed"));
-    c.current_dir(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".."));
-    c
-}
-
-fn out(c: &mut Command) -> (Option<i32>, String, String) {
-    let o = c.output().unwrap();
-    (o.status.code(), String::from_utf8_lossy(&o.stdout).into(), String::from_utf8_lossy(&o.stderr).into())
-}
 
 fn digest(text: &str) -> String {
     text.lines().find_map(|l| l.trim().strip_prefix("digest")).map(|d| d.trim().to_string()).expect("a digest line")

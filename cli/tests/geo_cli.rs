@@ -5,21 +5,9 @@
 
 mod common;
 
-use common::{finish, free_port, start_rank};
-use std::path::PathBuf;
-use std::process::{Child, Command, Output};
+use common::{finish, free_port, out, start_rank, txbed};
+use std::process::{Child, Output};
 use std::time::Duration;
-
-fn txbed() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_txbed"));
-    c.current_dir(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".."));
-    c
-}
-
-fn out(c: &mut Command) -> (Option<i32>, String, String) {
-    let o = c.output().unwrap();
-    (o.status.code(), String::from_utf8_lossy(&o.stdout).into(), String::from_utf8_lossy(&o.stderr).into())
-}
 
 #[test]
 fn the_geo_scenario_validates_and_runs_checked() {

@@ -77,3 +77,16 @@ pub fn run_and_sweep(dir: &std::path::Path) -> (std::path::PathBuf, std::path::P
     txbed(&[&os("sweep"), file.as_os_str(), &os("-q"), &os("--out"), sweep.as_os_str()]);
     (run, sweep)
 }
+
+/// The built txbed, run from the repository's root.
+pub fn txbed() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_txbed"));
+    c.current_dir(std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".."));
+    c
+}
+
+/// Exit code, stdout and stderr of `c`.
+pub fn out(c: &mut Command) -> (Option<i32>, String, String) {
+    let o = c.output().unwrap();
+    (o.status.code(), String::from_utf8_lossy(&o.stdout).into(), String::from_utf8_lossy(&o.stderr).into())
+}
