@@ -18,6 +18,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use crate::history::{History, Status, Txn};
+use crate::level::Level;
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub enum AnomalyKind {
@@ -31,14 +32,20 @@ pub enum AnomalyKind {
     G1c,
     /// A cycle with exactly one anti-dependency (read skew and friends).
     GSingle,
-    /// A cycle with two or more anti-dependencies (write skew and friends).
+    /// A cycle with an item anti-dependency that is neither G0, G1c nor G-single (write skew
+    /// and friends): Adya's G2-item.
+    G2Item,
+    /// A cycle whose anti-dependencies are all predicate ones (phantoms): G2 but not G2-item.
     G2,
     /// A cycle that needs real-time order: serializable but not strictly (only with `strict`).
     RealTime,
     /// A read of a version no transaction in the history installed.
     UnknownVersion,
-    /// Two committed transactions installed the same version of a key.
+    /// Two committed transactions installed the same version of a key (a lost update).
     DuplicateVersion,
+    /// A committed write of version v + 1 of a key whose version v no transaction installed
+    /// and no one read: a transaction is missing from the history.
+    SkippedVersion,
     /// A replica's final version differs from the last committed write.
     LostWrite,
     /// A workload invariant does not hold.
@@ -53,10 +60,12 @@ impl AnomalyKind {
             AnomalyKind::G1b => "G1b",
             AnomalyKind::G1c => "G1c",
             AnomalyKind::GSingle => "G-single",
+            AnomalyKind::G2Item => "G2-item",
             AnomalyKind::G2 => "G2",
             AnomalyKind::RealTime => "G-realtime",
             AnomalyKind::UnknownVersion => "unknown-version",
             AnomalyKind::DuplicateVersion => "duplicate-version",
+            AnomalyKind::SkippedVersion => "skipped-version",
             AnomalyKind::LostWrite => "lost-write",
             AnomalyKind::Invariant => "invariant",
         }
@@ -77,14 +86,19 @@ pub struct Anomaly {
 
 #[derive(Clone, Debug, Default)]
 pub struct Options {
-    /// Add real-time edges: check strict serializability.
-    pub strict: bool,
+    /// The level the history is judged at (strict serializability adds real-time edges).
+    pub level: Level,
     /// Stop explaining after this many anomalies (all are still counted).
     pub max_explained: usize,
 }
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
+    /// The level the history was judged at.
+    pub level: Level,
+    /// No anomaly the level forbids.
+    pub isolation_ok: bool,
+    /// No anomaly serializability forbids, whatever the level.
     pub serializable: bool,
     /// `None` with `strict` off.
     pub strict_serializable: Option<bool>,
@@ -94,7 +108,10 @@ pub struct Report {
     /// `None` when the history has no final store to compare.
     pub nothing_lost: Option<bool>,
     pub invariants_ok: bool,
+    /// Anomalies the level forbids, by class.
     pub counts: BTreeMap<&'static str, usize>,
+    /// Anomalies present that the level allows, by class.
+    pub allowed: BTreeMap<&'static str, usize>,
     pub anomalies: Vec<Anomaly>,
 }
 
@@ -323,6 +340,13 @@ impl Found {
 /// Builds the DSG of the committed transactions and reports every anomaly in it, then checks
 /// the final stores and the workload invariants.
 pub fn check(h: &History, opts: &Options) -> Report {
+    check_flat(&crate::flat::Flat::from_history(h), opts)
+}
+
+/// [`check`] on a flat history.
+pub fn check_flat(f: &crate::flat::Flat, opts: &Options) -> Report {
+    let h = &f.to_history();
+    let strict = opts.level == Level::StrictSerializable;
     let committed: Vec<&Txn> = h.txns.iter().filter(|t| t.status == Status::Committed).collect();
     let n = committed.len();
     let mut found = Found::new(opts);
@@ -332,12 +356,12 @@ pub fn check(h: &History, opts: &Options) -> Report {
     let mut edges: Vec<(u32, Edge)> = Vec::with_capacity(writes.len() * 3);
     version_order_edges(&writes, &committed, &mut edges, &mut found);
     read_edges(&writes, &aborted, &committed, &mut edges, &mut found);
-    let nodes = if opts.strict { n + real_time_edges(&committed, &mut edges) } else { n };
+    let nodes = if strict { n + real_time_edges(&committed, &mut edges) } else { n };
 
     // Fast path: only if some edge goes backward in commit order can there be a cycle, and
     // only then is the graph built and searched. (Time points have no commit position, so
     // strict checks always take the full path.)
-    let acyclic = !opts.strict && commit_order_is_topological(&committed, &edges);
+    let acyclic = !strict && commit_order_is_topological(&committed, &edges);
     let g = Graph::build(nodes, if acyclic { Vec::new() } else { edges });
     report_cycles(&g, &committed, &mut found);
 
@@ -345,9 +369,13 @@ pub fn check(h: &History, opts: &Options) -> Report {
     let invariants_ok = check_invariants(h, &mut found);
 
     let serializable = !found.counts.keys().any(|k| k.breaks_serializability());
+    let isolation_ok = !found.counts.keys().any(|k| opts.level.forbids(*k));
     Report {
+        level: opts.level,
+        isolation_ok,
+        allowed: BTreeMap::new(),
         serializable,
-        strict_serializable: opts.strict.then(|| serializable && !found.has(AnomalyKind::RealTime)),
+        strict_serializable: strict.then(|| serializable && !found.has(AnomalyKind::RealTime)),
         checked_txns: h.txns.len(),
         committed: n,
         aborted: h.txns.len() - n,

@@ -60,6 +60,24 @@ pub struct Txn {
     pub reads: Vec<Access>,
     #[serde(default)]
     pub writes: Vec<Access>,
+    /// Predicate reads (range or index scans), for anti-dependencies on the rows a scan did
+    /// not return (phantoms).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub predicates: Vec<PredicateRead>,
+}
+
+/// A predicate read over keys `lo..=hi`: the version it observed of each key listed in
+/// `vset`; keys of the range not listed were observed at version 0 (initial load, or not
+/// there). A committed write of any key in the range changes what the scan returns, so it
+/// gives predicate edges (Adya's predicate read- and anti-dependencies) besides the item
+/// edges of the rows read.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PredicateRead {
+    pub lo: u64,
+    pub hi: u64,
+    #[serde(default)]
+    pub vset: Vec<Access>,
 }
 
 /// The version a replica holds for a key at the end of the run.
@@ -217,6 +235,7 @@ pub fn generate_serial(txns: usize, keys: u64, seed: u64) -> History {
             label: String::new(),
             reads: Vec::with_capacity(2),
             writes: Vec::with_capacity(2),
+            predicates: Vec::new(),
         };
         for k in [a, b] {
             t.reads.push(Access { key: k, version: current[k as usize] });

@@ -20,6 +20,7 @@ fn txn(id: u64, reads: &[Access], writes: &[Access]) -> Txn {
         label: String::new(),
         reads: reads.to_vec(),
         writes: writes.to_vec(),
+        predicates: Vec::new(),
     }
 }
 
@@ -140,7 +141,7 @@ fn real_time_violation_needs_strict() {
     let h = history(vec![t1, t2]);
     let plain = check(&h, &Options::default());
     assert!(plain.serializable && plain.strict_serializable.is_none());
-    let strict = check(&h, &Options { strict: true, ..Default::default() });
+    let strict = check(&h, &Options { level: Level::StrictSerializable, ..Default::default() });
     assert!(strict.serializable);
     assert_eq!(strict.strict_serializable, Some(false));
     assert_eq!(kinds(&strict), vec![AnomalyKind::RealTime]);
@@ -148,7 +149,10 @@ fn real_time_violation_needs_strict() {
     // Overlapping in time: no real-time order, so strict holds.
     let mut h2 = h.clone();
     h2.txns[1].start_ns = 5;
-    assert_eq!(check(&h2, &Options { strict: true, ..Default::default() }).strict_serializable, Some(true));
+    assert_eq!(
+        check(&h2, &Options { level: Level::StrictSerializable, ..Default::default() }).strict_serializable,
+        Some(true)
+    );
 }
 
 #[test]
@@ -195,7 +199,7 @@ proptest! {
     #[test]
     fn generated_serial_histories_pass(n in 1usize..400, keys in 2u64..50, seed in any::<u64>()) {
         let h = generate_serial(n, keys, seed);
-        let r = check(&h, &Options { strict: true, ..Default::default() });
+        let r = check(&h, &Options { level: Level::StrictSerializable, ..Default::default() });
         prop_assert!(r.serializable, "{:?}", r.anomalies);
         prop_assert_eq!(r.strict_serializable, Some(true));
         prop_assert_eq!(r.nothing_lost, Some(true));

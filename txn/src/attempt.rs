@@ -97,6 +97,7 @@ pub fn new_history(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64, start_ns: 
         label: spec.kind.to_string(),
         reads: Vec::new(),
         writes: Vec::new(),
+        predicates: Vec::new(),
     }
 }
 

@@ -5,13 +5,21 @@ use std::io::BufReader;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use txbed_checker::{check, elle, History, Options, Report};
+use txbed_checker::{check, elle, History, Level, Options, Report};
+
+fn parse_level(s: &str) -> Result<Level, String> {
+    s.parse()
+}
 
 #[derive(clap::Args)]
 pub struct Args {
     pub history: PathBuf,
-    /// Also require real-time order (strict serializability).
-    #[arg(long)]
+    /// The isolation level to judge the history at (Adya's PL-1 .. PL-3, PL-SI, and PL-3 with
+    /// real-time order).
+    #[arg(long, default_value = "serializable", value_parser = parse_level)]
+    pub level: Level,
+    /// Same as `--level strict-serializable`.
+    #[arg(long, conflicts_with = "level")]
     pub strict: bool,
     /// Also write the history in Elle's list-append JSON form to this file.
     #[arg(long)]
@@ -48,7 +56,8 @@ pub fn run(a: Args) -> ExitCode {
             return ExitCode::from(2);
         }
     }
-    let r = check(&h, &Options { strict, max_explained: max_explained.max(1) });
+    let level = if strict { Level::StrictSerializable } else { a.level };
+    let r = check(&h, &Options { level, max_explained: max_explained.max(1) });
     if json {
         println!("{}", serde_json::to_string_pretty(&r).expect("report serialises"));
     } else {
