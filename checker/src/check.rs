@@ -690,7 +690,14 @@ fn read_edges(
         }
         return;
     };
-    let (exact, next) = around(g, version);
+    let (exact, mut next) = around(g, version);
+    // An intermediate version is not in the version order (Adya): the anti-dependency goes
+    // to the next version another transaction installed.
+    if let [w] = exact {
+        while !next.is_empty() && next.iter().all(|x| x.txn == w.txn) {
+            next = around(g, next[0].version).1;
+        }
+    }
     for w in next {
         if w.txn != u {
             emit(u, Edge { to: w.txn, kind: rw, key });
