@@ -245,15 +245,81 @@ impl Writes {
     }
 }
 
-/// In a version-sorted group: the writers of exactly `version`, and of the first version after it.
-fn around(g: &[W], version: u64) -> (&[W], &[W]) {
-    let p = g.partition_point(|w| w.version < version);
-    let q = p + g[p..].partition_point(|w| w.version == version);
-    let r = match g.get(q) {
-        Some(next) => q + g[q..].partition_point(|w| w.version == next.version),
-        None => q,
-    };
-    (&g[p..q], &g[q..r])
+/// Committed item reads grouped like the writes of their key, (version, node) sorted within a
+/// group; reads of keys nobody wrote apart, as (node, key, version).
+struct Reads {
+    start: Vec<u64>,
+    list: Vec<(u64, u32)>,
+    unwritten: Vec<(u32, u64, u64)>,
+}
+
+impl Reads {
+    fn build(t: &Txns, writes: &Writes) -> Reads {
+        let k = writes.keys.len();
+        let mut count = vec![0u64; k + 1];
+        let mut of: Vec<u32> = Vec::new();
+        let mut unwritten = Vec::new();
+        for (u, &row) in t.rows.iter().enumerate() {
+            for r in t.f.reads(row as usize) {
+                match writes.dense.get(&r.key) {
+                    Some(&d) => {
+                        count[d as usize + 1] += 1;
+                        of.push(d);
+                    }
+                    None => {
+                        unwritten.push((u as u32, r.key, r.version));
+                        of.push(NONE);
+                    }
+                }
+            }
+        }
+        for d in 0..k {
+            count[d + 1] += count[d];
+        }
+        let start = count;
+        let mut fill = start.clone();
+        let mut list = vec![(0u64, 0u32); start[k] as usize];
+        let mut i = 0;
+        for (u, &row) in t.rows.iter().enumerate() {
+            for r in t.f.reads(row as usize) {
+                let d = of[i];
+                i += 1;
+                if d != NONE {
+                    list[fill[d as usize] as usize] = (r.version, u as u32);
+                    fill[d as usize] += 1;
+                }
+            }
+        }
+        for d in 0..k {
+            let g = &mut list[start[d] as usize..start[d + 1] as usize];
+            if !g.is_sorted() {
+                g.sort_unstable();
+            }
+        }
+        Reads { start, list, unwritten }
+    }
+
+    fn group(&self, d: u32) -> &[(u64, u32)] {
+        &self.list[self.start[d as usize] as usize..self.start[d as usize + 1] as usize]
+    }
+}
+
+/// The writers of exactly `version` and of the first version after it, in a version-sorted
+/// group `g` that starts at the first version >= `version` (a linear walk: runs are short).
+fn runs(g: &[W], version: u64) -> (usize, usize, usize) {
+    let run_end = |a: usize| a + g[a..].iter().take_while(|w| w.version == g[a].version).count();
+    let q = g.iter().take_while(|w| w.version == version).count();
+    let mut a = q;
+    let mut b = if a < g.len() { run_end(a) } else { a };
+    // An intermediate version is not in the version order (Adya): the anti-dependency goes
+    // to the next version another transaction installed.
+    if q == 1 {
+        while a < b && g[a..b].iter().all(|x| x.txn == g[0].txn) {
+            a = b;
+            b = if a < g.len() { run_end(a) } else { a };
+        }
+    }
+    (q, a, b)
 }
 
 struct Graph {
@@ -521,30 +587,16 @@ pub fn check_flat(f: &Flat, opts: &Options) -> Report {
     let n = rows.len();
     let t = Txns { f, rows };
     let mut found = Found::new(opts);
-    let writes = Writes::build(f, &t.rows);
-    let aborted = aborted_writes(f);
-
-    // Pass 1 notes every non-cycle anomaly and only checks that every edge goes forward in
-    // commit order (end time, then id). If so the graph is acyclic (real-time edges always go
-    // forward in that order too), and no graph is built at all.
     let pos = commit_positions(&t);
-    let forward = |u: u32, v: u32| match &pos {
-        None => u < v,
-        Some(p) => p[u as usize] < p[v as usize],
+    // Fast path: replay commit order (end time, then id) keeping each key's latest version.
+    // If every read sees the latest and every write installs the next, commit order is a
+    // serial order of the whole graph (real-time edges always go forward in it too), so no
+    // anomaly is possible and nothing else is built.
+    let last = match f.preds.is_empty().then(|| replay_commit_order(&t, pos.as_deref())).flatten() {
+        Some(last) => last,
+        None => full_check(&t, pos.as_deref(), strict, &mut found),
     };
-    let mut backward = false;
-    let mut missing_reads = Vec::new();
-    scan(&t, &writes, &mut |u, e| backward |= !forward(u, e.to), Some((&mut found, &aborted, &mut missing_reads)));
-    note_skipped_versions(&t, &writes, &aborted, &missing_reads, &mut found);
-    if backward {
-        let mut edges: Vec<(u32, Edge)> = Vec::new();
-        scan(&t, &writes, &mut |u, e| edges.push((u, e)), None);
-        let nodes = if strict { n + real_time_edges(&t, &mut edges) } else { n };
-        let g = Graph::build(nodes, edges);
-        report_cycles(&g, &t, strict, &mut found);
-    }
-
-    let nothing_lost = check_final_stores(&t, &writes, &mut found);
+    let nothing_lost = check_final_stores(&t, &last, &mut found);
     let invariants_ok = check_invariants(f, &mut found);
     let serializable = !found.any(|k| k.breaks_serializability());
     Report {
@@ -561,6 +613,78 @@ pub fn check_flat(f: &Flat, opts: &Options) -> Report {
         allowed: found.allowed.iter().map(|(k, &c)| (k.name(), c)).collect(),
         anomalies: found.explained,
     }
+}
+
+/// Checks the graph the long way: every non-cycle anomaly, then, if some edge goes backward
+/// in commit order, the graph and its components. Returns the last committed write of each
+/// key, (version, writer id).
+fn full_check(t: &Txns, pos: Option<&[u32]>, strict: bool, found: &mut Found) -> BTreeMap<u64, (u64, u64)> {
+    let n = t.rows.len();
+    let writes = Writes::build(t.f, &t.rows);
+    let aborted = aborted_writes(t.f);
+    let forward = |u: u32, v: u32| match pos {
+        None => u < v,
+        Some(p) => p[u as usize] < p[v as usize],
+    };
+    let mut backward = false;
+    let mut missing_reads = Vec::new();
+    let reads = Reads::build(t, &writes);
+    scan(
+        t,
+        &writes,
+        &reads,
+        &mut |u, e| backward |= !forward(u, e.to),
+        Some((&mut *found, &aborted, &mut missing_reads)),
+    );
+    note_skipped_versions(t, &writes, &aborted, &missing_reads, found);
+    if backward {
+        let mut edges: Vec<(u32, Edge)> = Vec::new();
+        scan(t, &writes, &reads, &mut |u, e| edges.push((u, e)), None);
+        let nodes = if strict { n + real_time_edges(t, &mut edges) } else { n };
+        let g = Graph::build(nodes, edges);
+        report_cycles(&g, t, strict, found);
+    }
+    let mut last = BTreeMap::new();
+    for d in 0..writes.keys.len() as u32 {
+        if let Some(w) = writes.group(d).last() {
+            last.insert(writes.keys[d as usize], (w.version, t.id(w.txn)));
+        }
+    }
+    last
+}
+
+/// Replays the committed transactions in commit order: `None` as soon as a read does not see
+/// its key's latest version or a write does not install the next one (then the long way
+/// decides); otherwise the last committed write of each key.
+fn replay_commit_order(t: &Txns, pos: Option<&[u32]>) -> Option<BTreeMap<u64, (u64, u64)>> {
+    let order: Vec<u32> = match pos {
+        None => Vec::new(),
+        Some(p) => {
+            let mut o = vec![0u32; p.len()];
+            for (u, &q) in p.iter().enumerate() {
+                o[q as usize] = u as u32;
+            }
+            o
+        }
+    };
+    let mut latest: FxHashMap<u64, (u64, u32)> = FxHashMap::default();
+    let node = |k: usize| if pos.is_none() { k as u32 } else { order[k] };
+    for u in (0..t.rows.len()).map(node) {
+        let row = t.rows[u as usize] as usize;
+        for r in t.f.reads(row) {
+            if latest.get(&r.key).map_or(0, |l| l.0) != r.version {
+                return None;
+            }
+        }
+        for w in t.f.writes(row) {
+            let l = latest.entry(w.key).or_insert((0, u));
+            if w.version != l.0 + 1 {
+                return None;
+            }
+            *l = (w.version, u);
+        }
+    }
+    Some(latest.into_iter().map(|(k, (v, u))| (k, (v, t.id(u)))).collect())
 }
 
 /// Each node's position in commit order (end time, then id); `None` when the nodes already
@@ -599,7 +723,7 @@ type Notes<'a> = Option<(&'a mut Found, &'a [(u64, u64, u64)], &'a mut Vec<(u64,
 /// Generates every edge of the DSG into `emit`. With `notes`, also reports the version and
 /// read anomalies (duplicate versions, G1a, G1b, reads of versions nobody installed) and
 /// collects the reads of missing versions.
-fn scan(t: &Txns, writes: &Writes, emit: &mut impl FnMut(u32, Edge), mut notes: Notes) {
+fn scan(t: &Txns, writes: &Writes, reads: &Reads, emit: &mut impl FnMut(u32, Edge), mut notes: Notes) {
     let f = t.f;
     // ww: every writer of a version to every writer of the next one. Two writers of one
     // version are a duplicate, with no edge invented between them.
@@ -636,11 +760,19 @@ fn scan(t: &Txns, writes: &Writes, emit: &mut impl FnMut(u32, Edge), mut notes: 
         }
     }
     // Item reads: wr from the writer of the version read, rw to the writers of the next.
-    for (u, &row) in t.rows.iter().enumerate() {
-        let u = u as u32;
-        for r in f.reads(row as usize) {
-            read_edges(t, writes, u, r.key, r.version, (Kind::Wr, Kind::Rw), emit, &mut notes);
+    // Key by key, reads in version order, so each key's writes are walked once while in cache.
+    for d in 0..writes.keys.len() as u32 {
+        let (key, g) = (writes.keys[d as usize], writes.group(d));
+        let mut p = 0;
+        for &(version, u) in reads.group(d) {
+            while p < g.len() && g[p].version < version {
+                p += 1;
+            }
+            read_edges(t, Some(&g[p..]), u, key, version, (Kind::Wr, Kind::Rw), emit, &mut notes);
         }
+    }
+    for &(u, key, version) in &reads.unwritten {
+        read_edges(t, None, u, key, version, (Kind::Wr, Kind::Rw), emit, &mut notes);
     }
     // Predicate reads: the same for every written key of the range, at the version the scan
     // saw (0 when its version set does not list the key).
@@ -661,11 +793,12 @@ fn scan(t: &Txns, writes: &Writes, emit: &mut impl FnMut(u32, Edge), mut notes: 
         let a = sorted.partition_point(|&(k, _)| k < p.lo);
         for &(key, _) in sorted[a..].iter().take_while(|&&(k, _)| k <= p.hi) {
             let seen = vset.binary_search_by_key(&key, |x| x.key).map(|i| vset[i].version).unwrap_or(0);
-            read_edges(t, writes, u, key, seen, (Kind::WrP, Kind::RwP), emit, &mut None);
+            let g = writes.of_key(key).map(|(_, g)| &g[g.partition_point(|w| w.version < seen)..]);
+            read_edges(t, g, u, key, seen, (Kind::WrP, Kind::RwP), emit, &mut None);
         }
         // Listed versions of keys nobody wrote are reads of missing versions.
         for x in vset.iter().filter(|x| x.version != 0 && writes.of_key(x.key).is_none()) {
-            read_edges(t, writes, u, x.key, x.version, (Kind::WrP, Kind::RwP), emit, &mut notes);
+            read_edges(t, None, u, x.key, x.version, (Kind::WrP, Kind::RwP), emit, &mut notes);
         }
     }
 }
@@ -673,7 +806,7 @@ fn scan(t: &Txns, writes: &Writes, emit: &mut impl FnMut(u32, Edge), mut notes: 
 #[allow(clippy::too_many_arguments)]
 fn read_edges(
     t: &Txns,
-    writes: &Writes,
+    group: Option<&[W]>,
     u: u32,
     key: u64,
     version: u64,
@@ -681,7 +814,7 @@ fn read_edges(
     emit: &mut impl FnMut(u32, Edge),
     notes: &mut Notes,
 ) {
-    let Some((_, g)) = writes.of_key(key) else {
+    let Some(g) = group else {
         if version != 0 {
             if let Some((found, aborted, missing)) = notes.as_mut() {
                 missing.push((key, version));
@@ -690,14 +823,8 @@ fn read_edges(
         }
         return;
     };
-    let (exact, mut next) = around(g, version);
-    // An intermediate version is not in the version order (Adya): the anti-dependency goes
-    // to the next version another transaction installed.
-    if let [w] = exact {
-        while !next.is_empty() && next.iter().all(|x| x.txn == w.txn) {
-            next = around(g, next[0].version).1;
-        }
-    }
+    let (q, a, b) = runs(g, version);
+    let (exact, next) = (&g[..q], &g[a..b]);
     for w in next {
         if w.txn != u {
             emit(u, Edge { to: w.txn, kind: rw, key });
@@ -1052,21 +1179,14 @@ fn g_single(
 
 /// Nothing lost: each replica's final version of each key is the last committed write.
 /// `None` when the history has no final store to compare.
-fn check_final_stores(t: &Txns, writes: &Writes, found: &mut Found) -> Option<bool> {
+fn check_final_stores(t: &Txns, last: &BTreeMap<u64, (u64, u64)>, found: &mut Found) -> Option<bool> {
     let f = t.f;
     if f.finals.is_empty() && !f.meta.contains_key("replicas") {
         return None;
     }
-    // The last committed write of each key, (version, writer id).
-    let mut last: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
-    for d in 0..writes.keys.len() as u32 {
-        if let Some(w) = writes.group(d).last() {
-            last.insert(writes.keys[d as usize], (w.version, t.id(w.txn)));
-        }
-    }
     let mut ok = true;
     for (replica, keys) in &final_stores(f) {
-        for (&key, &(version, writer)) in &last {
+        for (&key, &(version, writer)) in last {
             let got = keys.get(&key).copied();
             if got != Some(version) {
                 ok = false;
