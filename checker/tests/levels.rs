@@ -270,3 +270,17 @@ proptest::proptest! {
         proptest::prop_assert!(r.clean() && r.allowed.is_empty(), "{:?}", r.anomalies);
     }
 }
+
+/// A coroutine's next transaction starting in the nanosecond its previous one ended still
+/// follows it in real time; two coroutines meeting at one instant are not ordered.
+#[test]
+fn a_coroutine_orders_its_own_transactions_in_real_time() {
+    let (mut t1, mut t2) = (txn(1, &[], &[a(1, 1)]), txn(2, &[a(1, 0)], &[]));
+    (t1.start_ns, t1.end_ns, t2.start_ns, t2.end_ns) = (0, 10, 10, 20);
+    t2.coroutine = t1.coroutine;
+    let h = history(vec![t1.clone(), t2.clone()]);
+    assert_eq!(at(&h, Level::StrictSerializable).counts.keys().copied().collect::<Vec<_>>(), vec!["G-realtime"]);
+    t2.coroutine = t1.coroutine + 1;
+    let h = history(vec![t1, t2]);
+    assert!(at(&h, Level::StrictSerializable).clean());
+}
