@@ -24,6 +24,9 @@ pub struct Args {
     /// Also write the history in Elle's list-append JSON form to this file.
     #[arg(long)]
     pub export_elle: Option<PathBuf>,
+    /// Also write the history in Elle's rw-register JSON form to this file.
+    #[arg(long)]
+    pub export_elle_rw: Option<PathBuf>,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
@@ -49,9 +52,13 @@ pub fn run(a: Args) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if let Some(out) = export_elle {
-        let v = elle::to_list_append(&h);
-        if let Err(e) = std::fs::write(out, serde_json::to_vec(&v).expect("JSON")) {
+    let flat = txbed_checker::Flat::from_history(&h);
+    for (out, write) in [
+        (export_elle, elle::write_list_append as fn(&txbed_checker::Flat, File) -> std::io::Result<()>),
+        (a.export_elle_rw.as_deref(), elle::write_rw_register),
+    ] {
+        let Some(out) = out else { continue };
+        if let Err(e) = File::create(out).and_then(|file| write(&flat, file)) {
             eprintln!("error: {}: cannot write Elle history: {e}", out.display());
             return ExitCode::from(2);
         }
