@@ -34,12 +34,10 @@ fn rich() -> History {
     h.txns[3].label = "send-payment".into();
     h.txns[4].label = "quote \"x\" \\ \u{e9}".into();
     h.txns[5].status = Status::Aborted;
-    h.txns[6].predicates =
-        vec![PredicateRead { lo: 1, hi: 9, vset: vec![Access { key: 2, version: 1 }] }, PredicateRead {
-            lo: 0,
-            hi: 0,
-            vset: vec![],
-        }];
+    h.txns[6].predicates = vec![
+        PredicateRead { lo: 1, hi: 9, vset: vec![Access { key: 2, version: 1 }] },
+        PredicateRead { lo: 0, hi: 0, vset: vec![] },
+    ];
     h.txns[7].node = 65535;
     h.txns[7].coroutine = u32::MAX;
     h.txns[8].end_ns = u64::MAX;
@@ -63,7 +61,8 @@ fn both_forms_round_trip_through_flat() {
     format::write_binary_flat(&f, &mut b).unwrap();
     assert_eq!(b, binary(&h));
     assert_eq!(format::read(&b[..], None).unwrap(), f);
-    assert!(jsonl(&h).ends_with(b"{\"type\":\"end\",\"txns\":20,\"committed\":19,\"aborted\":1,\"finals\":6,\"invariants\":1}\n"));
+    assert!(jsonl(&h)
+        .ends_with(b"{\"type\":\"end\",\"txns\":20,\"committed\":19,\"aborted\":1,\"finals\":6,\"invariants\":1}\n"));
 }
 
 #[test]
@@ -84,10 +83,7 @@ fn fast_path_agrees_with_serde_on_spacing_order_and_escapes() {
     // Spaces around every separator (no label here holds ':' or ','), and fields reordered.
     let spaced = text.replace(',', " , ").replace(':', " :\t").replace('{', "{ ");
     assert_eq!(read(spaced.as_bytes()).unwrap(), h);
-    let reordered = text.replace(
-        "{\"type\":\"txn\",\"id\":0,\"node\":0,",
-        "{\"node\":0,\"id\":0,\"type\":\"txn\",",
-    );
+    let reordered = text.replace("{\"type\":\"txn\",\"id\":0,\"node\":0,", "{\"node\":0,\"id\":0,\"type\":\"txn\",");
     assert_ne!(reordered, text);
     assert_eq!(read(reordered.as_bytes()).unwrap(), h);
     let swapped = text.replace("{\"key\":1,\"version\":1}", "{\"version\":1,\"key\":1}");
@@ -159,7 +155,10 @@ fn a_binary_file_cut_anywhere_is_rejected() {
         let e = read_err(&b[..cut]);
         assert!(e.starts_with("truncated"), "cut at {cut}: {e}");
     }
-    assert_eq!(read_err(&b[..0]), "empty history: the file holds no records (a history ends with a trailer line {\"type\":\"end\",...})");
+    assert_eq!(
+        read_err(&b[..0]),
+        "empty history: the file holds no records (a history ends with a trailer line {\"type\":\"end\",...})"
+    );
 }
 
 #[test]
@@ -312,8 +311,7 @@ proptest! {
         finals in prop::collection::vec((prop::sample::select(vec!["primary", "", "b1"]), access()), 0..4),
         inv in prop::collection::vec((any::<i64>(), any::<i64>()), 0..2),
     ) {
-        let mut h = History::default();
-        h.txns = txns;
+        let mut h = History { txns, ..Default::default() };
         for (i, t) in h.txns.iter_mut().enumerate() {
             t.id = i as u64 * 3;
         }
