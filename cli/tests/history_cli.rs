@@ -38,6 +38,15 @@ fn a_binary_history_from_a_run_checks_like_its_jsonl() {
     let first = |t: &str| t.lines().take(2).collect::<Vec<_>>().join("\n");
     assert_eq!(first(&text), first(&jtext), "same verdict and counts from both forms");
 
+    // --convert: JSON Lines to binary and back gives the same file.
+    let (conv, back) = (d.join("conv.bin"), d.join("back.jsonl"));
+    let (code, _, err) = out(txbed().arg("check").arg(&jsonl).arg("--convert").arg(&conv));
+    assert_eq!(code, Some(0), "{err}");
+    let (code, _, err) = out(txbed().arg("check").arg(&conv).arg("--convert").arg(&back));
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(std::fs::read(&back).unwrap(), std::fs::read(&jsonl).unwrap());
+    assert_eq!(&std::fs::read(&conv).unwrap()[..8], b"\x89TXBEDH\n");
+
     let (code, j, _) = out(txbed().args(["check", bin.to_str().unwrap(), "--json"]));
     assert_eq!(code, Some(0));
     let v: serde_json::Value = serde_json::from_str(&j).unwrap();

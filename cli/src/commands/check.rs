@@ -24,6 +24,10 @@ pub struct Args {
     /// Also write the history in Elle's list-append JSON form to this file.
     #[arg(long)]
     pub export_elle: Option<PathBuf>,
+    /// Also write the history read to this file, binary if it ends in `.bin`, JSON Lines
+    /// otherwise (to convert between the forms).
+    #[arg(long)]
+    pub convert: Option<PathBuf>,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
@@ -46,6 +50,16 @@ pub fn run(a: Args) -> ExitCode {
         }
     };
     let read_s = t0.elapsed().as_secs_f64();
+    if let Some(out) = &a.convert {
+        let written = std::fs::File::create(out).and_then(|w| match format::Format::for_path(out) {
+            format::Format::Binary => format::write_binary_flat(&f, w),
+            format::Format::Jsonl => format::write_jsonl_flat(&f, w),
+        });
+        if let Err(e) = written {
+            eprintln!("error: {}: cannot write history: {e}", out.display());
+            return ExitCode::from(2);
+        }
+    }
     if let Some(out) = export_elle {
         let v = elle::to_list_append(&f.to_history());
         if let Err(e) = std::fs::write(out, serde_json::to_vec(&v).expect("JSON")) {
