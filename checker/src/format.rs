@@ -444,6 +444,11 @@ impl<'a> Sc<'a> {
 fn scan<'a>(line: &'a [u8], reads: &mut Vec<Access>, writes: &mut Vec<Access>) -> Option<Scanned<'a>> {
     reads.clear();
     writes.clear();
+    if let Some(t) = scan_exact(line, reads, writes) {
+        return Some(t);
+    }
+    reads.clear();
+    writes.clear();
     let mut s = Sc { b: line, i: 0 };
     s.eat(b'{')?;
     let mut seen = 0u32;
@@ -534,6 +539,55 @@ fn scan<'a>(line: &'a [u8], reads: &mut Vec<Access>, writes: &mut Vec<Access>) -
         2 if seen & !FINAL == 0 && seen & (3 << 12) == 3 << 12 => Some(Scanned::Final(replica, key, version)),
         _ => None,
     }
+}
+
+/// A `txn` line in exactly the shape [`txn_line`] writes, matched literally: no key names to
+/// look up, about twice as fast as [`scan`]'s token by token path, which takes anything else.
+fn scan_exact<'a>(line: &'a [u8], reads: &mut Vec<Access>, writes: &mut Vec<Access>) -> Option<Scanned<'a>> {
+    let mut s = Sc { b: line, i: 0 };
+    let mut row = Row {
+        id: 0,
+        start_ns: 0,
+        end_ns: 0,
+        at: 0,
+        reads: 0,
+        writes: 0,
+        coroutine: 0,
+        label: 0,
+        node: 0,
+        worker: 0,
+        status: Status::Committed,
+    };
+    let field = |s: &mut Sc<'a>, name: &[u8]| if s.lit(name) { s.u64() } else { None };
+    row.id = field(&mut s, b"{\"type\":\"txn\",\"id\":")?;
+    row.node = u16::try_from(field(&mut s, b",\"node\":")?).ok()?;
+    row.worker = u16::try_from(field(&mut s, b",\"worker\":")?).ok()?;
+    row.coroutine = u32::try_from(field(&mut s, b",\"coroutine\":")?).ok()?;
+    row.start_ns = field(&mut s, b",\"start_ns\":")?;
+    row.end_ns = field(&mut s, b",\"end_ns\":")?;
+    if s.lit(b",\"status\":\"committed\"") {
+        row.status = Status::Committed;
+    } else if s.lit(b",\"status\":\"aborted\"") {
+        row.status = Status::Aborted;
+    } else {
+        return None;
+    }
+    let mut label = "";
+    if s.lit(b",\"label\":") {
+        label = std::str::from_utf8(s.str()?).ok()?;
+    }
+    if !s.lit(b",\"reads\":") {
+        return None;
+    }
+    s.accesses(reads)?;
+    if !s.lit(b",\"writes\":") {
+        return None;
+    }
+    s.accesses(writes)?;
+    if !s.lit(b"}") || s.peek().is_some() {
+        return None;
+    }
+    Some(Scanned::Txn(row, label))
 }
 
 /// Writes one `txn` line, in the field order serde would, without building a `Txn`.

@@ -115,7 +115,25 @@ fn bad_values_are_rejected_with_their_line() {
         ("{\"type\":\"wat\"}", "wat"),
         ("{\"type\":\"end\",\"txns\":1}", "committed"),
     ];
+    // The same in exactly the shape the writers emit (the literal fast path).
+    let exact = |node: &str, status: &str, tail: &str| {
+        format!(
+            "{{\"type\":\"txn\",\"id\":1,\"node\":{node},\"worker\":0,\"coroutine\":0,\"start_ns\":0,\"end_ns\":5,\"status\":\"{status}\",\"reads\":[{{\"key\":1,\"version\":0}}],\"writes\":[{{\"key\":1,\"version\":1}}]}}{tail}"
+        )
+    };
+    let exact_cases = [
+        (exact("70000", "committed", ""), "70000".to_string()),
+        (exact("01", "committed", ""), "".into()),
+        (exact("1", "maybe", ""), "maybe".into()),
+        (exact("1", "committed", " x"), "trailing".into()),
+        (exact("1", "committed", "}"), "trailing".into()),
+    ];
+    let ok = format!("{}\n{END1}", exact("1", "committed", ""));
+    assert_eq!(read(ok.as_bytes()).unwrap().txns[0].node, 1);
+    let cases: Vec<(String, String)> =
+        cases.iter().map(|(b, w)| (b.to_string(), w.to_string())).chain(exact_cases).collect();
     for (bad, what) in cases {
+        let (bad, what) = (bad.as_str(), what.as_str());
         let file = format!("{{\"type\":\"meta\"}}\n{bad}\n{END1}");
         let e = read_err(file.as_bytes());
         assert!(e.starts_with("line 2: "), "{bad}: {e}");
