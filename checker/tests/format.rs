@@ -345,3 +345,25 @@ proptest! {
         prop_assert_eq!(b2, b);
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+    /// Corrupt files (bytes overwritten, cut) give an error or a history, never a panic, in
+    /// either form; a binary one whose header survived fails or reads, within its own size.
+    #[test]
+    fn corrupt_files_never_panic(
+        edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..6),
+        cut in any::<prop::sample::Index>(),
+        form in any::<bool>(),
+    ) {
+        let h = rich();
+        let mut b = if form { binary(&h) } else { jsonl(&h) };
+        for (at, byte) in edits {
+            let i = at.index(b.len());
+            b[i] = byte;
+        }
+        let n = cut.index(b.len() + 1);
+        let _ = format::read(&b[..n], Some(n as u64));
+        let _ = format::read(&b[..], None);
+    }
+}
