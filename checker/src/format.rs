@@ -632,21 +632,16 @@ fn line(w: &mut impl Write, l: &Line) -> io::Result<()> {
     w.write_all(b"\n")
 }
 
-/// The header-less parts of a history, to write the same way from a `History` or a `Flat`.
-struct Ends<'a> {
-    finals: &'a [Final],
-    invariants: &'a [Invariant],
-}
-
-fn jsonl_tail(w: &mut impl Write, e: &Ends, mut c: Trailer) -> io::Result<()> {
-    for f in e.finals {
+/// Finals, invariants and the trailer (`c` counts the transactions written).
+fn jsonl_tail(w: &mut impl Write, finals: &[Final], invariants: &[Invariant], mut c: Trailer) -> io::Result<()> {
+    for f in finals {
         line(w, &Line::Final(f.clone()))?;
     }
-    for v in e.invariants {
+    for v in invariants {
         line(w, &Line::Invariant(v.clone()))?;
     }
-    c.finals = e.finals.len() as u64;
-    c.invariants = e.invariants.len() as u64;
+    c.finals = finals.len() as u64;
+    c.invariants = invariants.len() as u64;
     line(w, &Line::End(c))?;
     w.flush()
 }
@@ -678,7 +673,7 @@ pub fn write_jsonl(h: &History, w: impl Write) -> io::Result<()> {
         count(&mut c, t.status);
         txn_line(&mut w, &row_of(t), &t.label, &t.reads, &t.writes, &t.predicates)?;
     }
-    jsonl_tail(&mut w, &Ends { finals: &h.finals, invariants: &h.invariants }, c)
+    jsonl_tail(&mut w, &h.finals, &h.invariants, c)
 }
 
 fn preds_of(f: &Flat, i: usize) -> Vec<PredicateRead> {
@@ -697,7 +692,7 @@ pub fn write_jsonl_flat(f: &Flat, w: impl Write) -> io::Result<()> {
         let preds = if f.preds.is_empty() { Vec::new() } else { preds_of(f, i) };
         txn_line(&mut w, r, f.label(i), f.reads(i), f.writes(i), &preds)?;
     }
-    jsonl_tail(&mut w, &Ends { finals: &f.finals, invariants: &f.invariants }, c)
+    jsonl_tail(&mut w, &f.finals, &f.invariants, c)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1249,7 +1244,7 @@ pub fn write_serial(w: impl Write, format: Format, txns: usize, keys: u64, seed:
                 txn_line(&mut w, r, "", rd, wr, &[])
             })?;
             let finals: Vec<Final> = finals_of(&current).collect();
-            jsonl_tail(&mut w, &Ends { finals: &finals, invariants: &[] }, c)
+            jsonl_tail(&mut w, &finals, &[], c)
         }
     }
 }
