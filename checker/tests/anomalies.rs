@@ -172,7 +172,8 @@ fn history_files_round_trip_and_bad_lines_are_named() {
     let e = History::read(&b"not json\n"[..]).unwrap_err();
     assert_eq!(e.line, 1);
     let dup =
-        b"{\"type\":\"txn\",\"id\":1,\"status\":\"committed\"}\n{\"type\":\"txn\",\"id\":1,\"status\":\"aborted\"}\n";
+        b"{\"type\":\"txn\",\"id\":1,\"status\":\"committed\"}\n{\"type\":\"txn\",\"id\":1,\"status\":\"aborted\"}\n\
+        {\"type\":\"end\",\"txns\":2,\"committed\":1,\"aborted\":1,\"finals\":0,\"invariants\":0}\n";
     assert!(History::read(&dup[..]).unwrap_err().to_string().contains("twice"));
 }
 
