@@ -21,6 +21,9 @@
 //!   other's append: Elle's lost update). A version only an aborted transaction installed lists
 //!   its value (Elle's G1a); a version nobody installed is cut short at the versions known.
 //! - Predicate reads have no Elle form and are left out.
+//! - When the history has a final store, one last transaction on a process of its own reads
+//!   every key at the version the primary holds (a Jepsen test's final read), so Elle sees the
+//!   order of writes no transaction read back.
 //!
 //! The output is one JSON array of operations, written as it is produced (no value tree).
 
@@ -224,6 +227,44 @@ fn write_ops(f: &Flat, w: impl Write, form: Form) -> io::Result<()> {
             write!(w, "[\"{op}\",{},{}]", x.key, value(n, k))?;
         }
         w.write_all(b"]}")?;
+    }
+    // The final store, as one more transaction on its own process after everything else: it
+    // reads every key at the version the primary holds (as a Jepsen test's final read does),
+    // so Elle sees the order of writes no transaction read back.
+    let primary = f.finals.iter().map(|x| x.replica.as_str()).min_by_key(|r| (*r != "primary", *r));
+    if let Some(primary) = primary {
+        let time = f.txns.iter().map(|r| r.end_ns).max().unwrap_or(0);
+        let process = process.iter().max().map_or(0, |p| p + 1);
+        let finals: Vec<_> = f.finals.iter().filter(|x| x.replica == primary && x.version > 0).collect();
+        for (k, kind) in ["invoke", "ok"].iter().enumerate() {
+            if !events.is_empty() || k > 0 {
+                w.write_all(b",\n")?;
+            }
+            write!(
+                w,
+                "{{\"index\":{},\"type\":\"{kind}\",\"f\":\"txn\",\"process\":{process},\"time\":{time},\"value\":[",
+                events.len() + k
+            )?;
+            for (i, x) in finals.iter().enumerate() {
+                let known = versions.get(&x.key).map(|v| &v[..v.partition_point(|y| y.0 <= x.version)]).unwrap_or(&[]);
+                let sep = if i > 0 { "," } else { "" };
+                match (form, k) {
+                    (_, 0) => write!(w, "{sep}[\"r\",{},null]", x.key)?,
+                    (Form::ListAppend, _) => {
+                        write!(w, "{sep}[\"r\",{},[", x.key)?;
+                        for (j, (_, v)) in known.iter().enumerate() {
+                            write!(w, "{}{v}", if j > 0 { "," } else { "" })?;
+                        }
+                        w.write_all(b"]]")?;
+                    }
+                    (Form::RwRegister, _) => match known.iter().rev().find(|y| y.0 == x.version) {
+                        Some((_, v)) => write!(w, "{sep}[\"r\",{},{v}]", x.key)?,
+                        None => write!(w, "{sep}[\"r\",{},null]", x.key)?,
+                    },
+                }
+            }
+            w.write_all(b"]}")?;
+        }
     }
     w.write_all(b"]\n")?;
     w.flush()
