@@ -627,6 +627,12 @@ fn full_check(t: &Txns, pos: Option<&[u32]>, strict: bool, found: &mut Found) ->
         None => u < v,
         Some(p) => p[u as usize] < p[v as usize],
     };
+    let at = |u: u32| pos.map_or(u, |p| p[u as usize]) as usize;
+    // Every cycle has an edge going backward in commit order, and every transaction on it
+    // lies within the span of one of its backward edges (the way down from the cycle's last
+    // transaction to its first crosses each position in between by a backward edge). So only
+    // the transactions those spans cover are put in the graph.
+    let mut cover = vec![0i64; n + 1];
     let mut backward = false;
     let mut missing_reads = Vec::new();
     let reads = Reads::build(t, &writes);
@@ -634,16 +640,40 @@ fn full_check(t: &Txns, pos: Option<&[u32]>, strict: bool, found: &mut Found) ->
         t,
         &writes,
         &reads,
-        &mut |u, e| backward |= !forward(u, e.to),
+        &mut |u, e| {
+            if !forward(u, e.to) {
+                backward = true;
+                cover[at(e.to)] += 1;
+                cover[at(u) + 1] -= 1;
+            }
+        },
         Some((&mut *found, &aborted, &mut missing_reads)),
     );
     note_skipped_versions(t, &writes, &aborted, &missing_reads, found);
     if backward {
+        let mut depth = 0;
+        let mut covered_at = vec![false; n];
+        for (p, c) in covered_at.iter_mut().enumerate() {
+            depth += cover[p];
+            *c = depth > 0;
+        }
+        let covered: Vec<u32> = (0..n as u32).filter(|&u| covered_at[at(u)]).collect();
+        let inside = |u: u32| covered_at[at(u)];
         let mut edges: Vec<(u32, Edge)> = Vec::new();
-        scan(t, &writes, &reads, &mut |u, e| edges.push((u, e)), None);
-        let nodes = if strict { n + real_time_edges(t, &mut edges) } else { n };
+        scan(
+            t,
+            &writes,
+            &reads,
+            &mut |u, e| {
+                if inside(u) && inside(e.to) {
+                    edges.push((u, e))
+                }
+            },
+            None,
+        );
+        let nodes = if strict { n + real_time_edges(t, &covered, &mut edges) } else { n };
         let g = Graph::build(nodes, edges);
-        report_cycles(&g, t, strict, found);
+        report_cycles(&g, t, &covered, strict, found);
     }
     let mut last = BTreeMap::new();
     for d in 0..writes.keys.len() as u32 {
@@ -930,28 +960,26 @@ fn note_skipped_versions(
 
 /// Real-time order through a chain of time points, one per start and end, after the
 /// transactions' nodes: O(n) edges instead of O(n^2). Returns the number of points.
-fn real_time_edges(t: &Txns, edges: &mut Vec<(u32, Edge)>) -> usize {
+fn real_time_edges(t: &Txns, nodes: &[u32], edges: &mut Vec<(u32, Edge)>) -> usize {
     let n = t.rows.len();
     // Point p: (time, is_end, txn). Starts sort before ends at equal times, so
     // end_i == start_j does not order Ti before Tj.
-    let mut points: Vec<(u64, bool, u32)> = Vec::with_capacity(2 * n);
-    for (u, &row) in t.rows.iter().enumerate() {
-        let r = &t.f.txns[row as usize];
-        points.push((r.start_ns, false, u as u32));
-        points.push((r.end_ns, true, u as u32));
+    let mut points: Vec<(u64, bool, u32)> = Vec::with_capacity(2 * nodes.len());
+    for &u in nodes {
+        let r = &t.f.txns[t.rows[u as usize] as usize];
+        points.push((r.start_ns, false, u));
+        points.push((r.end_ns, true, u));
     }
     points.sort_unstable();
     // A coroutine runs one transaction at a time, so its next one follows its previous one
     // even when it starts in the nanosecond the previous one ended. (Zero-length pairs at one
     // instant are left unordered: commit order could not put them forward.)
-    let mut by_process: Vec<(u64, u64, u64, u32)> = t
-        .rows
+    let mut by_process: Vec<(u64, u64, u64, u32)> = nodes
         .iter()
-        .enumerate()
-        .map(|(u, &row)| {
-            let r = &t.f.txns[row as usize];
+        .map(|&u| {
+            let r = &t.f.txns[t.rows[u as usize] as usize];
             let process = ((r.node as u64) << 48) | ((r.worker as u64) << 32) | r.coroutine as u64;
-            (process, r.start_ns, r.end_ns, u as u32)
+            (process, r.start_ns, r.end_ns, u)
         })
         .collect();
     by_process.sort_unstable();
@@ -996,14 +1024,13 @@ fn bucket(nodes: &[u32], comp: impl Fn(u32) -> u32, ncomp: u32) -> (Vec<u32>, Ve
 
 /// Classifies and explains every strongly connected component of two or more transactions
 /// over transaction edges; with `strict`, then every component that needs real-time edges.
-fn report_cycles(g: &Graph, t: &Txns, strict: bool, found: &mut Found) {
+fn report_cycles(g: &Graph, t: &Txns, all: &[u32], strict: bool, found: &mut Found) {
     let n = t.rows.len();
-    let all: Vec<u32> = (0..n as u32).collect();
     let mut s = Scratch::new(g.nodes);
-    let ncomp = s.tarjan(g, &all, |e| e.kind.txn(), |v| (v as usize) < n);
+    let ncomp = s.tarjan(g, all, |e| e.kind.txn(), |v| (v as usize) < n);
     let comp: Vec<u32> = s.comp[..n].to_vec();
-    s.clear(&all);
-    let (start, members) = bucket(&all, |u| comp[u as usize], ncomp);
+    s.clear(all);
+    let (start, members) = bucket(all, |u| comp[u as usize], ncomp);
     let mut cyclic = vec![false; n];
     for c in 0..ncomp as usize {
         let m = &members[start[c] as usize..start[c + 1] as usize];
@@ -1025,7 +1052,7 @@ fn report_cycles(g: &Graph, t: &Txns, strict: bool, found: &mut Found) {
     let everything: Vec<u32> = (0..g.nodes as u32).collect();
     let nfull = s.tarjan(g, &everything, |_| true, |_| true);
     let full: Vec<u32> = s.comp.clone();
-    let (fstart, fmembers) = bucket(&all, |u| full[u as usize], nfull);
+    let (fstart, fmembers) = bucket(all, |u| full[u as usize], nfull);
     for c in 0..nfull as usize {
         let m = &fmembers[fstart[c] as usize..fstart[c + 1] as usize];
         if m.len() < 2 || m.iter().any(|&u| cyclic[u as usize]) {
