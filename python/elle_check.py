@@ -250,7 +250,12 @@ def main():
     a = ap.parse_args()
     anomalies = check(load(a.history), a.model, a.realtime)
     verdict = {"valid": not anomalies, "anomaly-types": sorted(anomalies), "anomalies": {k: v[:5] for k, v in anomalies.items()}}
-    print(json.dumps(verdict, indent=1))
+    try:
+        print(json.dumps(verdict, indent=1))
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # A reader that stopped early (| head) is no error of the history's.
+        sys.stderr.close()
     sys.exit(0 if not anomalies else 1)
 
 
