@@ -69,6 +69,11 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    #[cfg(unix)]
+    // SAFETY: restores the default disposition before any thread or output exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
