@@ -129,21 +129,28 @@ fn verdict(r: &Value) -> String {
     if c.is_object() {
         let clean = c["clean"].as_bool() == Some(true);
         let checked = &c["checked_txns"];
+        // Reports written before levels existed were checked at serializability.
+        let level = c["level"].as_str().unwrap_or("serializable");
+        let holds = c.get("level_holds").unwrap_or(&c["serializable"]);
         let line = if clean {
             format!(
-                "serializable: yes, nothing lost; {checked} transactions checked, invariants {}",
+                "{level}: yes, nothing lost; {checked} transactions checked, invariants {}",
                 if c["invariants_ok"].as_bool() == Some(false) { "violated" } else { "hold" }
             )
         } else {
             format!(
-                "the checker rejected this run: serializable {}, nothing lost {}, invariants hold {} ({checked} transactions checked)",
-                c["serializable"], c["nothing_lost"], c["invariants_ok"]
+                "the checker rejected this run: {level} {holds}, nothing lost {}, invariants hold {} ({checked} transactions checked)",
+                c["nothing_lost"], c["invariants_ok"]
             )
         };
         let _ = write!(s, "<p class=\"{}\" id=\"verdict\">{}", if clean { "ok" } else { "bad" }, esc(&line));
         if let Some(a) = c["anomalies"].as_object().filter(|a| !a.is_empty()) {
             let list: Vec<String> = a.iter().map(|(k, v)| format!("{k}: {v}")).collect();
             let _ = write!(s, "<br>anomalies: {}", esc(&list.join(", ")));
+        }
+        if let Some(a) = c["allowed"].as_object().filter(|a| !a.is_empty()) {
+            let list: Vec<String> = a.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+            let _ = write!(s, "<br>allowed at {}: {}", esc(level), esc(&list.join(", ")));
         }
         s += "</p>\n";
         if let Some(ex) = c["explanations"].as_array().filter(|x| !x.is_empty()) {
