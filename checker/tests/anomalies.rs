@@ -75,7 +75,7 @@ fn g_single_read_skew() {
 fn g2_write_skew() {
     let h = history(vec![txn(1, &[a(1, 0), a(2, 0)], &[a(1, 1)]), txn(2, &[a(1, 0), a(2, 0)], &[a(2, 1)])]);
     let r = check(&h, &Options::default());
-    assert_eq!(kinds(&r), vec![AnomalyKind::G2]);
+    assert_eq!(kinds(&r), vec![AnomalyKind::G2Item]);
     assert_eq!(r.anomalies[0].explanation.matches("(rw)").count(), 2);
 }
 

@@ -270,7 +270,7 @@ fn check_reports_anomalies_with_exit_codes() {
     assert_eq!(out.status.code(), Some(1));
     let r = json(&out.stdout);
     assert_eq!(r["serializable"], false);
-    assert_eq!(r["counts"]["G2"], 1);
+    assert_eq!(r["counts"]["G2-item"], 1);
     assert!(r["anomalies"][0]["explanation"].as_str().unwrap().contains("(rw)"));
     let e: serde_json::Value = serde_json::from_slice(&std::fs::read(&elle).unwrap()).unwrap();
     assert_eq!(e.as_array().unwrap().len(), 4);

@@ -29,7 +29,7 @@
 //! before a reader whose lease it invalidated. Here the lock and lease are READ again behind
 //! the CAS on the same QP (they execute after it, no extra round trip): a writer that read
 //! `rts` before the CAS had locked before it, so the READ sees its lock (or its new `wts`)
-//! and the renewal fails (RCC's order is caught by the checker: a G2 cycle in 15 of 200
+//! and the renewal fails (RCC's order is caught by the checker: a G2-item cycle in 15 of 200
 //! YCSB seeds at high contention). A failed renewal may leave `rts` raised, which only makes
 //! later writers pick larger timestamps; so a renewal never trusts `rts` alone while the tuple
 //! is locked, and READ aborts on a tuple locked by another. The `H_SD_RENEW` handler

@@ -141,7 +141,7 @@ fn old_versions_are_read_serializably() {
 }
 
 /// The planted bug (reads never raise rts) is caught within 1000 seeds in RPC and one-sided
-/// form on YCSB at high contention (write skew: G2), and the same runs are clean without it.
+/// form on YCSB at high contention (write skew: G2-item), and the same runs are clean without it.
 #[test]
 fn planted_bug_is_caught() {
     for hybrid in [Hybrid::RPC, Hybrid(2), Hybrid::full(&mvcc::STAGES)] {
