@@ -337,6 +337,8 @@ pub struct CheckReport {
     pub level_holds: bool,
     pub serializable: bool,
     pub checked_txns: usize,
+    /// Of `checked_txns`, the aborted attempts (every abort the run counts is recorded).
+    pub aborted_txns: usize,
     pub nothing_lost: Option<bool>,
     pub invariants_ok: bool,
     /// Anomalies the level forbids, by class.
@@ -525,6 +527,7 @@ pub fn txn_report(
             level_holds: level_holds(&r.report),
             serializable: r.report.serializable,
             checked_txns: r.report.checked_txns,
+            aborted_txns: r.report.aborted,
             nothing_lost: r.report.nothing_lost,
             invariants_ok: r.report.invariants_ok,
             anomalies: r.report.counts.clone(),
