@@ -215,10 +215,6 @@ fn sockets_runs_record_aborted_attempts() {
     assert!(r.failures.is_empty(), "{:?}", r.failures);
     // Which attempts conflict, and on which record, is up to real timing: only counts.
     assert_aborts_recorded("sockets NOWAIT SmallBank", &r, false);
-    eprintln!(
-        "sockets: {} committed, {} conflicts, {} user aborts",
-        r.stats.committed, r.stats.aborted_conflict, r.stats.aborted_user
-    );
 }
 
 /// NOWAIT's planted `AbortAfterWriteBack` (an abort that does not undo its write-back) is
