@@ -375,6 +375,24 @@ mod tests {
         std::fs::remove_dir_all(&d).unwrap();
     }
 
+    /// A run checked at a weaker level names it, and lists the anomalies it allows apart.
+    #[test]
+    fn a_run_names_its_isolation_level_and_what_it_allows() {
+        let d = dir("level");
+        let report = serde_json::json!({
+            "scenario": "rc", "seed": 1, "protocol": "OCC", "hybrid": "0 (rpc)",
+            "check": {"clean": true, "level": "read-committed", "level_holds": true, "serializable": false,
+                      "nothing_lost": true, "invariants_ok": true, "checked_txns": 12, "anomalies": {},
+                      "allowed": {"G2-item": 2}, "explanations": []},
+            "failures": [], "warnings": [],
+        });
+        std::fs::write(d.join("report.json"), report.to_string()).unwrap();
+        let page = page(&d).unwrap();
+        assert!(page.contains("read-committed: yes, nothing lost; 12 transactions checked"), "{page}");
+        assert!(page.contains("allowed at read-committed: G2-item: 2"), "{page}");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
     /// A sweep page names the runs that failed, with the CSV read by the csv crate (a
     /// quoted comma stays in its cell), and embeds every SVG.
     #[test]
