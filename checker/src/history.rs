@@ -10,7 +10,12 @@
 //! {"type":"final","replica":"primary","key":42,"version":4}
 //! {"type":"invariant","name":"total balance","expected":1000,"actual":1000}
 //! {"type":"meta","scenario":"quickstart","seed":1,"replicas":["primary","backup1"]}
+//! {"type":"end","txns":1,"committed":1,"aborted":0,"finals":1,"invariants":1}
 //! ```
+//!
+//! The `end` trailer is the last line of every history, with the counts of what precedes it,
+//! so an empty or truncated file is rejected instead of passing as "0 transactions, clean"
+//! ([`crate::format`] reads and writes files, JSON Lines and binary).
 //!
 //! `meta.replicas` declares every replica, so one that lists no key at all (it lost every
 //! write) is still checked.
@@ -103,13 +108,25 @@ pub struct Invariant {
     pub actual: i64,
 }
 
+/// The last line of a history file: counts of the records before it.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Trailer {
+    pub txns: u64,
+    pub committed: u64,
+    pub aborted: u64,
+    pub finals: u64,
+    pub invariants: u64,
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "lowercase")]
-enum Line {
+pub(crate) enum Line {
     Txn(Txn),
     Final(Final),
     Invariant(Invariant),
     Meta(serde_json::Map<String, serde_json::Value>),
+    End(Trailer),
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -140,69 +157,20 @@ impl fmt::Display for HistoryError {
 impl std::error::Error for HistoryError {}
 
 impl History {
-    /// Reads JSON Lines; blank lines are skipped. Errors name the line and the problem.
+    /// Reads JSON Lines ([`crate::format::read_jsonl`]; blank lines are skipped, the trailer
+    /// is required). Errors name the line and the problem.
     pub fn read(r: impl BufRead) -> Result<History, HistoryError> {
-        let mut h = History::default();
-        for (i, line) in r.lines().enumerate() {
-            let n = i + 1;
-            let line = line.map_err(|e| HistoryError { line: n, message: format!("cannot read: {e}") })?;
-            if line.trim().is_empty() {
-                continue;
-            }
-            let parsed: Line = serde_json::from_str(&line).map_err(|e| HistoryError {
-                line: n,
-                message: format!(
-                    "{e} (expected an object with \"type\" one of \"txn\", \"final\", \"invariant\", \"meta\")"
-                ),
-            })?;
-            match parsed {
-                Line::Txn(t) => h.txns.push(t),
-                Line::Final(f) => h.finals.push(f),
-                Line::Invariant(v) => h.invariants.push(v),
-                Line::Meta(m) => h.meta.extend(m),
-            }
-        }
-        h.validate()?;
-        Ok(h)
+        crate::format::read_jsonl(r).map(|f| f.to_history())
     }
 
-    /// Structural checks that would make the graph meaningless.
-    fn validate(&self) -> Result<(), HistoryError> {
-        let mut ids: Vec<u64> = self.txns.iter().map(|t| t.id).collect();
-        ids.sort_unstable();
-        if let Some(w) = ids.windows(2).find(|w| w[0] == w[1]) {
-            return Err(HistoryError { line: 0, message: format!("transaction id {} appears twice", w[0]) });
-        }
-        if let Some(t) = self.txns.iter().find(|t| t.end_ns < t.start_ns) {
-            return Err(HistoryError { line: 0, message: format!("transaction {} ends before it starts", t.id) });
-        }
-        if let Some(t) = self.txns.iter().find(|t| t.writes.iter().any(|w| w.version == 0)) {
-            return Err(HistoryError {
-                line: 0,
-                message: format!("transaction {} installs version 0, which is reserved for the initial load", t.id),
-            });
-        }
-        Ok(())
+    /// Writes JSON Lines, trailer last.
+    pub fn write(&self, w: impl Write) -> std::io::Result<()> {
+        crate::format::write_jsonl(self, w)
     }
 
-    pub fn write(&self, mut w: impl Write) -> std::io::Result<()> {
-        if !self.meta.is_empty() {
-            serde_json::to_writer(&mut w, &Line::Meta(self.meta.clone()))?;
-            writeln!(w)?;
-        }
-        for t in &self.txns {
-            serde_json::to_writer(&mut w, &Line::Txn(t.clone()))?;
-            writeln!(w)?;
-        }
-        for f in &self.finals {
-            serde_json::to_writer(&mut w, &Line::Final(f.clone()))?;
-            writeln!(w)?;
-        }
-        for v in &self.invariants {
-            serde_json::to_writer(&mut w, &Line::Invariant(v.clone()))?;
-            writeln!(w)?;
-        }
-        Ok(())
+    /// Writes the binary form ([`crate::format`]), trailer last.
+    pub fn write_binary(&self, w: impl Write) -> std::io::Result<()> {
+        crate::format::write_binary(self, w)
     }
 }
 

@@ -2,6 +2,8 @@
 //!
 //! - [`history`]: the JSON Lines history format (transactions with the versions they read and
 //!   installed, the final store per replica, workload invariants).
+//! - [`format`]: history files, JSON Lines or binary, each ending with a trailer, read
+//!   straight into a [`Flat`].
 //! - [`flat`]: the same history as flat arrays, what the checker runs on.
 //! - [`level`]: isolation levels after Adya (PL-1 .. PL-3, PL-SI, strict), each the set of
 //!   phenomena it forbids.
@@ -14,12 +16,13 @@
 pub mod check;
 pub mod elle;
 pub mod flat;
+pub mod format;
 pub mod history;
 pub mod level;
 
 pub use check::{check, check_flat, Anomaly, AnomalyKind, Options, Report};
 pub use flat::Flat;
-pub use history::{Access, Final, History, HistoryError, Invariant, PredicateRead, Status, Txn};
+pub use history::{Access, Final, History, HistoryError, Invariant, PredicateRead, Status, Trailer, Txn};
 pub use level::Level;
 
 impl Report {

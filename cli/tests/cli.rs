@@ -248,7 +248,8 @@ fn check_reports_anomalies_with_exit_codes() {
         &clean,
         "{\"type\":\"txn\",\"id\":1,\"status\":\"committed\",\"writes\":[{\"key\":1,\"version\":1}]}\n\
          {\"type\":\"txn\",\"id\":2,\"status\":\"committed\",\"reads\":[{\"key\":1,\"version\":1}],\"writes\":[{\"key\":1,\"version\":2}]}\n\
-         {\"type\":\"final\",\"key\":1,\"version\":2}\n",
+         {\"type\":\"final\",\"key\":1,\"version\":2}\n\
+         {\"type\":\"end\",\"txns\":2,\"committed\":2,\"aborted\":0,\"finals\":1,\"invariants\":0}\n",
     )
     .unwrap();
     let out = txbed().args(["check", clean.to_str().unwrap()]).output().unwrap();
@@ -259,7 +260,8 @@ fn check_reports_anomalies_with_exit_codes() {
     std::fs::write(
         &skew,
         "{\"type\":\"txn\",\"id\":1,\"status\":\"committed\",\"reads\":[{\"key\":1,\"version\":0},{\"key\":2,\"version\":0}],\"writes\":[{\"key\":1,\"version\":1}]}\n\
-         {\"type\":\"txn\",\"id\":2,\"status\":\"committed\",\"reads\":[{\"key\":1,\"version\":0},{\"key\":2,\"version\":0}],\"writes\":[{\"key\":2,\"version\":1}]}\n",
+         {\"type\":\"txn\",\"id\":2,\"status\":\"committed\",\"reads\":[{\"key\":1,\"version\":0},{\"key\":2,\"version\":0}],\"writes\":[{\"key\":2,\"version\":1}]}\n\
+         {\"type\":\"end\",\"txns\":2,\"committed\":2,\"aborted\":0,\"finals\":0,\"invariants\":0}\n",
     )
     .unwrap();
     let elle = dir.join("elle.json");

@@ -179,7 +179,8 @@ impl RunOutput<'_> {
     }
 }
 
-/// Writes the run's history, with the scenario's name and the seed in its metadata.
+/// Writes the run's history, with the scenario's name and the seed in its metadata: binary
+/// for a `.bin` path (docs/checker.md), JSON Lines otherwise.
 pub fn write_history(
     s: &Scenario,
     seed: u64,
@@ -190,7 +191,12 @@ pub fn write_history(
         history.meta.insert("scenario".into(), s.name.clone().into());
         history.meta.insert("seed".into(), seed.into());
         let f = std::fs::File::create(path).map_err(|e| format!("{}: cannot write history: {e}", path.display()))?;
-        history.write(std::io::BufWriter::new(f)).map_err(|e| format!("{}: {e}", path.display()))?;
+        let w = std::io::BufWriter::new(f);
+        match txbed_checker::format::Format::for_path(path) {
+            txbed_checker::format::Format::Binary => history.write_binary(w),
+            txbed_checker::format::Format::Jsonl => history.write(w),
+        }
+        .map_err(|e| format!("{}: {e}", path.display()))?;
     }
     Ok(())
 }

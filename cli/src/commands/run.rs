@@ -40,7 +40,8 @@ pub struct Args {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
-    /// Write the run's history (JSON Lines, for `txbed check`) to this file.
+    /// Write the run's history (for `txbed check`) to this file: binary if it ends in `.bin`,
+    /// JSON Lines otherwise.
     #[arg(long)]
     pub history: Option<PathBuf>,
     /// Where to run: the simulator, or real processes (one per node) over sockets or verbs.
