@@ -174,3 +174,46 @@ fn tiny_log_rings_lose_nothing() {
         assert!(s.contains("log_ring_kib"), "{s}");
     }
 }
+
+/// A scenario's `protocol.isolation` is the level its run is checked at: OCC skipping
+/// validation (planted) makes G2-item cycles, which read committed allows (the run passes and
+/// the report lists them as allowed) and serializability, OCC's own level, forbids.
+#[test]
+fn a_scenario_is_checked_at_its_declared_isolation_level() {
+    let dir = std::env::temp_dir().join(format!("txbed-isolation-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("rc.ron");
+    std::fs::write(
+        &f,
+        "Scenario(name: \"rc\", cluster: (nodes: 3, workers: 2, coroutines: 4, nic: \"cx4\", nics_per_node: Some(1)),
+         protocol: Some((name: Occ, mode: Rpc, isolation: Some(ReadCommitted))),
+         workload: Ycsb((rows_per_node: 2000, ops: 4, write_fraction: 0.5, hot_fraction: 0.01, hot_probability: 0.9)),
+         run: (warmup_us: 0, measure_us: 200, seed: 1))",
+    )
+    .unwrap();
+    let f = f.to_str().unwrap();
+    let run = |extra: &[&str]| {
+        let mut args = vec!["run", f, "--bug", "SkipValidation"];
+        args.extend(extra);
+        txbed(&args)
+    };
+    let r = json(&run(&["--json"]));
+    let c = &r["check"];
+    assert_eq!(c["level"], "read-committed", "{c}");
+    assert_eq!(c["level_holds"], true, "{c}");
+    assert_eq!(c["clean"], true, "{c}");
+    assert_eq!(c["serializable"], false, "{c}");
+    assert!(c["anomalies"].as_object().unwrap().is_empty(), "{c}");
+    assert!(c["allowed"]["G2-item"].as_u64().is_some_and(|n| n > 0), "{c}");
+    let text = run(&[]);
+    assert!(text.status.success());
+    let out = String::from_utf8_lossy(&text.stdout);
+    assert!(out.contains("  read-committed: yes, nothing lost;"), "{out}");
+    assert!(out.contains("  allowed    G2-item "), "{out}");
+    // The protocol's own level, serializable, forbids them: the same run fails.
+    let strict = run(&["--set", "protocol.isolation=None"]);
+    assert_eq!(strict.status.code(), Some(1));
+    let out = String::from_utf8_lossy(&strict.stdout);
+    assert!(out.contains("  serializable: NO"), "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

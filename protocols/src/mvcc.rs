@@ -39,9 +39,10 @@ use txbed_checker::Access;
 use txbed_transport::{Ctx, Handled, HandlerCtx, HandlerFn, HostMemory, LocalBuf, Op, Payload};
 use txbed_workloads::{Executed, TxnSpec};
 
-use txbed_txn::attempt::{new_history, settle, Attempt};
+use txbed_txn::attempt::{new_history, note_accesses, settle, Attempt};
 use txbed_txn::history_key;
 use txbed_txn::msg::KeyReq;
+use txbed_txn::node::Accesses;
 use txbed_txn::node::{NodeState, BUSY, MALFORMED, MISSING, OK};
 use txbed_txn::ops::{self, Rec, Tally};
 use txbed_txn::participant::{BY_KEY, BY_OFFSET};
@@ -459,11 +460,19 @@ async fn run(
 ) -> Result<Attempt, TxnError> {
     let start_ns = ctx.now();
     let epoch0 = ctx.view_epoch();
+    // Should it abort, its history entry lists the versions it read as it read them (old
+    // versions: its records' tuples show the latest), not as `settle` would from `recs`.
+    note_accesses(n, id, Accesses::default());
     // Read set: R1/R2 and rts.
     let seen = match read_set(ctx, n, recs, ctts).await? {
         Ok(seen) => seen,
         Err(why) => return Ok(abort(ctx, n, why)),
     };
+    let mut acc = Accesses::default();
+    for (r, v) in recs.iter().filter(|r| !r.write).zip(&seen) {
+        acc.reads.push(Access { key: history_key(r.table, r.key), version: v.counter() });
+    }
+    note_accesses(n, id, acc.clone());
     // Write set: W1/W2 and the lock.
     let held = match lock_set(ctx, n, recs, ctts).await? {
         Ok(held) => held,
@@ -472,6 +481,12 @@ async fn run(
             return Ok(abort(ctx, n, why));
         }
     };
+    for (r, held) in recs.iter().filter(|r| r.write).zip(&held) {
+        let key = history_key(r.table, r.key);
+        acc.reads.push(Access { key, version: held.old.counter() });
+        acc.writes.push(Access { key, version: held.old.counter() + 1 });
+    }
+    note_accesses(n, id, acc);
     let olds: Vec<&[u8]> = held.iter().map(|h| h.old.record.as_slice()).collect();
     let reads: Vec<&[u8]> = seen.iter().map(|v| v.record.as_slice()).collect();
     ctx.compute(spec.compute_ns);

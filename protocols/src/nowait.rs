@@ -30,7 +30,7 @@ impl Protocol for NoWait {
         &STAGES
     }
     fn bugs(&self) -> &'static [Bug] {
-        &[UNLOCK_BEFORE_WRITE_BACK]
+        &[UNLOCK_BEFORE_WRITE_BACK, ABORT_AFTER_WRITE_BACK]
     }
     fn attempt<'a>(&self, ctx: &'a Ctx, n: &'a NodeState, spec: &'a TxnSpec, id: u64) -> LocalBoxFuture<'a, Attempt> {
         Box::pin(attempt(ctx, n, spec, id))
@@ -43,6 +43,19 @@ pub const UNLOCK_BEFORE_WRITE_BACK: Bug = Bug {
     name: "UnlockBeforeWriteBack",
     about: "releases its locks before writing back: another transaction reads the old value (lost update)",
 };
+
+/// Writes back, then aborts one attempt in eight without restoring what it wrote (an abort
+/// path that forgets its undo): the next transaction reads, and builds on, a version an
+/// aborted one installed (G1a).
+pub const ABORT_AFTER_WRITE_BACK: Bug = Bug {
+    name: "AbortAfterWriteBack",
+    about: "aborts some attempts after writing back, without restoring the old values: others read what an aborted transaction wrote (G1a)",
+};
+
+/// The attempts `ABORT_AFTER_WRITE_BACK` aborts: one in eight, by sequence number.
+const fn aborts_after_write_back(id: u64) -> bool {
+    id & 7 == 0
+}
 
 /// The stages NOWAIT has, hence the bits its hybrid code may set.
 pub const STAGES: [Stage; 4] = [Stage::Lock, Stage::Log, Stage::Release, Stage::Commit];
@@ -65,6 +78,12 @@ async fn run(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64, recs: &mut [Rec]
         ops::release(ctx, n, recs, |_| true, id).await?;
         return Ok(Attempt::UserAbort);
     };
+    if n.bug == Some(ABORT_AFTER_WRITE_BACK) && aborts_after_write_back(id) && !spec.read_only() {
+        // Installed and unlocked, never logged nor undone: its history entry (`settle`)
+        // lists the versions it installed.
+        ops::write_back(ctx, n, recs, &new_values, id, false).await?;
+        return Ok(Attempt::Conflict("bug: aborted after write-back"));
+    }
     let mut h = new_history(ctx, n, spec, id, start_ns);
     ops::history_of(recs, &mut h);
     if !ops::commit_point(ctx, n, epoch0, recs, &new_values, h, delta) {

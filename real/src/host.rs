@@ -725,6 +725,7 @@ struct SpecForThread {
     link_delay_ns: Vec<u64>,
     retry: Retry,
     clocks: txbed_runner::spec::ClockSpec,
+    isolation: Option<txbed_checker::Level>,
 }
 
 impl SpecForThread {
@@ -751,6 +752,7 @@ impl SpecForThread {
             link_delay_ns: s.link_delay_ns.clone(),
             retry: s.retry,
             clocks: s.clocks.clone(),
+            isolation: s.isolation,
         }
     }
     fn spec(self) -> TxnRunSpec {
@@ -782,6 +784,7 @@ impl SpecForThread {
             clocks: self.clocks,
             // Partitions are the transport's (`WorkerSeed::partitions`); nothing else reaches here.
             faults: None,
+            isolation: self.isolation,
         }
     }
 }

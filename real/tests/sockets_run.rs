@@ -45,6 +45,7 @@ fn spec(protocol: ProtocolRef, hybrid: Hybrid) -> TxnRunSpec {
         trace: false,
         clocks: Default::default(),
         faults: None,
+        isolation: None,
     }
 }
 

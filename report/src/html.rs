@@ -129,21 +129,28 @@ fn verdict(r: &Value) -> String {
     if c.is_object() {
         let clean = c["clean"].as_bool() == Some(true);
         let checked = &c["checked_txns"];
+        // Reports written before levels existed were checked at serializability.
+        let level = c["level"].as_str().unwrap_or("serializable");
+        let holds = c.get("level_holds").unwrap_or(&c["serializable"]);
         let line = if clean {
             format!(
-                "serializable: yes, nothing lost; {checked} transactions checked, invariants {}",
+                "{level}: yes, nothing lost; {checked} transactions checked, invariants {}",
                 if c["invariants_ok"].as_bool() == Some(false) { "violated" } else { "hold" }
             )
         } else {
             format!(
-                "the checker rejected this run: serializable {}, nothing lost {}, invariants hold {} ({checked} transactions checked)",
-                c["serializable"], c["nothing_lost"], c["invariants_ok"]
+                "the checker rejected this run: {level} {holds}, nothing lost {}, invariants hold {} ({checked} transactions checked)",
+                c["nothing_lost"], c["invariants_ok"]
             )
         };
         let _ = write!(s, "<p class=\"{}\" id=\"verdict\">{}", if clean { "ok" } else { "bad" }, esc(&line));
         if let Some(a) = c["anomalies"].as_object().filter(|a| !a.is_empty()) {
             let list: Vec<String> = a.iter().map(|(k, v)| format!("{k}: {v}")).collect();
             let _ = write!(s, "<br>anomalies: {}", esc(&list.join(", ")));
+        }
+        if let Some(a) = c["allowed"].as_object().filter(|a| !a.is_empty()) {
+            let list: Vec<String> = a.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+            let _ = write!(s, "<br>allowed at {}: {}", esc(level), esc(&list.join(", ")));
         }
         s += "</p>\n";
         if let Some(ex) = c["explanations"].as_array().filter(|x| !x.is_empty()) {
@@ -365,6 +372,24 @@ mod tests {
         assert!(page.contains("node 2 committed nothing") && page.contains("id=\"warnings\""));
         assert!(page.contains("x&lt;script&gt;") && !page.contains("x<script>"));
         assert!(page.contains("<a href=\"history.jsonl\">"));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// A run checked at a weaker level names it, and lists the anomalies it allows apart.
+    #[test]
+    fn a_run_names_its_isolation_level_and_what_it_allows() {
+        let d = dir("level");
+        let report = serde_json::json!({
+            "scenario": "rc", "seed": 1, "protocol": "OCC", "hybrid": "0 (rpc)",
+            "check": {"clean": true, "level": "read-committed", "level_holds": true, "serializable": false,
+                      "nothing_lost": true, "invariants_ok": true, "checked_txns": 12, "anomalies": {},
+                      "allowed": {"G2-item": 2}, "explanations": []},
+            "failures": [], "warnings": [],
+        });
+        std::fs::write(d.join("report.json"), report.to_string()).unwrap();
+        let page = page(&d).unwrap();
+        assert!(page.contains("read-committed: yes, nothing lost; 12 transactions checked"), "{page}");
+        assert!(page.contains("allowed at read-committed: G2-item: 2"), "{page}");
         std::fs::remove_dir_all(&d).unwrap();
     }
 

@@ -192,7 +192,7 @@ pub fn txn_text(s: &Scenario, r: &TxnReport) -> String {
     let verbs: Vec<String> = r.verbs.iter().map(|(k, n)| format!("{k} {n}")).collect();
     let types: Vec<String> = r.per_type.iter().map(|(k, t)| format!("{k} {:.0}/s", t.tps)).collect();
     let mut out = format!(
-        "scenario {:?}, seed {}: {} ({}) on {}\n  cluster    {} nodes x {} workers x {} coroutines, NIC {}\n{}  throughput {:.0} transactions/s ({:.0} per node), {} committed in the window\n  latency    p50 {:.2} us  p90 {:.2} us  p99 {:.2} us  p99.9 {:.2} us  max {:.2} us  mean {:.2} us\n  aborts     {:.1}% ({} conflicts in the window), {} user aborts\n{}  types      {}\n{}  stages     {}\n{}  verbs      {}\n  locations  {}\n  log        {}\n{}{}{}  serializable: {}{}; {} transactions checked, invariants {}\n",
+        "scenario {:?}, seed {}: {} ({}) on {}\n  cluster    {} nodes x {} workers x {} coroutines, NIC {}\n{}  throughput {:.0} transactions/s ({:.0} per node), {} committed in the window\n  latency    p50 {:.2} us  p90 {:.2} us  p99 {:.2} us  p99.9 {:.2} us  max {:.2} us  mean {:.2} us\n  aborts     {:.1}% ({} conflicts in the window), {} user aborts\n{}  types      {}\n{}  stages     {}\n{}  verbs      {}\n  locations  {}\n  log        {}\n{}{}{}  {}: {}{}; {} transactions checked ({} aborted), invariants {}\n{}",
         r.scenario,
         r.seed,
         r.protocol,
@@ -245,14 +245,17 @@ pub fn txn_text(s: &Scenario, r: &TxnReport) -> String {
         } else {
             format!("  backend    {}, {:.2} s wall clock (not deterministic: no digest)\n", r.backend, r.sim.simulated_ns as f64 / 1e9)
         },
-        yes(r.check.serializable),
+        r.check.level,
+        yes(r.check.level_holds),
         match r.check.nothing_lost {
             Some(true) => ", nothing lost",
             Some(false) => ", WRITES LOST",
             None => "",
         },
         r.check.checked_txns,
-        if r.check.invariants_ok { "hold" } else { "VIOLATED" }
+        r.check.aborted_txns,
+        if r.check.invariants_ok { "hold" } else { "VIOLATED" },
+        allowed_line(&r.check.level, &r.check.allowed),
     );
     for w in &r.warnings {
         out.push_str(&format!("  WARNING    {w}\n"));
@@ -261,4 +264,13 @@ pub fn txn_text(s: &Scenario, r: &TxnReport) -> String {
         out.push_str(&format!("\n{e}\n"));
     }
     out
+}
+
+/// Anomalies the checked level allows, apart from the verdict (they do not fail the run).
+fn allowed_line(level: &str, allowed: &std::collections::BTreeMap<&'static str, usize>) -> String {
+    if allowed.is_empty() {
+        return String::new();
+    }
+    let list: Vec<String> = allowed.iter().map(|(k, n)| format!("{k} {n}")).collect();
+    format!("  allowed    {} (anomalies {level} allows: not counted against the run)\n", list.join(", "))
 }

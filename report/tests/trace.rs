@@ -49,6 +49,7 @@ fn spec(protocol: ProtocolRef, hybrid: Hybrid, options: Options, trace: bool) ->
         trace,
         clocks: Default::default(),
         faults: None,
+        isolation: None,
     }
 }
 

@@ -280,8 +280,11 @@ pub fn classify(r: &TxnRunResult) -> (Kind, String) {
             .map(|a| format!("{}: {}", a.kind.name(), a.explanation.lines().next().unwrap_or("")))
             .unwrap_or_default()
     };
-    if !rep.serializable {
-        return (Kind::NotSerializable, first(&|k| k.breaks_serializability()));
+    // At the level the run is checked at (`protocol.isolation`): anomalies it allows pass.
+    if !crate::report::level_holds(rep) {
+        use txbed_checker::AnomalyKind::{Invariant, LostWrite};
+        let level = rep.level;
+        return (Kind::NotSerializable, first(&|k| level.forbids(k) && k != LostWrite && k != Invariant));
     }
     if rep.nothing_lost == Some(false) {
         return (Kind::LostWrites, first(&|k| k == txbed_checker::AnomalyKind::LostWrite));

@@ -55,6 +55,7 @@ pub fn txn_spec(s: &Scenario, profile: &NicProfile, seed: u64) -> Result<TxnRunS
             host_bound_ns: s.run.clock_bound_us * 1000,
         },
         faults: fault_plan(s, seed),
+        isolation: p.isolation.map(|i| i.0),
     })
 }
 

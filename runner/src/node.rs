@@ -54,6 +54,7 @@ pub fn node_state(spec: &TxnRunSpec, me: u16, catalog: &Rc<Catalog>) -> Rc<NodeS
         rdma: spec.options,
         local_path: crate::spec::local_path(spec),
         history: RefCell::new(Vec::new()),
+        aborted_accesses: RefCell::default(),
         stats: RefCell::new(TxnStats::default()),
         pending_lookups: RefCell::default(),
         replication: spec.replication,
@@ -124,6 +125,7 @@ pub async fn coordinator(ctx: Ctx, st: Rc<NodeState>, sh: Shared, c: u32) {
         let in_window = |now: u64| now >= sh.from && now < sh.end;
         loop {
             // Data-dependent read and write sets: ask the owners first, on every attempt.
+            let lookup_began = ctx.now();
             let resolved = if lookups.is_empty() {
                 None
             } else {
@@ -132,6 +134,10 @@ pub async fn coordinator(ctx: Ctx, st: Rc<NodeState>, sh: Shared, c: u32) {
                     Err(e) if st.recovery.is_some() && e.unreachable_node().is_some() => {
                         waited = true;
                         st.stats.borrow_mut().aborted_conflict += 1;
+                        // Counted as an abort, so recorded as one (nothing read yet).
+                        seq += 1;
+                        let id = txbed_txn::attempt::txn_id(n, st.incarnation, wk, c, seq);
+                        txbed_txn::attempt::aborted(&ctx, &st, &drawn_spec, id, lookup_began);
                         let now = ctx.now();
                         sh.measured.borrow_mut().abort((n, wk), cause::UNAVAILABLE, now, in_window(now));
                         tries += 1;
@@ -172,6 +178,13 @@ pub async fn coordinator(ctx: Ctx, st: Rc<NodeState>, sh: Shared, c: u32) {
                 let name = format!("{} {how}", t.kind);
                 let args = [("attempt", tries as u64 + 1), ("id", id)];
                 ctx.trace_slice_args(name, txbed_transport::trace::TXN, began, ctx.now(), &args);
+            }
+            match outcome {
+                // Every abort the run counts is in the history, with what it read and wrote.
+                Attempt::Conflict(_) | Attempt::UserAbort => txbed_txn::attempt::aborted(&ctx, &st, t, id, began),
+                Attempt::Committed | Attempt::Failed(_) => {
+                    st.aborted_accesses.borrow_mut().remove(&id);
+                }
             }
             match outcome {
                 Attempt::Committed => {

@@ -208,7 +208,7 @@ pub fn assemble(spec: &TxnRunSpec, results: Vec<NodeResult>) -> (History, Report
         expected: initial + stats.external_delta,
         actual: conserved,
     });
-    let report = check(&h, &Options::default());
+    let report = check(&h, &Options { level: spec.level(), ..Options::default() });
     // The replicas are named in the history, so the checker always judges lost writes.
     assert!(report.nothing_lost.is_some(), "a run's history must let the checker look for lost writes");
     (h, report, stats, measured, failures)

@@ -330,12 +330,28 @@ pub struct StageReport {
 pub struct CheckReport {
     /// The checker's verdict (`txbed_checker::Report::clean`).
     pub clean: bool,
+    /// The isolation level the history was checked at (`protocol.isolation`, else the
+    /// protocol's), and whether it holds: no anomaly it forbids besides lost writes and
+    /// broken invariants, which have their own verdicts.
+    pub level: &'static str,
+    pub level_holds: bool,
     pub serializable: bool,
     pub checked_txns: usize,
+    /// Of `checked_txns`, the aborted attempts (every abort the run counts is recorded).
+    pub aborted_txns: usize,
     pub nothing_lost: Option<bool>,
     pub invariants_ok: bool,
+    /// Anomalies the level forbids, by class.
     pub anomalies: BTreeMap<&'static str, usize>,
+    /// Anomalies present that the level allows, by class: they do not fail the run.
+    pub allowed: BTreeMap<&'static str, usize>,
     pub explanations: Vec<String>,
+}
+
+/// Whether a check at its level holds apart from lost writes and invariants (`level_holds`).
+pub fn level_holds(r: &txbed_checker::Report) -> bool {
+    use txbed_checker::AnomalyKind::{Invariant, LostWrite};
+    r.counts.keys().all(|k| *k == LostWrite.name() || *k == Invariant.name())
 }
 
 impl TxnReport {
@@ -507,11 +523,15 @@ pub fn txn_report(
         failures: r.failures.clone(),
         check: CheckReport {
             clean: r.report.clean(),
+            level: r.report.level.name(),
+            level_holds: level_holds(&r.report),
             serializable: r.report.serializable,
             checked_txns: r.report.checked_txns,
+            aborted_txns: r.report.aborted,
             nothing_lost: r.report.nothing_lost,
             invariants_ok: r.report.invariants_ok,
             anomalies: r.report.counts.clone(),
+            allowed: r.report.allowed.clone(),
             explanations: r.report.anomalies.iter().map(|a| a.explanation.clone()).collect(),
         },
     }

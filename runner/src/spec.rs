@@ -89,6 +89,9 @@ pub struct TxnRunSpec {
     pub clocks: ClockSpec,
     /// Faults the simulator applies (`faults`; docs/faults.md); `None`: none.
     pub faults: Option<crate::faults::FaultPlan>,
+    /// The isolation level the history is checked at (`protocol.isolation`); `None`: the
+    /// protocol's (`Protocol::isolation`).
+    pub isolation: Option<txbed_checker::Level>,
 }
 
 /// The clocks of a run: the simulator's model, and the bound real backends report.
@@ -140,7 +143,13 @@ impl TxnRunSpec {
             trace: false,
             clocks: ClockSpec::default(),
             faults: None,
+            isolation: None,
         }
+    }
+
+    /// The isolation level the history is checked at: `isolation`, else the protocol's.
+    pub fn level(&self) -> txbed_checker::Level {
+        self.isolation.unwrap_or_else(|| self.protocol.isolation())
     }
 }
 

@@ -21,7 +21,7 @@ use txbed_sim::bench_verbs::{rpc_max_payload, RawVerb};
 use txbed_sim::profile::{Atomicity, NicOverrides};
 use txbed_sim::wan::{Delay, Wan, WanLink, WanTransport};
 use txbed_sim::NicProfile;
-use txbed_txn::protocol::{fold_name, OptionValues, Preset, ProtocolRef, Rdma};
+use txbed_txn::protocol::{fold_name, Level, OptionValues, Preset, ProtocolRef, Rdma};
 use txbed_txn::retry::Retry;
 use txbed_txn::stage::{Hybrid, Stage};
 use txbed_workloads::WorkloadConfig;
@@ -115,6 +115,48 @@ impl<'de> Deserialize<'de> for PresetName {
                 all().find(|p| fold_name(p.name) == want).map(|p| PresetName(p.name)).ok_or_else(|| {
                     let names: Vec<&str> = all().map(|p| p.name).collect();
                     format!("unknown preset `{name}`, expected one of {}", names.join(", "))
+                })
+            }),
+        )
+    }
+}
+
+/// An isolation level, by name (`Serializable`, `ReadCommitted`, `StrictSerializable`, or
+/// `"read-committed"`: case and punctuation do not matter). Written back as a RON variant
+/// (`ReadCommitted`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct IsolationName(pub Level);
+
+impl IsolationName {
+    /// The variant a scenario file spells (`ReadCommitted`).
+    pub fn variant(level: Level) -> &'static str {
+        match level {
+            Level::ReadUncommitted => "ReadUncommitted",
+            Level::ReadCommitted => "ReadCommitted",
+            Level::RepeatableRead => "RepeatableRead",
+            Level::Snapshot => "Snapshot",
+            Level::Serializable => "Serializable",
+            Level::StrictSerializable => "StrictSerializable",
+        }
+    }
+}
+
+impl Serialize for IsolationName {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_unit_variant("Isolation", self.0 as u32, Self::variant(self.0))
+    }
+}
+
+impl<'de> Deserialize<'de> for IsolationName {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_enum(
+            "Isolation",
+            &[],
+            NameVisitor("an isolation level", |name| {
+                let want = fold_name(name);
+                Level::ALL.into_iter().find(|l| fold_name(l.name()) == want).map(IsolationName).ok_or_else(|| {
+                    let names: Vec<&str> = Level::ALL.into_iter().map(IsolationName::variant).collect();
+                    format!("unknown isolation level `{name}`, expected one of {}", names.join(", "))
                 })
             }),
         )
@@ -249,6 +291,10 @@ pub struct ProtocolSpec {
     /// `rdma` and `options`.
     #[serde(default)]
     pub preset: Option<PresetName>,
+    /// The isolation level the run is checked at (`Some(ReadCommitted)`); `None`: the one the
+    /// protocol provides (`txbed protocols`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolation: Option<IsolationName>,
 }
 
 /// RDMA optimisations (DrTM+H Sec. 3.2), each on or off.
@@ -318,6 +364,11 @@ impl ProtocolSpec {
             log_reclaim_bytes,
         };
         (self.hybrid(), rdma, self.options.clone())
+    }
+
+    /// The isolation level the run is checked at: the scenario's, else the protocol's.
+    pub fn level(&self) -> Level {
+        self.isolation.map_or_else(|| self.name.protocol().isolation(), |i| i.0)
     }
 
     /// The preset named, if it is the protocol's.

@@ -169,6 +169,7 @@ impl<L: Load> Shape<L> {
             trace: self.trace,
             clocks: Default::default(),
             faults: None,
+            isolation: None,
         }
     }
     pub fn replay(&self) -> String {

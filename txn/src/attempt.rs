@@ -6,7 +6,7 @@ use txbed_transport::Ctx;
 use txbed_workloads::{Executed, TxnSpec};
 
 use crate::error::TxnError;
-use crate::node::NodeState;
+use crate::node::{Accesses, NodeState};
 use crate::ops::Rec;
 
 /// A transaction id: nonzero, unique per (node, incarnation, worker, coroutine, sequence):
@@ -70,7 +70,7 @@ pub async fn settle(
     id: u64,
     owner: u64,
 ) -> Attempt {
-    match r {
+    let a = match r {
         Ok(a) => a,
         Err(e) if n.recovery.is_some() && e.unreachable_node().is_some() => {
             if n.pending.borrow().contains_key(&id) {
@@ -81,7 +81,33 @@ pub async fn settle(
             Attempt::Conflict(cause::UNAVAILABLE)
         }
         Err(e) => Attempt::Failed(e),
+    };
+    if matches!(a, Attempt::Conflict(_) | Attempt::UserAbort) {
+        // What the protocol noted itself (`note_accesses`) wins over what `recs` show.
+        n.aborted_accesses.borrow_mut().entry(id).or_insert_with(|| crate::ops::accesses_of(recs));
     }
+    a
+}
+
+/// Notes what attempt `id` read and wrote so far, for its history entry should it abort: for
+/// a protocol whose records (`ops::Rec`) do not show the versions it read (MVCC reads old
+/// versions). Replaces an earlier note.
+pub fn note_accesses(n: &NodeState, id: u64, accesses: Accesses) {
+    n.aborted_accesses.borrow_mut().insert(id, accesses);
+}
+
+/// The history entry of attempt `id`, which aborted (a conflict or a user abort): started at
+/// `start_ns`, ended now, with what `settle` or the protocol noted it read and wrote (nothing
+/// if neither did: CALVIN's scheduler runs the logic elsewhere, an index lookup failed
+/// before the attempt). Every abort the run counts has one, so G1a is checkable.
+pub fn aborted(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64, start_ns: u64) {
+    let acc = n.aborted_accesses.borrow_mut().remove(&id).unwrap_or_default();
+    let mut h = new_history(ctx, n, spec, id, start_ns);
+    h.status = Status::Aborted;
+    h.reads = acc.reads;
+    h.writes = acc.writes;
+    h.end_ns = ctx.now();
+    n.history.borrow_mut().push(h);
 }
 
 /// A history entry for transaction `id`, started at `start_ns`, not yet ended.

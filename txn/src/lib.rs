@@ -43,5 +43,5 @@ pub mod wire;
 
 pub use crate::attempt::Attempt;
 pub use crate::error::TxnError;
-pub use crate::protocol::{Bug, Isolation, Needs, Preset, Protocol, ProtocolRef, Rdma};
+pub use crate::protocol::{Bug, Level, Needs, Preset, Protocol, ProtocolRef, Rdma};
 pub use crate::store::history_key;

@@ -192,8 +192,11 @@ pub struct NodeState {
     pub hybrid: Hybrid,
     pub rdma: Rdma,
     pub local_path: LocalPath,
-    /// Committed (and user-aborted) transactions, in completion order.
+    /// Every attempt, committed or aborted, in completion order.
     pub history: RefCell<Vec<Txn>>,
+    /// What an attempt that aborted read and wrote, by transaction id, from its `settle`
+    /// (or the protocol: `attempt::note_accesses`) until the coordinator records it.
+    pub aborted_accesses: RefCell<std::collections::BTreeMap<u64, Accesses>>,
     pub stats: RefCell<TxnStats>,
     /// Location-lookup READs a coroutine (worker, coroutine) issued that no stage has counted
     /// yet: the next stage it accounts takes them.
@@ -232,6 +235,14 @@ pub struct NodeState {
     pub participant: Box<dyn Any>,
     /// The ordered index lookups are answered from (`index`).
     pub index: NodeIndex,
+}
+
+/// An attempt's reads (the version of each record it observed) and writes (the version each
+/// would install, or installed if it made it visible), for its history entry.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Accesses {
+    pub reads: Vec<txbed_checker::Access>,
+    pub writes: Vec<txbed_checker::Access>,
 }
 
 /// A backup's copy of a record: the version and writer it last applied, and (with faults in

@@ -537,6 +537,25 @@ pub fn history_of(recs: &[Rec], history: &mut Txn) {
     }
 }
 
+/// What an attempt that aborted had read and would have written, from its records: the
+/// version of each record it observed, and for a write the next version. A record it asked
+/// to lock and did not get is left out: what came back with the failed lock was not read
+/// under it (a one-sided READ beside a failed CAS).
+pub fn accesses_of(recs: &[Rec]) -> crate::node::Accesses {
+    let mut a = crate::node::Accesses::default();
+    let seen = |r: &&Rec| r.tuple.len() >= META_BYTES as usize && (r.locked || !r.asked);
+    for r in recs.iter().filter(|r| r.write).filter(seen) {
+        let key = history_key(r.table, r.key);
+        let ver = r.version().1;
+        a.reads.push(Access { key, version: ver });
+        a.writes.push(Access { key, version: ver + 1 });
+    }
+    for r in recs.iter().filter(|r| !r.write).filter(seen) {
+        a.reads.push(Access { key: history_key(r.table, r.key), version: r.version().1 });
+    }
+    a
+}
+
 /// The commit point of a transaction that writes (after its validation, before LOG): from
 /// here it commits, whatever fails later. `history` (what it read and wrote, `history_of`)
 /// and `delta` wait in `NodeState::pending` until [`complete`]. With faults in the run, the

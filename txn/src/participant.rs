@@ -283,6 +283,7 @@ mod tests {
             rdma: Rdma::default(),
             local_path: crate::node::LocalPath::OFF,
             history: RefCell::default(),
+            aborted_accesses: RefCell::default(),
             stats: RefCell::default(),
             pending_lookups: RefCell::default(),
             replication: 1,

@@ -42,26 +42,9 @@ pub type ProtocolRef = &'static dyn Protocol;
 /// as the run's failure (never a panic: it may come from a peer's message).
 pub type BackgroundFn = fn(Ctx, Rc<NodeState>, u64) -> LocalBoxFuture<'static, Result<(), crate::TxnError>>;
 
-/// The isolation level a protocol promises; the history checker verifies it.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Isolation {
-    /// Committed transactions are equivalent to some serial order (no G0, G1, G2).
-    Serializable,
-    /// Reads see a consistent snapshot; write skew (G2) is allowed.
-    SnapshotIsolation,
-    /// Reads see only committed data (no G0, G1).
-    ReadCommitted,
-}
-
-impl Isolation {
-    pub fn name(self) -> &'static str {
-        match self {
-            Isolation::Serializable => "serializable",
-            Isolation::SnapshotIsolation => "snapshot isolation",
-            Isolation::ReadCommitted => "read committed",
-        }
-    }
-}
+/// The isolation level a protocol provides (Adya's levels); a run is checked at it unless its
+/// scenario declares another (`isolation`).
+pub use txbed_checker::Level;
 
 /// What a protocol needs from the run beyond a cluster of nodes.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -118,9 +101,11 @@ pub trait Protocol: Sync {
     /// The stages it has: the bits its hybrid code may set.
     fn stages(&self) -> &'static [Stage];
 
-    /// The isolation level it promises.
-    fn isolation(&self) -> Isolation {
-        Isolation::Serializable
+    /// The isolation level it provides: what its runs are checked at by default. Claim only
+    /// what the design guarantees and its runs pass (strict serializability needs real-time
+    /// order: a transaction that ended before another began precedes it).
+    fn isolation(&self) -> Level {
+        Level::Serializable
     }
 
     /// What it needs from the run.
