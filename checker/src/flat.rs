@@ -125,26 +125,31 @@ impl Flat {
         self.txns.push(row);
     }
 
+    /// Appends a transaction given as a [`Txn`].
+    pub fn push_txn(&mut self, t: &Txn) {
+        let label = self.intern(&t.label);
+        let row = Row {
+            id: t.id,
+            start_ns: t.start_ns,
+            end_ns: t.end_ns,
+            at: 0,
+            reads: 0,
+            writes: 0,
+            coroutine: t.coroutine,
+            label,
+            node: t.node,
+            worker: t.worker,
+            status: t.status,
+        };
+        self.push(row, &t.reads, &t.writes, &t.predicates);
+    }
+
     pub fn from_history(h: &History) -> Flat {
         let mut f = Flat::default();
         f.txns.reserve(h.txns.len());
         f.access.reserve(h.txns.iter().map(|t| t.reads.len() + t.writes.len()).sum());
         for t in &h.txns {
-            let label = f.intern(&t.label);
-            let row = Row {
-                id: t.id,
-                start_ns: t.start_ns,
-                end_ns: t.end_ns,
-                at: 0,
-                reads: 0,
-                writes: 0,
-                coroutine: t.coroutine,
-                label,
-                node: t.node,
-                worker: t.worker,
-                status: t.status,
-            };
-            f.push(row, &t.reads, &t.writes, &t.predicates);
+            f.push_txn(t);
         }
         f.finals = h.finals.clone();
         f.invariants = h.invariants.clone();

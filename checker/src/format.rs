@@ -167,24 +167,6 @@ impl Checks {
     }
 }
 
-fn push_txn(f: &mut Flat, t: &Txn) {
-    let label = f.intern(&t.label);
-    let row = Row {
-        id: t.id,
-        start_ns: t.start_ns,
-        end_ns: t.end_ns,
-        at: 0,
-        reads: 0,
-        writes: 0,
-        coroutine: t.coroutine,
-        label,
-        node: t.node,
-        worker: t.worker,
-        status: t.status,
-    };
-    f.push(row, &t.reads, &t.writes, &t.predicates);
-}
-
 // ---------------------------------------------------------------------------------------
 // JSON Lines
 
@@ -267,7 +249,7 @@ fn slow(
     match parsed {
         Line::Txn(t) => {
             count(counts, t.status);
-            push_txn(f, &t);
+            f.push_txn(&t);
             let i = f.txns.len() - 1;
             checks.row(n, &f.txns[i], f.writes(i));
         }

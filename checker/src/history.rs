@@ -179,43 +179,5 @@ impl History {
 /// checker's benchmark and tests. Deterministic in `seed` (a xorshift stream, so the
 /// checker crate needs no RNG dependency).
 pub fn generate_serial(txns: usize, keys: u64, seed: u64) -> History {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    let mut next = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
-    let mut current = vec![0u64; keys as usize];
-    let mut h = History::default();
-    h.txns.reserve(txns);
-    for id in 0..txns as u64 {
-        let a = next() % keys;
-        let b = (a + 1 + next() % (keys - 1)) % keys;
-        let mut t = Txn {
-            id,
-            node: (id % 4) as u16,
-            worker: 0,
-            coroutine: 0,
-            start_ns: id * 10,
-            end_ns: id * 10 + 5,
-            status: Status::Committed,
-            label: String::new(),
-            reads: Vec::with_capacity(2),
-            writes: Vec::with_capacity(2),
-            predicates: Vec::new(),
-        };
-        for k in [a, b] {
-            t.reads.push(Access { key: k, version: current[k as usize] });
-            current[k as usize] += 1;
-            t.writes.push(Access { key: k, version: current[k as usize] });
-        }
-        h.txns.push(t);
-    }
-    h.finals = current
-        .iter()
-        .enumerate()
-        .map(|(k, &v)| Final { replica: "primary".into(), key: k as u64, version: v })
-        .collect();
-    h
+    crate::format::generate_serial_flat(txns, keys, seed).to_history()
 }
