@@ -25,6 +25,41 @@ pub struct Row {
     pub status: Status,
 }
 
+impl Row {
+    /// The row of `t`, with its label's index; offsets are set by [`Flat::push`].
+    pub fn of(t: &Txn, label: u32) -> Row {
+        Row {
+            id: t.id,
+            start_ns: t.start_ns,
+            end_ns: t.end_ns,
+            coroutine: t.coroutine,
+            label,
+            node: t.node,
+            worker: t.worker,
+            status: t.status,
+            ..Row::default()
+        }
+    }
+}
+
+impl Default for Row {
+    fn default() -> Self {
+        Row {
+            id: 0,
+            start_ns: 0,
+            end_ns: 0,
+            at: 0,
+            reads: 0,
+            writes: 0,
+            coroutine: 0,
+            label: 0,
+            node: 0,
+            worker: 0,
+            status: Status::Committed,
+        }
+    }
+}
+
 /// A predicate read of transaction `txn` (an index into `Flat::txns`): keys `lo..=hi`, the
 /// versions observed listed in `vset[vset_at..vset_at + vset_len]` (keys not listed were
 /// observed at version 0).
@@ -128,20 +163,7 @@ impl Flat {
     /// Appends a transaction given as a [`Txn`].
     pub fn push_txn(&mut self, t: &Txn) {
         let label = self.intern(&t.label);
-        let row = Row {
-            id: t.id,
-            start_ns: t.start_ns,
-            end_ns: t.end_ns,
-            at: 0,
-            reads: 0,
-            writes: 0,
-            coroutine: t.coroutine,
-            label,
-            node: t.node,
-            worker: t.worker,
-            status: t.status,
-        };
-        self.push(row, &t.reads, &t.writes, &t.predicates);
+        self.push(Row::of(t, label), &t.reads, &t.writes, &t.predicates);
     }
 
     pub fn from_history(h: &History) -> Flat {

@@ -435,19 +435,7 @@ fn scan<'a>(line: &'a [u8], reads: &mut Vec<Access>, writes: &mut Vec<Access>) -
     s.eat(b'{')?;
     let mut seen = 0u32;
     let mut ty = 0u8;
-    let mut row = Row {
-        id: 0,
-        start_ns: 0,
-        end_ns: 0,
-        at: 0,
-        reads: 0,
-        writes: 0,
-        coroutine: 0,
-        label: 0,
-        node: 0,
-        worker: 0,
-        status: Status::Committed,
-    };
+    let mut row = Row::default();
     let (mut label, mut replica) = ("", "primary");
     let (mut key, mut version) = (0, 0);
     loop {
@@ -527,19 +515,7 @@ fn scan<'a>(line: &'a [u8], reads: &mut Vec<Access>, writes: &mut Vec<Access>) -
 /// look up, about twice as fast as [`scan`]'s token by token path, which takes anything else.
 fn scan_exact<'a>(line: &'a [u8], reads: &mut Vec<Access>, writes: &mut Vec<Access>) -> Option<Scanned<'a>> {
     let mut s = Sc { b: line, i: 0 };
-    let mut row = Row {
-        id: 0,
-        start_ns: 0,
-        end_ns: 0,
-        at: 0,
-        reads: 0,
-        writes: 0,
-        coroutine: 0,
-        label: 0,
-        node: 0,
-        worker: 0,
-        status: Status::Committed,
-    };
+    let mut row = Row::default();
     let field = |s: &mut Sc<'a>, name: &[u8]| if s.lit(name) { s.u64() } else { None };
     row.id = field(&mut s, b"{\"type\":\"txn\",\"id\":")?;
     row.node = u16::try_from(field(&mut s, b",\"node\":")?).ok()?;
@@ -629,19 +605,7 @@ fn jsonl_tail(w: &mut impl Write, finals: &[Final], invariants: &[Invariant], mu
 }
 
 fn row_of(t: &Txn) -> Row {
-    Row {
-        id: t.id,
-        start_ns: t.start_ns,
-        end_ns: t.end_ns,
-        at: 0,
-        reads: 0,
-        writes: 0,
-        coroutine: t.coroutine,
-        label: 0,
-        node: t.node,
-        worker: t.worker,
-        status: t.status,
-    }
+    Row::of(t, 0)
 }
 
 /// JSON Lines: meta, transactions, finals, invariants, trailer.
