@@ -4,29 +4,8 @@ use proptest::prelude::*;
 use txbed_checker::history::generate_serial;
 use txbed_checker::*;
 
-fn a(key: u64, version: u64) -> Access {
-    Access { key, version }
-}
-
-fn txn(id: u64, reads: &[Access], writes: &[Access]) -> Txn {
-    Txn {
-        id,
-        node: 0,
-        worker: 0,
-        coroutine: id as u32,
-        start_ns: id * 100,
-        end_ns: id * 100 + 50,
-        status: Status::Committed,
-        label: String::new(),
-        reads: reads.to_vec(),
-        writes: writes.to_vec(),
-        predicates: Vec::new(),
-    }
-}
-
-fn history(txns: Vec<Txn>) -> History {
-    History { txns, ..Default::default() }
-}
+mod common;
+use common::{a, history, txn};
 
 fn kinds(r: &Report) -> Vec<AnomalyKind> {
     r.anomalies.iter().map(|a| a.kind).collect()

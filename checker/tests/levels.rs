@@ -5,25 +5,8 @@
 
 use txbed_checker::*;
 
-fn a(key: u64, version: u64) -> Access {
-    Access { key, version }
-}
-
-fn txn(id: u64, reads: &[Access], writes: &[Access]) -> Txn {
-    Txn {
-        id,
-        node: 0,
-        worker: 0,
-        coroutine: id as u32,
-        start_ns: id * 100,
-        end_ns: id * 100 + 50,
-        status: Status::Committed,
-        label: String::new(),
-        reads: reads.to_vec(),
-        writes: writes.to_vec(),
-        predicates: Vec::new(),
-    }
-}
+mod common;
+use common::{a, history, txn};
 
 fn scan(mut t: Txn, lo: u64, hi: u64, vset: &[Access]) -> Txn {
     t.predicates.push(PredicateRead { lo, hi, vset: vset.to_vec() });
@@ -33,10 +16,6 @@ fn scan(mut t: Txn, lo: u64, hi: u64, vset: &[Access]) -> Txn {
 fn aborted(mut t: Txn) -> Txn {
     t.status = Status::Aborted;
     t
-}
-
-fn history(txns: Vec<Txn>) -> History {
-    History { txns, ..Default::default() }
 }
 
 fn at(h: &History, level: Level) -> Report {
