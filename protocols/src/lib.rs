@@ -10,6 +10,7 @@
 //! one line in `REGISTRY` (docs/writing-a-protocol.md).
 
 pub mod calvin;
+pub mod locktable;
 pub mod mvcc;
 pub mod nowait;
 pub mod occ;
@@ -19,8 +20,15 @@ pub mod waitdie;
 pub use txbed_txn::{Protocol, ProtocolRef};
 
 /// Every protocol, one line each, in the order `txbed protocols` lists them.
-pub static REGISTRY: &[ProtocolRef] =
-    &[&nowait::NoWait, &waitdie::WaitDie, &occ::Occ, &mvcc::Mvcc, &sundial::Sundial, &calvin::Calvin];
+pub static REGISTRY: &[ProtocolRef] = &[
+    &nowait::NoWait,
+    &waitdie::WaitDie,
+    &occ::Occ,
+    &mvcc::Mvcc,
+    &sundial::Sundial,
+    &calvin::Calvin,
+    &locktable::LockTable,
+];
 
 /// The protocol a scenario names, matched ignoring case and punctuation (`occ`, `WAIT-DIE`).
 pub fn named(name: &str) -> Option<ProtocolRef> {

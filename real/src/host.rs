@@ -289,6 +289,7 @@ impl WorkerSeed {
         }
         let sh = Shared {
             protocol: spec.protocol,
+            server_workers: spec.protocol.server_workers(&spec.protocol_options),
             from: spec.warmup_ns,
             end: spec.warmup_ns + spec.duration_ns,
             retry: spec.retry,

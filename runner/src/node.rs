@@ -77,6 +77,8 @@ pub fn node_state(spec: &TxnRunSpec, me: u16, catalog: &Rc<Catalog>) -> Rc<NodeS
 #[derive(Clone)]
 pub struct Shared {
     pub protocol: ProtocolRef,
+    /// Workers that run no coordinators (`Protocol::server_workers`).
+    pub server_workers: u16,
     pub from: u64,
     pub end: u64,
     /// The wait before retrying a conflict (`run.retry`).
@@ -111,6 +113,9 @@ async fn back_off(ctx: &Ctx, sh: &Shared, tries: u32) {
 /// transaction) after the wait `Shared::retry` says.
 pub async fn coordinator(ctx: Ctx, st: Rc<NodeState>, sh: Shared, c: u32) {
     let (n, wk) = (st.me, ctx.me().worker);
+    if wk < sh.server_workers {
+        return;
+    }
     let mut seq = 0u64;
     let mut drawn = 0u64;
     while ctx.now() < sh.end && !sh.stop.get() {
@@ -220,6 +225,9 @@ pub async fn coordinator(ctx: Ctx, st: Rc<NodeState>, sh: Shared, c: u32) {
         if !waited {
             ctx.yield_now().await;
         }
+    }
+    if let Some(done) = sh.protocol.coordinator_done(&ctx, &st) {
+        done.await;
     }
 }
 

@@ -50,7 +50,7 @@ pub struct TypeLatency {
 }
 
 /// One node's or one worker's counts in the measured window.
-#[derive(Debug, Serialize)]
+#[derive(Clone, Debug, Serialize)]
 pub struct UnitReport {
     pub node: u16,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -457,7 +457,10 @@ pub fn txn_report(
     }
     let end_ns = spec.warmup_ns + spec.duration_ns;
     let stage_us_per_committed = stages.values().map(|s: &StageReport| s.per_committed_us).sum();
-    let mut warns = warnings(committed, aborted, &per_node, &per_worker);
+    // Server workers (the lock table's) run no transactions: no warning for them.
+    let servers = spec.protocol.server_workers(&spec.protocol_options);
+    let agents: Vec<UnitReport> = per_worker.iter().filter(|u| u.worker.unwrap_or(0) >= servers).cloned().collect();
+    let mut warns = warnings(committed, aborted, &per_node, &agents);
     if let Some(f) = &r.faults {
         for n in &f.down_at_end {
             warns.push(format!(

@@ -72,6 +72,7 @@ pub fn run_txns_with(spec: &TxnRunSpec, progress: &mut dyn FnMut(u64, u64)) -> R
     }
     let sh = Shared {
         protocol: spec.protocol,
+        server_workers: spec.protocol.server_workers(&spec.protocol_options),
         from: spec.warmup_ns,
         end: spec.warmup_ns + spec.duration_ns,
         retry: spec.retry,

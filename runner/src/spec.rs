@@ -149,7 +149,7 @@ impl TxnRunSpec {
 
     /// The isolation level the history is checked at: `isolation`, else the protocol's.
     pub fn level(&self) -> txbed_checker::Level {
-        self.isolation.unwrap_or_else(|| self.protocol.isolation())
+        self.isolation.unwrap_or_else(|| self.protocol.isolation_for(&self.protocol_options))
     }
 }
 
@@ -198,6 +198,13 @@ pub fn layout(spec: &TxnRunSpec) -> Layout {
         .iter()
         .map(|t| TableSpec { id: t.id, record_bytes: t.record_bytes, rows_per_node: t.rows_per_node })
         .collect();
-    txbed_txn::protocol::run_layout(&tables, spec.protocol, spec.nodes, spec.workers, spec.options.log_ring_bytes)
-        .expect("a store region of at most 2^64 bytes (Scenario::validate estimates it)")
+    txbed_txn::protocol::run_layout(
+        &tables,
+        spec.protocol,
+        spec.nodes,
+        spec.workers,
+        spec.coroutines,
+        spec.options.log_ring_bytes,
+    )
+    .expect("a store region of at most 2^64 bytes (Scenario::validate estimates it)")
 }

@@ -235,6 +235,10 @@ pub enum StageName {
     Input,
     #[serde(alias = "calvin_forward", alias = "CalvinForward")]
     Forward,
+    #[serde(alias = "vote")]
+    Vote,
+    #[serde(alias = "end")]
+    End,
 }
 
 impl StageName {
@@ -249,6 +253,8 @@ impl StageName {
             StageName::Renew => Stage::Renew,
             StageName::Input => Stage::CalvinInput,
             StageName::Forward => Stage::CalvinForward,
+            StageName::Vote => Stage::Vote,
+            StageName::End => Stage::End,
         }
     }
 }
@@ -368,7 +374,7 @@ impl ProtocolSpec {
 
     /// The isolation level the run is checked at: the scenario's, else the protocol's.
     pub fn level(&self) -> Level {
-        self.isolation.map_or_else(|| self.name.protocol().isolation(), |i| i.0)
+        self.isolation.map_or_else(|| self.name.protocol().isolation_for(&self.options), |i| i.0)
     }
 
     /// The preset named, if it is the protocol's.

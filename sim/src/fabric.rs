@@ -1956,7 +1956,11 @@ impl Sim {
             match &o.wr.op {
                 Op::WriteImm { imm, .. } => {
                     let imm = *imm;
+                    // A routed immediate goes to the worker it names (`verbs::imm`).
+                    let dw = txbed_transport::imm::worker(imm).filter(|&w| w < self.cfg.workers).unwrap_or(dw);
                     self.nodes[dst as usize].workers[dw as usize].core.on_imm(NodeId(src), imm);
+                    let now = self.q.now();
+                    self.ensure_wake(dst, dw, now);
                 }
                 _ => {
                     let bytes = std::mem::take(&mut o.data);

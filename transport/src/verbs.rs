@@ -313,3 +313,45 @@ pub struct Doorbell {
     /// Worker-local time of the post (after the CPU cost of preparing it).
     pub at: Nanos,
 }
+
+/// Immediates that say who on the target node takes a WRITE_WITH_IMM's notification.
+///
+/// A plain immediate (bit 31 clear) notifies the target worker its QP is paired with. A routed
+/// one names the worker (bits 29..22), and either a 22-bit tag for that worker's queue
+/// (`Ctx::poll_imm`, `Ctx::wait_imm`: the lock table's mailboxes name the sending agent so the
+/// server need not scan slots) or, with bit 30, one of its coroutines, which alone receives it
+/// (`Ctx::wait_own_imm`). The receiving node routes it: in the simulator and on sockets its
+/// NIC delivers to that worker; on verbs, where a receive completion lands on the CQ of the QP
+/// it arrived on, that worker hands it over (docs/verbs.md).
+pub mod imm {
+    /// A routed immediate.
+    pub const ROUTED: u32 = 1 << 31;
+    /// Routed to one coroutine rather than the worker's queue.
+    pub const TO_COROUTINE: u32 = 1 << 30;
+    /// The largest worker a routed immediate names.
+    pub const MAX_WORKER: u16 = 0xff;
+    /// The largest tag or coroutine a routed immediate carries.
+    pub const MAX_TAG: u32 = (1 << 22) - 1;
+
+    /// An immediate for `worker`'s queue carrying `tag`.
+    pub fn to_worker(worker: u16, tag: u32) -> u32 {
+        debug_assert!(worker <= MAX_WORKER && tag <= MAX_TAG, "routed immediate out of range");
+        ROUTED | ((worker as u32 & 0xff) << 22) | (tag & MAX_TAG)
+    }
+    /// An immediate for coroutine `coro` of `worker`.
+    pub fn to_coroutine(worker: u16, coro: u32) -> u32 {
+        to_worker(worker, coro) | TO_COROUTINE
+    }
+    /// The worker a routed immediate names.
+    pub fn worker(imm: u32) -> Option<u16> {
+        (imm & ROUTED != 0).then_some(((imm >> 22) & 0xff) as u16)
+    }
+    /// The coroutine a coroutine-routed immediate names.
+    pub fn coroutine(imm: u32) -> Option<u32> {
+        (imm & (ROUTED | TO_COROUTINE) == ROUTED | TO_COROUTINE).then_some(imm & MAX_TAG)
+    }
+    /// The tag of a routed immediate.
+    pub fn tag(imm: u32) -> u32 {
+        imm & MAX_TAG
+    }
+}

@@ -125,6 +125,10 @@ struct CoroState {
     finished: bool,
     /// Times the executor resumed it (it waited, slept or yielded before each but the first).
     resumes: u64,
+    /// Immediates routed to it (`verbs::imm::to_coroutine`), not yet taken.
+    own_imms: VecDeque<u32>,
+    /// It waits in `wait_own_imm`.
+    waits_own_imm: bool,
 }
 
 impl CoroState {
@@ -872,6 +876,16 @@ impl WorkerCore {
                     Inbound::Imm { src, imm } => {
                         let cost = s.cfg.costs.poll_cqe_ns;
                         s.charge(cost);
+                        if let Some(c) = crate::verbs::imm::coroutine(imm).filter(|&c| (c as usize) < s.coros.len()) {
+                            let cs = &mut s.coros[c as usize];
+                            cs.own_imms.push_back(imm);
+                            if cs.waits_own_imm {
+                                cs.waits_own_imm = false;
+                                cs.waiting = false;
+                                s.ready.push_back(c);
+                            }
+                            continue;
+                        }
                         s.imms.push_back((src, imm));
                         for w in std::mem::take(&mut s.imm_waiters) {
                             s.coros[w as usize].waiting = false;
@@ -1284,7 +1298,37 @@ impl Ctx {
         WaitImm { ctx: self.clone() }
     }
 
+    /// Waits until a WRITE_WITH_IMM notification is available (`Some`) or the worker's clock
+    /// reaches `deadline` (`None`): a server that polls its mailbox and has timeouts to keep.
+    pub fn wait_imm_until(&self, deadline: Nanos) -> WaitImmUntil {
+        WaitImmUntil { ctx: self.clone(), deadline, timer: None }
+    }
+
+    /// Takes the next immediate routed to this coroutine (`verbs::imm::to_coroutine`), if any.
+    pub fn poll_own_imm(&self) -> Option<u32> {
+        let coro = self.coro;
+        self.shared.borrow_mut().coros[coro as usize].own_imms.pop_front()
+    }
+
+    /// Waits for the next immediate routed to this coroutine.
+    pub fn wait_own_imm(&self) -> WaitOwnImm {
+        WaitOwnImm { ctx: self.clone() }
+    }
+
     // --- local memory (this node's registered memory, through the same rules as the NIC) ---
+
+    /// Runs `f` on this node's registered memory as its CPU sees it (a server walking its own
+    /// index); charges nothing: the caller charges what `f` costs (`memory_misses`).
+    pub fn with_memory<R>(&self, f: impl FnOnce(&dyn HostMemory) -> R) -> R {
+        let mem = self.shared.borrow().mem.clone();
+        f(&*mem)
+    }
+
+    /// Charges `misses` dependent cache-missing memory accesses, as `HandlerCtx::memory_misses`.
+    pub fn memory_misses(&self, misses: u64) {
+        let c = self.costs().memory_miss_ns * misses;
+        self.compute(c);
+    }
 
     pub fn read_local(&self, addr: u64, out: &mut [u8]) -> Result<(), MemError> {
         let s = self.shared.borrow();
@@ -1421,6 +1465,74 @@ impl Future for WaitImm {
             s.imm_waiters.push(coro);
         }
         s.coros[coro as usize].waiting = true;
+        Poll::Pending
+    }
+}
+
+/// Future of [`Ctx::wait_imm_until`]; its timer is withdrawn when it ends, so a timer that
+/// did not fire never wakes a later wait.
+pub struct WaitImmUntil {
+    ctx: Ctx,
+    deadline: Nanos,
+    timer: Option<(Nanos, u64)>,
+}
+
+impl Future for WaitImmUntil {
+    type Output = Option<(NodeId, u32)>;
+    fn poll(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Option<(NodeId, u32)>> {
+        let coro = self.ctx.coro;
+        let mut s = self.ctx.shared.borrow_mut();
+        if let Some(x) = s.imms.pop_front() {
+            return Poll::Ready(Some(x));
+        }
+        if s.now >= self.deadline {
+            return Poll::Ready(None);
+        }
+        if self.timer.is_none() {
+            let seq = s.timer_seq;
+            s.timer_seq += 1;
+            s.timers.insert((self.deadline, seq, coro));
+            drop(s);
+            self.timer = Some((self.deadline, seq));
+            s = self.ctx.shared.borrow_mut();
+        }
+        if !s.imm_waiters.contains(&coro) {
+            s.imm_waiters.push(coro);
+        }
+        s.coros[coro as usize].waiting = true;
+        Poll::Pending
+    }
+}
+
+impl Drop for WaitImmUntil {
+    fn drop(&mut self) {
+        if let Some((at, seq)) = self.timer {
+            let coro = self.ctx.coro;
+            let mut s = self.ctx.shared.borrow_mut();
+            s.timers.remove(&(at, seq, coro));
+            s.coros[coro as usize].timer_fired = false;
+            s.imm_waiters.retain(|&w| w != coro);
+        }
+    }
+}
+
+/// Future of [`Ctx::wait_own_imm`].
+pub struct WaitOwnImm {
+    ctx: Ctx,
+}
+
+impl Future for WaitOwnImm {
+    type Output = u32;
+    fn poll(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<u32> {
+        let coro = self.ctx.coro;
+        let mut s = self.ctx.shared.borrow_mut();
+        let cs = &mut s.coros[coro as usize];
+        if let Some(x) = cs.own_imms.pop_front() {
+            cs.waits_own_imm = false;
+            return Poll::Ready(x);
+        }
+        cs.waits_own_imm = true;
+        cs.waiting = true;
         Poll::Pending
     }
 }

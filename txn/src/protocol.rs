@@ -108,6 +108,12 @@ pub trait Protocol: Sync {
         Level::Serializable
     }
 
+    /// The isolation level it provides with these options (a protocol whose options choose
+    /// its locking discipline, as the lock table's `isolation`); the default: `isolation()`.
+    fn isolation_for(&self, _options: &OptionValues) -> Level {
+        self.isolation()
+    }
+
     /// What it needs from the run.
     fn needs(&self) -> Needs {
         Needs::NOTHING
@@ -119,8 +125,9 @@ pub trait Protocol: Sync {
     }
 
     /// Bytes of registered memory it keeps on every node for itself, after the log rings
-    /// (64-byte aligned, at `Layout::area_at`), in a cluster of `nodes`.
-    fn area_bytes(&self, _nodes: u16) -> u64 {
+    /// (64-byte aligned, at `Layout::area_at`), in a cluster of `nodes` x `workers` x
+    /// `coroutines`.
+    fn area_bytes(&self, _nodes: u16, _workers: u16, _coroutines: u32) -> u64 {
         0
     }
 
@@ -177,6 +184,21 @@ pub trait Protocol: Sync {
     /// Its RPC handlers on node `n`, in the order of `handler_names`.
     fn handlers(&self, _n: &Rc<NodeState>) -> Vec<Rc<HandlerFn>> {
         Vec::new()
+    }
+
+    /// How many of each node's workers, the first ones, run no coordinators (transactions)
+    /// with these options: a protocol whose servers are whole workers (the lock table's
+    /// lock-server agents). Their coordinator coroutines end at once, and reports leave them
+    /// out of the idle-worker warning.
+    fn server_workers(&self, _options: &OptionValues) -> u16 {
+        0
+    }
+
+    /// Runs on a coordinator after its last transaction: a protocol whose servers must know
+    /// when every coordinator is done (the lock table's servers, which serve until then)
+    /// tells them here.
+    fn coordinator_done<'a>(&self, _ctx: &'a Ctx, _n: &'a NodeState) -> Option<LocalBoxFuture<'a, ()>> {
+        None
     }
 
     /// Its per-worker background coroutine, if it has one.
@@ -264,11 +286,12 @@ pub fn run_layout(
     protocol: ProtocolRef,
     nodes: u16,
     workers: u16,
+    coroutines: u32,
     log_ring_bytes: u64,
 ) -> Option<crate::store::Layout> {
     crate::store::Layout::try_with_ext(tables, crate::store::LOAD_FACTOR, &|r| protocol.ext_bytes(r))?
         .try_with_log(nodes, workers, log_ring_bytes)?
-        .try_with_area(protocol.area_bytes(nodes))
+        .try_with_area(protocol.area_bytes(nodes, workers, coroutines))
 }
 
 pub fn fold_name(name: &str) -> String {

@@ -17,11 +17,15 @@ pub enum Stage {
     Renew = 64,
     CalvinInput = 128,
     CalvinForward = 256,
+    /// 2PC's vote (the lock table: servers add their votes by FAA, or answer by RPC).
+    Vote = 512,
+    /// The end-of-transaction message that releases a transaction's locks (the lock table).
+    End = 1024,
 }
 
 impl Stage {
     /// How many stages there are (the length of every per-stage counter array).
-    pub const COUNT: usize = 9;
+    pub const COUNT: usize = 11;
     pub const ALL: [Stage; Stage::COUNT] = [
         Stage::Lock,
         Stage::Read,
@@ -32,6 +36,8 @@ impl Stage {
         Stage::Renew,
         Stage::CalvinInput,
         Stage::CalvinForward,
+        Stage::Vote,
+        Stage::End,
     ];
     pub fn bit(self) -> u32 {
         self as u32
@@ -47,6 +53,8 @@ impl Stage {
             Stage::Renew => "renew",
             Stage::CalvinInput => "calvin-input",
             Stage::CalvinForward => "calvin-forward",
+            Stage::Vote => "vote",
+            Stage::End => "end",
         }
     }
 }

@@ -125,6 +125,12 @@ pub trait Workload: Send + Sync {
     fn retry_on_user_abort(&self, _spec: &TxnSpec) -> bool {
         false
     }
+    /// The granule between `key`'s table and the row itself in a lock hierarchy (database >
+    /// table > granule > row, multi-granularity locking): TPC-C's warehouse. `None` (the
+    /// default): the node's partition of the table the key falls in.
+    fn lock_group(&self, _key: Key) -> Option<u64> {
+        None
+    }
     /// The most records of each table (id, count) one transaction accesses, when more than a
     /// few dozen: the runner sizes each coordinator's scratch memory for them.
     fn max_accesses(&self) -> Vec<(u16, u32)> {

@@ -651,6 +651,20 @@ impl Workload for PreparedTpcc {
         ((key.row / self.rows_per_node(key.table).max(1)) % nodes as u64) as u16
     }
 
+    /// The warehouse a row belongs to (ITEM's replica and HISTORY's ring: the node's).
+    fn lock_group(&self, key: Key) -> Option<u64> {
+        let per_w = match key.table {
+            WAREHOUSE => 1,
+            DISTRICT => DISTRICTS,
+            CUSTOMER => DISTRICTS * self.customers,
+            NEW_ORDER | ORDER => DISTRICTS * self.slots,
+            ORDER_LINE => DISTRICTS * self.slots * MAX_LINES,
+            STOCK => self.items,
+            _ => return None,
+        };
+        Some(key.row / per_w)
+    }
+
     fn initial(&self, key: Key) -> Vec<u8> {
         let t = key.table;
         let mut v = vec![0u8; ROW_BYTES[t as usize] as usize];

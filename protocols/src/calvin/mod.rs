@@ -108,7 +108,7 @@ impl Protocol for Calvin {
     fn stages(&self) -> &'static [Stage] {
         &STAGES
     }
-    fn area_bytes(&self, nodes: u16) -> u64 {
+    fn area_bytes(&self, nodes: u16, _workers: u16, _coroutines: u32) -> u64 {
         chan::area_bytes(nodes)
     }
     fn bugs(&self) -> &'static [Bug] {
