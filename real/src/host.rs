@@ -532,6 +532,7 @@ pub fn run_real_node(
         verbs,
         location,
         qp_cache_miss_ratio: None,
+        server_busy_ns: Vec::new(),
         trace: Vec::new(),
         clocks: None,
         faults,

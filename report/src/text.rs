@@ -87,6 +87,18 @@ fn abort_causes(s: &Scenario, r: &TxnReport) -> String {
 
 /// The `clocks` line of a run with simulated clocks (empty without): the sync service, the
 /// largest error and bound the simulator measured, and bound violations, shouted.
+fn servers_line(r: &TxnReport) -> String {
+    let Some(s) = &r.servers else { return String::new() };
+    let util = match (s.utilisation_mean, s.utilisation_max) {
+        (Some(m), Some(x)) => format!("CPU busy {:.1}% on average, {:.1}% at most (whole run)", m * 100.0, x * 100.0),
+        _ => "CPU busy not measured on this backend".to_string(),
+    };
+    format!(
+        "  servers    {} server workers, {util}; {:.1} messages per committed transaction\n",
+        s.workers, s.messages_per_txn
+    )
+}
+
 fn clock_line(r: &TxnReport) -> String {
     let Some(c) = &r.clocks else { return String::new() };
     let how = match (c.sync_interval_us, c.master, c.free_bound_us) {
@@ -192,7 +204,7 @@ pub fn txn_text(s: &Scenario, r: &TxnReport) -> String {
     let verbs: Vec<String> = r.verbs.iter().map(|(k, n)| format!("{k} {n}")).collect();
     let types: Vec<String> = r.per_type.iter().map(|(k, t)| format!("{k} {:.0}/s", t.tps)).collect();
     let mut out = format!(
-        "scenario {:?}, seed {}: {} ({}) on {}\n  cluster    {} nodes x {} workers x {} coroutines, NIC {}\n{}  throughput {:.0} transactions/s ({:.0} per node), {} committed in the window\n  latency    p50 {:.2} us  p90 {:.2} us  p99 {:.2} us  p99.9 {:.2} us  max {:.2} us  mean {:.2} us\n  aborts     {:.1}% ({} conflicts in the window), {} user aborts\n{}  types      {}\n{}  stages     {}\n{}  verbs      {}\n  locations  {}\n  log        {}\n{}{}{}  {}: {}{}; {} transactions checked ({} aborted), invariants {}\n{}",
+        "scenario {:?}, seed {}: {} ({}) on {}\n  cluster    {} nodes x {} workers x {} coroutines, NIC {}\n{}  throughput {:.0} transactions/s ({:.0} per node), {} committed in the window\n  latency    p50 {:.2} us  p90 {:.2} us  p99 {:.2} us  p99.9 {:.2} us  max {:.2} us  mean {:.2} us\n  aborts     {:.1}% ({} conflicts in the window), {} user aborts\n{}  types      {}\n{}  stages     {}\n{}  verbs      {}\n  locations  {}\n  log        {}\n{}{}{}{}  {}: {}{}; {} transactions checked ({} aborted), invariants {}\n{}",
         r.scenario,
         r.seed,
         r.protocol,
@@ -232,6 +244,7 @@ pub fn txn_text(s: &Scenario, r: &TxnReport) -> String {
             "{} records, {} B to backups; writers waited for ring room {} times (whole run)",
             r.log.records, r.log.bytes, r.log.room_waits
         ),
+        servers_line(r),
         clock_line(r),
         fault_lines(r),
         if r.backend == "sim" {

@@ -124,6 +124,9 @@ pub struct TxnRunResult {
     pub clocks: Option<txbed_sim::clock::ClockStats>,
     /// What the faults did (`None` without faults).
     pub faults: Option<crate::faults::FaultReport>,
+    /// CPU time each server worker (`Protocol::server_workers`) was busy, by node then worker;
+    /// empty on real backends and for protocols without server workers.
+    pub server_busy_ns: Vec<u64>,
 }
 
 impl TxnRunResult {

@@ -49,6 +49,19 @@ pub struct TypeLatency {
     pub mean: f64,
 }
 
+/// Server workers' load (`TxnReport::servers`).
+#[derive(Debug, Serialize)]
+pub struct ServersReport {
+    /// Server workers in the cluster.
+    pub workers: usize,
+    /// CPU busy time over the whole simulated run, mean and largest over the servers
+    /// (`None` on real backends, which do not measure it).
+    pub utilisation_mean: Option<f64>,
+    pub utilisation_max: Option<f64>,
+    /// Messages (WRITE_WITH_IMM, FAA, UD SEND) posted over the run per committed transaction.
+    pub messages_per_txn: f64,
+}
+
 /// One node's or one worker's counts in the measured window.
 #[derive(Clone, Debug, Serialize)]
 pub struct UnitReport {
@@ -170,6 +183,9 @@ pub struct TxnReport {
     pub log: LogReport,
     /// QP-context cache misses per lookup, simulated NICs only (DrTM+H Sec. 4).
     pub qp_cache_miss_ratio: Option<f64>,
+    /// Server workers (the lock table's lock-server agents): how busy, and the messages a
+    /// committed transaction cost. `None` for protocols without server workers.
+    pub servers: Option<ServersReport>,
     pub sim: SimInfo,
     pub check: CheckReport,
     /// Coordinators that stopped on an error (a failed verb or RPC), with the reason.
@@ -522,6 +538,17 @@ pub fn txn_report(
         location_cache: r.location,
         log: LogReport { records: r.stats.log_records, bytes: r.stats.log_bytes, room_waits: r.stats.log_room_waits },
         qp_cache_miss_ratio: r.qp_cache_miss_ratio,
+        servers: (servers > 0).then(|| {
+            let util: Vec<f64> = r.server_busy_ns.iter().map(|b| *b as f64 / r.simulated_ns.max(1) as f64).collect();
+            let messages =
+                [Opcode::WriteImm, Opcode::Faa, Opcode::Send].iter().map(|o| r.verbs[*o as usize]).sum::<u64>();
+            ServersReport {
+                workers: spec.nodes as usize * servers as usize,
+                utilisation_mean: (!util.is_empty()).then(|| util.iter().sum::<f64>() / util.len() as f64),
+                utilisation_max: util.iter().copied().reduce(f64::max),
+                messages_per_txn: messages as f64 / r.stats.committed.max(1) as f64,
+            }
+        }),
         sim: SimInfo { events: r.events, events_per_s: r.events as f64 / wall.max(1e-9), simulated_ns: r.simulated_ns },
         failures: r.failures.clone(),
         check: CheckReport {

@@ -259,6 +259,14 @@ impl StageName {
     }
 }
 
+/// A protocol's options as plain data. Read through `ron::Value` first: serde_json's `Value`
+/// cannot take RON's anonymous structures of more than one field (`(a: 1, b: 2)`), which
+/// `ron::Value` reads as a map.
+fn options_value<'de, D: serde::Deserializer<'de>>(d: D) -> Result<OptionValues, D::Error> {
+    let v = ron::Value::deserialize(d)?;
+    serde_json::to_value(&v).map_err(serde::de::Error::custom)
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProtocolSpec {
@@ -291,7 +299,7 @@ pub struct ProtocolSpec {
     #[serde(default)]
     pub rdma: RdmaSpec,
     /// The protocol's own options (`txbed protocols` lists them with their defaults).
-    #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
+    #[serde(default, skip_serializing_if = "serde_json::Value::is_null", deserialize_with = "options_value")]
     pub options: OptionValues,
     /// A prior system the protocol emulates (`txbed protocols` lists them); replaces `mode`,
     /// `rdma` and `options`.

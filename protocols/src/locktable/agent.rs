@@ -229,6 +229,9 @@ async fn run(
     if !ops::commit_point(ctx, n, epoch0, recs, &new_values, h, delta) {
         return Ok(Attempt::Conflict(txbed_txn::attempt::cause::VIEW_CHANGED));
     }
+    // Replication (a txbed addition: the paper keeps one copy): the new values go to the
+    // backups' logs before the data is written, as in the other protocols.
+    ops::log(ctx, n, recs, &new_values, id).await?;
     write_back(ctx, n, recs, &new_values, id).await?;
     end(ctx, n, a, COMMIT).await?;
     ops::complete(ctx, n, id);
@@ -292,14 +295,15 @@ async fn request(
 /// one-sided, else as a one-way RPC.
 async fn send(ctx: &Ctx, n: &NodeState, a: &Agent, node: u16, s: u16, m: Msg, stage: Stage) -> Result<(), TxnError> {
     if n.hybrid.onesided(stage) {
-        let parity = {
+        let k = {
             let mut agents = part(n).agents.borrow_mut();
             let mem = agents.entry(a.me).or_insert_with(AgentMemory::default);
-            let p = mem.parity.entry((node, s)).or_insert(1);
-            *p ^= 1;
-            *p
+            let next = mem.slot.entry((node, s)).or_insert(0);
+            let k = *next;
+            *next = (k + 1) % comm::SLOTS;
+            k
         };
-        comm::notify(ctx, n, node, a.area.server_slot(s, a.me, parity), &m, comm::to_server(s, a.me, parity)).await
+        comm::notify(ctx, n, node, a.area.server_slot(s, a.me, k), &m, comm::to_server(s, a.me, k)).await
     } else {
         ctx.call_oneway(comm::server(node, s), H_LT, &m.encode());
         Ok(())
@@ -354,7 +358,7 @@ async fn end(ctx: &Ctx, n: &NodeState, a: &mut Agent, outcome: u8) -> Result<(),
     let involved = std::mem::take(&mut a.involved);
     for &(node, s) in &involved {
         let m = Msg { kind: END, status: outcome, agent: a.me, txn: a.txn, ..Msg::default() };
-        send(ctx, n, a, node, s, m, Stage::End).await?;
+        send(ctx, n, a, node, s, m, Stage::Lock).await?;
     }
     a.held.clear();
     ops::account(ctx, n, Stage::End, t0, 0, involved.len() as u64 * SLOT, 0);
@@ -414,7 +418,7 @@ pub async fn done(ctx: &Ctx, n: &NodeState) {
             let m = Msg { kind: DONE, agent: me, ..Msg::default() };
             // A server that is never told keeps waiting, and the run reports it as still
             // running after the end: the failure is not lost.
-            let _ = send(ctx, n, &a, node, s, m, Stage::End).await;
+            let _ = send(ctx, n, &a, node, s, m, Stage::Lock).await;
         }
     }
 }

@@ -5,7 +5,7 @@
 //! every node, so any process computes any address):
 //!
 //! ```text
-//! server mailboxes  [worker s][agent a][2]  SLOT bytes each  (s: the node's server workers)
+//! server mailboxes  [worker s][agent a][SLOTS]  SLOT bytes each  (s: the node's server workers)
 //! agent mailboxes   [local agent]           SLOT bytes each
 //! vote words        [local agent]           8 bytes each
 //! ```
@@ -13,12 +13,13 @@
 //! An agent is a coordinator coroutine, numbered across the cluster
 //! `(node x workers + worker) x coroutines + coroutine`. A message to a server is a
 //! WRITE_WITH_IMM into the agent's slot of that server's mailbox whose immediate names the
-//! server's worker and, as tag, the agent and the slot's parity (`verbs::imm::to_worker`): the
-//! server learns the origin from the notification and never scans slots. Each agent has two
-//! slots per server and alternates them: an end-of-transaction (or short release) message can
-//! still be unread when the agent's next request arrives, and one slot would be overwritten.
-//! More than two unread messages cannot be: every request waits for its response, which the
-//! server sends only after reading everything before it (per-QP FIFO). A response is a
+//! server's worker and, as tag, the agent and the slot (`verbs::imm::to_worker`): the server
+//! learns the origin from the notification and never scans slots. Each agent has `SLOTS`
+//! slots per server and uses them in turn: messages that need no answer (a short release, the
+//! end of transaction, the agent's farewell) can still be unread when the next arrives, and one
+//! slot would be overwritten. At most three can be unread (a short release, the end, the next
+//! transaction's first request): every request and vote waits for the server, which answers
+//! only after reading everything before it (per-QP FIFO). A response is a
 //! WRITE_WITH_IMM into the agent's one slot, routed to its coroutine
 //! (`verbs::imm::to_coroutine`).
 
@@ -31,7 +32,7 @@ use super::wire::{Msg, SLOT};
 /// Bytes of the area for `nodes` x `workers` x `coroutines` (every worker may be a server).
 pub fn area_bytes(nodes: u16, workers: u16, coroutines: u32) -> u64 {
     let (n, w, c) = (nodes as u64, workers as u64, coroutines as u64);
-    w * (n * w * c) * 2 * SLOT + w * c * (SLOT + 8)
+    w * (n * w * c) * SLOTS as u64 * SLOT + w * c * (SLOT + 8)
 }
 
 /// Where the mailboxes and vote words are, in this run.
@@ -49,7 +50,7 @@ impl Area {
     pub fn of(n: &NodeState) -> Area {
         let l = &n.catalog.layout;
         let (nodes, workers) = (n.nodes as u64, l.log_workers as u64);
-        let per_coroutine = workers * nodes * workers * 2 * SLOT + workers * (SLOT + 8);
+        let per_coroutine = workers * nodes * workers * SLOTS as u64 * SLOT + workers * (SLOT + 8);
         let coroutines = l.area_bytes / per_coroutine.max(1);
         debug_assert_eq!(coroutines * per_coroutine, l.area_bytes, "the lock table's area is not area_bytes()");
         Area {
@@ -78,14 +79,14 @@ impl Area {
     pub fn known(&self, a: u32) -> bool {
         (a as u64) < self.total
     }
-    pub fn server_slot(&self, server: u16, agent: u32, parity: u32) -> u64 {
-        self.at + ((server as u64 * self.total + agent as u64) * 2 + parity as u64) * SLOT
+    pub fn server_slot(&self, server: u16, agent: u32, k: u32) -> u64 {
+        self.at + ((server as u64 * self.total + agent as u64) * SLOTS as u64 + k as u64) * SLOT
     }
     fn local(&self, worker: u16, coro: u32) -> u64 {
         worker as u64 * self.coroutines as u64 + coro as u64
     }
     pub fn agent_slot(&self, worker: u16, coro: u32) -> u64 {
-        self.at + self.workers as u64 * self.total * 2 * SLOT + self.local(worker, coro) * SLOT
+        self.at + self.workers as u64 * self.total * SLOTS as u64 * SLOT + self.local(worker, coro) * SLOT
     }
     pub fn vote_word(&self, worker: u16, coro: u32) -> u64 {
         self.at
@@ -131,9 +132,17 @@ pub fn read_slot(ctx: &Ctx, n: &NodeState, addr: u64) -> Result<Msg, TxnError> {
     Ok(Msg::decode(&b)?)
 }
 
-/// The immediate of a message from agent `a` in slot `parity` to server worker `s`.
-pub fn to_server(s: u16, a: u32, parity: u32) -> u32 {
-    imm::to_worker(s, (a << 1) | parity)
+/// Slots each agent has in each server's mailbox (a power of two).
+pub const SLOTS: u32 = 4;
+
+/// The immediate of a message from agent `a` in slot `k` to server worker `s`.
+pub fn to_server(s: u16, a: u32, k: u32) -> u32 {
+    imm::to_worker(s, a * SLOTS + k)
+}
+
+/// The agent and slot an immediate to a server names.
+pub fn from_tag(tag: u32) -> (u32, u32) {
+    (tag / SLOTS, tag % SLOTS)
 }
 
 /// The endpoint of server `s` of `node`.
@@ -159,6 +168,7 @@ mod tests {
         // The regions do not overlap and end where area_bytes says.
         let last_vote = a.vote_word(2, 4) + 8 - 64;
         assert_eq!(last_vote, area_bytes(4, 3, 5));
-        assert!(a.server_slot(2, 59, 1) + SLOT <= a.agent_slot(0, 0));
+        assert!(a.server_slot(2, 59, SLOTS - 1) + SLOT <= a.agent_slot(0, 0));
+        assert_eq!(from_tag(imm::tag(to_server(1, 59, 3))), (59, 3));
     }
 }

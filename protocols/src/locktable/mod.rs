@@ -10,8 +10,10 @@
 //!   warehouses, or equal row ranges) and their locks.
 //! - Communication (Sec. 3.3, `comm.rs`): mailboxes written with WRITE_WITH_IMM whose
 //!   notification names the sender, or, as the paper's alternative, two-sided messages (RPC).
-//!   The hybrid code picks per stage: bit `lock` (requests and short releases), `vote` (2PC's
-//!   votes by remote fetch-and-add, or RPC replies) and `end` (end-of-transaction).
+//!   The hybrid code picks per stage: bit `lock` (requests, short releases and the
+//!   end-of-transaction, which must not overtake each other) and `vote` (2PC's votes by remote
+//!   fetch-and-add, or RPC replies); `log` sends the backups' log records when the run
+//!   replicates (a txbed addition).
 //! - The lock table (`table.rs`, Fig. 2) with the modes of `modes.rs` (Table 1), and deadlock
 //!   handling NO_WAIT, WAIT_DIE or Bounded Wait; or timestamp ordering (`to.rs`, Sec. 3.2.2).
 //! - Data (Sec. 3.2.3): after a grant, one-sided READ and WRITE at the address it carried.
@@ -149,8 +151,8 @@ pub struct AgentMemory {
     /// (WAIT_DIE keeps the number of a transaction that restarts).
     pub last_spec: u64,
     pub last_conflicted: bool,
-    /// Per server (node, worker), the mailbox slot it wrote last.
-    pub parity: FxHashMap<(u16, u16), u32>,
+    /// Per server (node, worker), the mailbox slot it writes next.
+    pub slot: FxHashMap<(u16, u16), u32>,
 }
 
 /// The lock table's state on one node (every worker's: servers by worker, agents by number).
@@ -164,7 +166,14 @@ impl Node {
     /// Whether lock requests travel by mailbox (else RPC): the servers then poll their
     /// notifications.
     fn mailbox(&self, n: &NodeState) -> bool {
-        [Stage::Lock, Stage::Vote, Stage::End].iter().any(|s| n.hybrid.onesided(*s))
+        [Stage::Lock, Stage::Vote].iter().any(|s| n.hybrid.onesided(*s))
+    }
+}
+
+impl Node {
+    /// Whether some message travels by RPC.
+    fn rpc_somewhere(&self, n: &NodeState) -> bool {
+        [Stage::Lock, Stage::Vote].iter().any(|s| !n.hybrid.onesided(*s))
     }
 }
 
@@ -185,7 +194,10 @@ fn patience_ns(o: &Options) -> u64 {
 pub const H_LT: u16 = handler_id(0);
 const HANDLER_NAMES: [&str; 1] = ["LT_MESSAGE"];
 
-pub const STAGES: [Stage; 3] = [Stage::Lock, Stage::Vote, Stage::End];
+/// END goes by the channel LOCK uses (`Stage::End` is for its time only): a one-way END by
+/// another channel could arrive after the agent's next request, which would then wait for
+/// its own transaction's locks.
+pub const STAGES: [Stage; 3] = [Stage::Lock, Stage::Log, Stage::Vote];
 
 /// A compatibility matrix that grants S beside IX: a transaction reading a whole granule
 /// under S misses writes of rows under it (needs `escalate_after`).
@@ -204,12 +216,13 @@ pub const LT_GRANTS_TIMED_OUT: Bug = Bug {
     name: "GrantsTimedOut",
     about: "Bounded Wait answers a request that timed out as granted: two holders of one exclusive lock",
 };
-/// Timestamp ordering serves a read older than the item's last write.
-pub const LT_SERVES_LATE_READ: Bug = Bug {
-    name: "ServesLateRead",
-    about: "timestamp ordering serves a read that came after a younger write was installed",
+/// Timestamp ordering grants a write while another is pending on the item: both read the
+/// same version and install over it.
+pub const LT_TWO_PENDING_WRITES: Bug = Bug {
+    name: "TwoPendingWrites",
+    about: "timestamp ordering grants a write beside a pending one: both install over the same version (lost update)",
 };
-const BUGS: [Bug; 4] = [LT_GRANTS_S_WITH_IX, LT_EARLY_READ_RELEASE, LT_GRANTS_TIMED_OUT, LT_SERVES_LATE_READ];
+const BUGS: [Bug; 4] = [LT_GRANTS_S_WITH_IX, LT_EARLY_READ_RELEASE, LT_GRANTS_TIMED_OUT, LT_TWO_PENDING_WRITES];
 
 impl Protocol for LockTable {
     fn name(&self) -> &'static str {
@@ -288,8 +301,10 @@ async fn background(ctx: Ctx, n: Rc<NodeState>) -> Result<(), txbed_txn::TxnErro
         .into());
     }
     let total = n.nodes as u64 * area.workers() as u64 * area.coroutines() as u64;
-    if total * 2 > txbed_transport::imm::MAX_TAG as u64 || total >= 1 << 24 {
-        return Err(txbed_txn::wire::WireError::Invalid("more agents than notifications can name (2^21)").into());
+    if total * comm::SLOTS as u64 > txbed_transport::imm::MAX_TAG as u64 + 1 {
+        return Err(
+            txbed_txn::wire::WireError::Invalid("more agents than notifications can name (2^20 per cluster)").into()
+        );
     }
     if me >= o.servers_per_node {
         return Ok(());

@@ -16,7 +16,7 @@ use super::modes::Mode;
 use super::table::{self, LockTable};
 use super::to::{self, Ordering};
 use super::wire::*;
-use super::{part, Concurrency, LT_GRANTS_TIMED_OUT, LT_SERVES_LATE_READ};
+use super::{part, Concurrency, LT_GRANTS_TIMED_OUT};
 
 /// How a queued request is answered: in the agent's mailbox, or by a deferred RPC reply.
 #[derive(Copy, Clone, Debug)]
@@ -51,7 +51,7 @@ pub struct ServerStats {
 }
 
 impl Server {
-    pub fn new(c: Concurrency, bound_ns: u64, s_with_ix: bool) -> Server {
+    pub fn new(c: Concurrency, bound_ns: u64, s_with_ix: bool, two_pending: bool) -> Server {
         let policy = match c {
             Concurrency::NoWait | Concurrency::TimestampOrdering => table::Policy::NoWait,
             Concurrency::WaitDie => table::Policy::WaitDie,
@@ -59,7 +59,7 @@ impl Server {
         };
         Server {
             locks: LockTable::new(policy, s_with_ix),
-            order: Ordering::default(),
+            order: Ordering::with_bug(two_pending),
             done: 0,
             stats: ServerStats::default(),
         }
@@ -101,13 +101,9 @@ pub fn serve(
                 if m.level != ROW || !(m.mode == TO_READ || m.mode == TO_WRITE) {
                     return Err("timestamp ordering takes row reads and writes only");
                 }
-                let late_read_bug = n.bug == Some(LT_SERVES_LATE_READ) && m.mode == TO_READ;
-                let o = srv.order.request(m.txn, m.lock(), m.mode == TO_WRITE, to, m);
-                match o {
+                match srv.order.request(m.txn, m.lock(), m.mode == TO_WRITE, to, m) {
                     to::Outcome::Granted => answered.push((to, m, GRANTED)),
                     to::Outcome::Queued => srv.stats.queued += 1,
-                    // The planted bug serves a read that came too late.
-                    to::Outcome::TooLate if late_read_bug => answered.push((to, m, GRANTED)),
                     to::Outcome::TooLate => answered.push((to, m, TOO_LATE)),
                 }
             } else {
@@ -163,7 +159,12 @@ pub fn with_server<R>(n: &NodeState, worker: u16, f: impl FnOnce(&mut Server) ->
         v.resize_with(worker as usize + 1, || None);
     }
     let s = v[worker as usize].get_or_insert_with(|| {
-        Server::new(p.options.concurrency, p.options.bound_us * 1000, n.bug == Some(super::LT_GRANTS_S_WITH_IX))
+        Server::new(
+            p.options.concurrency,
+            p.options.bound_us * 1000,
+            n.bug == Some(super::LT_GRANTS_S_WITH_IX),
+            n.bug == Some(super::LT_TWO_PENDING_WRITES),
+        )
     });
     f(s)
 }
@@ -241,13 +242,19 @@ pub async fn run(ctx: Ctx, n: Rc<NodeState>, expected_done: u32) -> Result<(), T
     let area = Area::of(&n);
     let me = ctx.me().worker;
     let mailbox = p.mailbox(&n);
+    // Some stages by RPC beside mailboxes: the handler takes those messages, and this
+    // coroutine must still look at the end now and then.
+    let mixed = mailbox && p.rpc_somewhere(&n);
     let finished =
         |s: &mut Server| s.done >= expected_done && s.locks.transactions() == 0 && s.order.transactions() == 0;
     loop {
         if with_server(&n, me, finished) {
             return Ok(());
         }
-        let deadline = with_server(&n, me, |s| s.locks.next_expiry());
+        let mut deadline = with_server(&n, me, |s| s.locks.next_expiry());
+        if mixed {
+            deadline = Some(deadline.unwrap_or(u64::MAX).min(ctx.now() + POLL_NS));
+        }
         let got = if mailbox {
             match deadline {
                 Some(d) => ctx.wait_imm_until(d).await,
@@ -262,12 +269,11 @@ pub async fn run(ctx: Ctx, n: Rc<NodeState>, expected_done: u32) -> Result<(), T
         let mut out = Vec::new();
         match got {
             Some((_src, imm)) => {
-                let tag = imm::tag(imm);
-                let (agent, parity) = (tag >> 1, tag & 1);
+                let (agent, slot) = comm::from_tag(imm::tag(imm));
                 if !area.known(agent) {
                     return Err(txbed_txn::wire::WireError::Invalid("a notification from an unknown agent").into());
                 }
-                let m = comm::read_slot(&ctx, &n, area.server_slot(me, agent, parity))?;
+                let m = comm::read_slot(&ctx, &n, area.server_slot(me, agent, slot))?;
                 if m.agent != agent {
                     return Err(
                         txbed_txn::wire::WireError::Invalid("a mailbox slot holds another agent's message").into()

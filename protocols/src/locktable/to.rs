@@ -52,6 +52,8 @@ pub struct Ordering<T> {
     items: FxHashMap<LockName, Item<T>>,
     /// Per transaction, the items it read or has a pending write on.
     txns: BTreeMap<u64, Vec<LockName>>,
+    /// Planted bug `TwoPendingWrites`: a write is granted beside another pending one.
+    two_pending: bool,
 }
 
 impl<T> Default for Item<T> {
@@ -62,13 +64,16 @@ impl<T> Default for Item<T> {
 
 impl<T: Clone> Default for Ordering<T> {
     fn default() -> Self {
-        Ordering { items: FxHashMap::default(), txns: BTreeMap::new() }
+        Ordering { items: FxHashMap::default(), txns: BTreeMap::new(), two_pending: false }
     }
 }
 
-fn decide<T>(it: &Item<T>, ts: u64, write: bool) -> Outcome {
+fn decide<T>(it: &Item<T>, ts: u64, write: bool, two_pending: bool) -> Outcome {
     if ts < it.write_ts || (write && ts < it.read_ts) {
         return Outcome::TooLate;
+    }
+    if two_pending && write && it.pending.is_some() {
+        return Outcome::Granted;
     }
     if let Some(p) = it.pending {
         if p == ts {
@@ -83,6 +88,11 @@ fn decide<T>(it: &Item<T>, ts: u64, write: bool) -> Outcome {
 }
 
 impl<T: Clone> Ordering<T> {
+    /// With the planted bug `TwoPendingWrites`.
+    pub fn with_bug(two_pending: bool) -> Self {
+        Ordering { two_pending, ..Ordering::default() }
+    }
+
     /// Transactions with reads or pending writes here.
     pub fn transactions(&self) -> usize {
         self.txns.len()
@@ -94,7 +104,7 @@ impl<T: Clone> Ordering<T> {
     /// Transaction `ts` reads (`write` false) or read-modify-writes `item`.
     pub fn request(&mut self, ts: u64, item: LockName, write: bool, to: T, req: Msg) -> Outcome {
         let it = self.items.entry(item).or_default();
-        let o = decide(it, ts, write);
+        let o = decide(it, ts, write, self.two_pending);
         match o {
             Outcome::Granted => grant(it, &mut self.txns, item, ts, write),
             Outcome::Queued => {
@@ -122,7 +132,7 @@ impl<T: Clone> Ordering<T> {
             let mut i = 0;
             while i < it.queue.len() {
                 let q = &it.queue[i];
-                match decide(it, q.ts, q.write) {
+                match decide(it, q.ts, q.write, self.two_pending) {
                     Outcome::Queued => i += 1,
                     o => {
                         let q = it.queue.remove(i);

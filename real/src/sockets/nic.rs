@@ -213,7 +213,9 @@ pub fn serve(mem: &SharedMemory, routes: &NicRoutes, from: Endpoint, req: &[u8])
                 None => return bad(),
             }
             // The data is in place before the immediate is seen.
-            if req[0] == 5 && !routes.deliver(from.worker, Inbound::Imm(from.node, a as u32)) {
+            // A routed immediate goes to the worker it names (`verbs::imm`).
+            let to = txbed_transport::imm::worker(a as u32).unwrap_or(from.worker);
+            if req[0] == 5 && !routes.deliver(to, Inbound::Imm(from.node, a as u32)) {
                 return bad();
             }
         }
