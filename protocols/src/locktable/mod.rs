@@ -126,6 +126,13 @@ impl Options {
                 return Err("escalate_after is for locking; timestamp_ordering has no lock hierarchy".into());
             }
         }
+        if self.escalate_after > 0 && !self.intention_locks {
+            // A granule locked whole only excludes writers that announce themselves on it.
+            return Err(
+                "escalate_after needs intention_locks: true (a writer under a granule locked whole must take IX on it)"
+                    .into(),
+            );
+        }
         if self.escalate_after > 0 && self.isolation == Isolation::ReadCommitted {
             return Err(
                 "escalate_after needs long read locks (serializable or repeatable_read), not read_committed".into()
