@@ -90,7 +90,7 @@ impl Area {
     }
     pub fn vote_word(&self, worker: u16, coro: u32) -> u64 {
         self.at
-            + self.workers as u64 * self.total * 2 * SLOT
+            + self.workers as u64 * self.total * SLOTS as u64 * SLOT
             + self.workers as u64 * self.coroutines as u64 * SLOT
             + self.local(worker, coro) * 8
     }

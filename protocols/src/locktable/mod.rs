@@ -31,9 +31,9 @@ pub mod to;
 pub mod wire;
 
 use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::rc::Rc;
 
-use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 use txbed_checker::Level;
 use txbed_transport::{Ctx, HandlerFn};
@@ -159,14 +159,14 @@ pub struct AgentMemory {
     pub last_spec: u64,
     pub last_conflicted: bool,
     /// Per server (node, worker), the mailbox slot it writes next.
-    pub slot: FxHashMap<(u16, u16), u32>,
+    pub slot: BTreeMap<(u16, u16), u32>,
 }
 
 /// The lock table's state on one node (every worker's: servers by worker, agents by number).
 pub struct Node {
     pub options: Options,
     pub servers: RefCell<Vec<Option<server::Server>>>,
-    pub agents: RefCell<FxHashMap<u32, AgentMemory>>,
+    pub agents: RefCell<BTreeMap<u32, AgentMemory>>,
 }
 
 impl Node {

@@ -9,8 +9,6 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use rustc_hash::FxHashMap;
-
 use super::modes::{Mode, MODES};
 use super::wire::{LockName, Msg, DENIED, DIED, GRANTED, TIMEOUT};
 
@@ -89,7 +87,7 @@ pub enum Outcome {
 
 /// One server's lock table. `T` is how a queued request is answered later.
 pub struct LockTable<T> {
-    locks: FxHashMap<LockName, Lock<T>>,
+    locks: BTreeMap<LockName, Lock<T>>,
     /// The transaction table: each transaction's locks and modes.
     txns: BTreeMap<u64, Vec<(LockName, Mode)>>,
     /// Locks with pending requests.
@@ -101,7 +99,7 @@ pub struct LockTable<T> {
 
 impl<T: Clone> LockTable<T> {
     pub fn new(policy: Policy, s_with_ix: bool) -> Self {
-        LockTable { locks: FxHashMap::default(), txns: BTreeMap::new(), pending: BTreeSet::new(), policy, s_with_ix }
+        LockTable { locks: BTreeMap::new(), txns: BTreeMap::new(), pending: BTreeSet::new(), policy, s_with_ix }
     }
 
     /// Locks with a holder or a waiter.

@@ -20,8 +20,6 @@
 
 use std::collections::BTreeMap;
 
-use rustc_hash::FxHashMap;
-
 use super::wire::{LockName, Msg, GRANTED, TOO_LATE};
 
 struct Queued<T> {
@@ -49,7 +47,7 @@ pub enum Outcome {
 
 /// One server's timestamp-ordering state. `T` is how a queued request is answered later.
 pub struct Ordering<T> {
-    items: FxHashMap<LockName, Item<T>>,
+    items: BTreeMap<LockName, Item<T>>,
     /// Per transaction, the items it read or has a pending write on.
     txns: BTreeMap<u64, Vec<LockName>>,
     /// Planted bug `TwoPendingWrites`: a write is granted beside another pending one.
@@ -64,7 +62,7 @@ impl<T> Default for Item<T> {
 
 impl<T: Clone> Default for Ordering<T> {
     fn default() -> Self {
-        Ordering { items: FxHashMap::default(), txns: BTreeMap::new(), two_pending: false }
+        Ordering { items: BTreeMap::new(), txns: BTreeMap::new(), two_pending: false }
     }
 }
 

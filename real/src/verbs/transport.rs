@@ -512,9 +512,15 @@ pub struct WorkerQps {
     staging: Words,
 }
 
+/// Immediates a worker received for another worker of its process (`verbs::imm` routing):
+/// a receive completion lands on the CQ of the QP it arrived on, so that worker hands it over
+/// through this queue, which the named worker drains when it polls.
+pub type ImmRoutes = Arc<Vec<std::sync::Mutex<VecDeque<(NodeId, u32)>>>>;
+
 /// An opened device with registered memory and every worker's queue pairs.
 pub struct VerbsNode {
     workers: Vec<Option<WorkerQps>>,
+    imm_routes: ImmRoutes,
     mem: VerbsMemory,
     info: DeviceInfo,
     mtu: Mtu,
@@ -622,7 +628,8 @@ impl VerbsNode {
         let desc =
             NodeDescriptor { lid: info.lid, gid: info.gid.gid.octets(), workers, nodes, rc_qpn, ud_qpn, regions };
         let mtu = mtu_of(info.active_mtu);
-        Ok(VerbsNode { workers: qps, mem, info, mtu, desc, _pd: pd, _ctx: ctx })
+        let imm_routes = Arc::new((0..workers).map(|_| std::sync::Mutex::new(VecDeque::new())).collect());
+        Ok(VerbsNode { workers: qps, imm_routes, mem, info, mtu, desc, _pd: pd, _ctx: ctx })
     }
 
     /// What to send every other node.
@@ -648,6 +655,7 @@ impl VerbsNode {
             ud_max: if self.info.active_mtu == 0 { 256 } else { self.info.active_mtu.min(SLOT) },
             gid_index: self.info.gid.index,
             device: self.info.name.clone(),
+            imm_routes: self.imm_routes.clone(),
         };
         Some((q, self.mem.clone(), link))
     }
@@ -662,6 +670,7 @@ pub struct WorkerLink {
     ud_max: u32,
     gid_index: u32,
     device: String,
+    imm_routes: ImmRoutes,
 }
 
 /// Send queue depth of the UD QP for a core UD QP of `depth`.
@@ -724,6 +733,8 @@ pub struct VerbsWorker {
     start: Instant,
     /// Completions decided before reaching the NIC, delivered on the next step.
     local_done: Vec<Completion>,
+    /// Every worker's queue of immediates routed to it by another (`ImmRoutes`).
+    imm_routes: ImmRoutes,
     loss: Option<(f64, rand::rngs::StdRng)>,
     reported_error: bool,
     reported_oversize: bool,
@@ -861,6 +872,7 @@ impl VerbsWorker {
             me,
             start,
             local_done: Vec::new(),
+            imm_routes: link.imm_routes.clone(),
             loss: None,
             reported_error: false,
             reported_oversize: false,
@@ -894,7 +906,14 @@ impl VerbsWorker {
     fn on_rc_recv(&mut self, q: u32, k: u32, opcode: u32, imm: u32, len: u32) {
         let peer = if q as usize == self.hw.len() { self.me.node } else { self.hw[q as usize].peer };
         if opcode == WcOp::ReceiveWithImmediate as u32 {
-            self.core.on_imm(peer, imm);
+            match txbed_transport::imm::worker(imm).filter(|&w| w != self.me.worker) {
+                Some(w) if (w as usize) < self.imm_routes.len() => {
+                    if let Ok(mut q) = self.imm_routes[w as usize].lock() {
+                        q.push_back((peer, imm));
+                    }
+                }
+                _ => self.core.on_imm(peer, imm),
+            }
         } else {
             let mut b = vec![0u8; len.min(SLOT) as usize];
             self.rc_recv.read((q * RC_RECVS + k) as u64 * SLOT as u64, &mut b);
@@ -967,6 +986,13 @@ impl VerbsWorker {
         for b in std::mem::take(&mut self.to_self) {
             self.core.on_datagram(self.me, b);
             n += 1;
+        }
+        if let Some(q) = self.imm_routes.get(self.me.worker as usize) {
+            let routed: Vec<(NodeId, u32)> = q.lock().map(|mut q| q.drain(..).collect()).unwrap_or_default();
+            for (src, imm) in routed {
+                self.core.on_imm(src, imm);
+                n += 1;
+            }
         }
         let mut wcs = Vec::new();
         if let Ok(p) = self.cq.start_poll() {
