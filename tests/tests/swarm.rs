@@ -38,6 +38,8 @@ fn draw(case: u64, data_centers: bool) -> Vec<String> {
     let nodes: u16 = if big { rng.gen_range(4..=8) } else { rng.gen_range(2..=5) };
     let (workers, coroutines) =
         if big { (rng.gen_range(2..=4), rng.gen_range(4..=16)) } else { (rng.gen_range(1..=3), rng.gen_range(1..=6)) };
+    // A protocol with server workers (the lock table) needs one more for its agents.
+    let workers = workers.max(p.server_workers(&p.default_options()) + 1);
     let mut sets = vec![
         format!("protocol.name={}", p.name().to_lowercase()),
         format!("protocol.mode={mode}"),

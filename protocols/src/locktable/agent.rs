@@ -277,6 +277,8 @@ async fn request(
         let call = ctx.call_patient(comm::server(pl.node, pl.server), H_LT, &m.encode(), patience);
         ctx.wait().await?;
         let b = ops::reply(ctx, call, "LOCK-TABLE REQUEST")?;
+        // Acknowledgements of earlier one-way messages (END, RELEASE) are not needed.
+        ctx.clear_replies();
         Msg::decode(&b)?
     };
     if reply.status != GRANTED {
@@ -305,7 +307,9 @@ async fn send(ctx: &Ctx, n: &NodeState, a: &Agent, node: u16, s: u16, m: Msg, st
         };
         comm::notify(ctx, n, node, a.area.server_slot(s, a.me, k), &m, comm::to_server(s, a.me, k)).await
     } else {
-        ctx.call_oneway(comm::server(node, s), H_LT, &m.encode());
+        // A call, not a one-way message: lost datagrams are sent again (and run once), and
+        // its acknowledgement settles with the agent's next wait.
+        ctx.call(comm::server(node, s), H_LT, &m.encode());
         Ok(())
     }
 }
@@ -346,6 +350,7 @@ async fn vote(ctx: &Ctx, n: &NodeState, a: &mut Agent) -> Result<bool, TxnError>
             let r = Msg::decode(&ops::reply(ctx, c, "LOCK-TABLE VOTE")?)?;
             all &= r.status == COMMIT;
         }
+        ctx.clear_replies();
         all
     };
     ops::account(ctx, n, Stage::Vote, t0, 1, k * SLOT, 0);
@@ -421,4 +426,7 @@ pub async fn done(ctx: &Ctx, n: &NodeState) {
             let _ = send(ctx, n, &a, node, s, m, Stage::Lock).await;
         }
     }
+    // By RPC: until every server has acknowledged.
+    let _ = ctx.wait().await;
+    ctx.clear_replies();
 }

@@ -205,10 +205,11 @@ pub fn handler(n: &Rc<NodeState>, h: &mut HandlerCtx<'_>, req: &[u8]) -> Handled
         Handled::Reply
     } else if m.kind == REQUEST {
         Handled::Defer
-    } else if m.kind == VOTE {
-        Handled::Reply
     } else {
-        Handled::NoReply
+        // END, RELEASE, DONE: an acknowledgement, so a lost datagram is sent again.
+        h.reply.clear();
+        h.reply.extend_from_slice(&Msg { kind: RESPONSE, ..m }.encode());
+        Handled::Reply
     }
 }
 
