@@ -1,7 +1,8 @@
 #!/bin/sh
 # Guest hook for tests/rxe/run.sh: SmallBank with two txbed processes over rxe0, once with
 # every stage over RPC and once with every stage one-sided, then TPC-C's full mix over RPC
-# (messages over rxe's 1024 B MTU go as RPC fragments). Each run's history is checked at
+# (messages over rxe's 1024 B MTU go as RPC fragments), then the lock table on TPC-C with
+# mailboxes over WRITE_WITH_IMM and votes by FAA. Each run's history is checked at
 # rank 0; the hook fails unless every run prints "serializable: yes" with commits in the window.
 # First `txbed selftest`: WRITE, WRITE_WITH_IMM and RC SEND between two nodes on rxe0.
 set -u
@@ -12,7 +13,7 @@ if ! $TXBED selftest --backend verbs --device "$RXE_DEVICE" --gid-index "$RXE_GI
     status=1
 fi
 port=7821
-for s in smallbank-rpc smallbank-onesided tpcc-rpc; do
+for s in smallbank-rpc smallbank-onesided tpcc-rpc locktable-tpcc; do
     port=$((port + 1))
     echo "guest: $s over $RXE_DEVICE (gid $RXE_GID_INDEX)"
     $TXBED run "scenarios/rxe/$s.ron" --backend verbs --device "$RXE_DEVICE" --gid-index "$RXE_GID_INDEX" \

@@ -213,3 +213,19 @@ proptest! {
         prop_assert!(r.stats.committed > 0, "{}: nothing committed", s.replay());
     }
 }
+
+/// The same protocol code on the sockets backend (every node a thread of this process, real
+/// TCP and UDP, real clocks): mailboxes by notified writes over TCP, and the RPC form; checked.
+#[test]
+fn sockets_backend_runs_it_checked() {
+    for (hybrid, c) in [
+        (Hybrid::full(LT.stages()), "no_wait"),
+        (Hybrid::RPC, "bounded_wait"),
+        (Hybrid::full(LT.stages()), "timestamp_ordering"),
+    ] {
+        let s = Shape { coroutines: 4, duration_ns: 20_000_000, hybrid, ..shape(W::SmallBank, c, "serializable", 4) };
+        let r = txbed_tests::harness::run_sockets(&s.spec());
+        s.assert_clean(&r);
+        s.assert_commits(&r, 20);
+    }
+}
