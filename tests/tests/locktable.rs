@@ -229,3 +229,30 @@ fn sockets_backend_runs_it_checked() {
         s.assert_commits(&r, 20);
     }
 }
+
+/// 1,024 transaction agents (8 nodes x 4 agent workers x 32 coroutines, one lock server per
+/// node) on a small TPC-C: the run completes, commits, and is checked. The full-size
+/// 1,024-agent scenario is scenarios/locktable/tpcc-1024.ron (docs/protocols.md, "Scale").
+#[test]
+fn a_thousand_agents_run_tpcc_checked() {
+    let w = Tpcc {
+        warehouses_per_node: 4,
+        items: 1000,
+        customers_per_district: 30,
+        order_headroom: 500,
+        ..Tpcc::default()
+    };
+    let s = Shape {
+        nodes: 8,
+        workers: 5,
+        coroutines: 32,
+        duration_ns: 500_000,
+        protocol_options: json!({ "concurrency": "bounded_wait", "bound_us": 100 }),
+        ..shape(w, "bounded_wait", "serializable", 1)
+    };
+    let agents = s.nodes as u32 * (s.workers as u32 - 1) * s.coroutines;
+    assert_eq!(agents, 1024);
+    let r = s.run();
+    s.assert_clean(&r);
+    s.assert_commits(&r, 20);
+}
