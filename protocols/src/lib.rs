@@ -4,7 +4,9 @@
 //!
 //! - [`nowait`]: NOWAIT (RCC Sec. 4.2); [`waitdie`]: WAIT-DIE (4.3); [`occ`]: OCC as in
 //!   DrTM+H (Sec. 5-6), with its presets emulating prior systems; [`mvcc`]: MVCC (4.4);
-//!   [`sundial`]: SUNDIAL (4.5); [`calvin`]: CALVIN (4.6).
+//!   [`sundial`]: SUNDIAL (4.5); [`calvin`]: CALVIN (4.6); [`locktable`]: the distributed
+//!   lock table (strict 2PL with multi-granularity locks, or TO, and 2PC, at thousands of
+//!   agents).
 //!
 //! Adding a protocol: a module (a folder when big) implementing `txbed_txn::Protocol`, and
 //! one line in `REGISTRY` (docs/writing-a-protocol.md).

@@ -149,7 +149,8 @@ impl<L: Load> Shape<L> {
             protocol: self.protocol,
             protocol_options: self.protocol_options.clone(),
             nodes: self.nodes,
-            workers: self.workers,
+            // A protocol with server workers (the lock table) needs one more for its agents.
+            workers: self.workers.max(self.protocol.server_workers(&self.protocol_options) + 1),
             coroutines: self.coroutines,
             qps_per_node: 1,
             profile: NicProfile { mtu: self.mtu, ..cx4_one_nic() },
