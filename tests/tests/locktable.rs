@@ -187,7 +187,7 @@ fn runs_are_deterministic() {
 
 proptest! {
     // Random cluster shapes x modes x codes x workloads x seeds, each a full run and check.
-    #![proptest_config(ProptestConfig { cases: 48, failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 32, failure_persistence: None, ..ProptestConfig::default() })]
     #[test]
     fn random_shapes_are_checked_clean(
         nodes in 1u16..=4,
