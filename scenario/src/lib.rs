@@ -1000,7 +1000,13 @@ impl Scenario {
                     "protocol.mode".into(),
                     format!(
                         "one-sided {} is unsafe on {:?}: its {} NICs per node have HCA-level atomicity (CAS through different NICs is not atomic); set cluster.nics_per_node: 1 or run that stage by RPC",
-                        if h.onesided(Stage::Lock) { "LOCK" } else { "READ (it CASes tuple words)" },
+                        if h.onesided(Stage::Vote) {
+                            "VOTE (the servers' fetch-and-adds meet on one word)"
+                        } else if h.onesided(Stage::Lock) {
+                            "LOCK"
+                        } else {
+                            "READ (it CASes tuple words)"
+                        },
                         profile.name, profile.nics_per_node
                     ),
                 ));

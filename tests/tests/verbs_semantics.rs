@@ -551,6 +551,49 @@ fn write_with_imm_notifies_the_target() {
     assert_eq!(*got.borrow(), Some((NodeId(0), 0xBEEF, 77)));
 }
 
+/// Routed immediates (`imm`): one names another worker of the target node, whose queue gets
+/// it (the QP's own worker does not); one names a coroutine there, and only that coroutine
+/// receives it (`wait_own_imm`), not the worker's queue. `wait_imm_until` gives up at its
+/// deadline with `None`, and its timer does not wake a later sleep early.
+#[test]
+fn routed_immediates_reach_the_worker_or_coroutine_they_name() {
+    use txbed_transport::imm;
+    let mut sim = small_sim(2, 2, 2, |_| {});
+    let mr = sim.register_region(1, 4096);
+    let log = cell::<Vec<String>>();
+    // Node 1 worker 1: coroutine 0 waits on the worker's queue, coroutine 1 for its own.
+    let l = log.clone();
+    sim.spawn(1, 1, move |ctx| async move {
+        let (src, v) = ctx.wait_imm().await;
+        l.borrow_mut().push(format!("w1 queue {} {:#x}", src.0, imm::tag(v)));
+    });
+    let l = log.clone();
+    sim.spawn(1, 1, move |ctx| async move {
+        let v = ctx.wait_own_imm().await;
+        l.borrow_mut().push(format!("w1 c1 own {}", imm::tag(v)));
+    });
+    // Node 1 worker 0 must see nothing: it waits with a deadline.
+    let l = log.clone();
+    sim.spawn(1, 0, move |ctx| async move {
+        let got = ctx.wait_imm_until(50_000).await;
+        l.borrow_mut().push(format!("w0 {:?} at {}", got.map(|g| g.1), ctx.now() >= 50_000));
+        let t = ctx.now();
+        ctx.sleep(100_000).await;
+        l.borrow_mut().push(format!("w0 slept {}", ctx.now() - t >= 100_000));
+    });
+    // Node 0 worker 0 posts both on its QP, which pairs with node 1's worker 0.
+    sim.spawn(0, 0, move |ctx| async move {
+        let qp = ctx.rc_qp(NodeId(1), 0).unwrap();
+        let w = |imm| Op::WriteImm { src: Payload::Inline(vec![1; 8]), remote: remote(mr, 0, 8), imm };
+        ctx.post(qp, [(w(imm::to_worker(1, 0x2a)), false), (w(imm::to_coroutine(1, 1)), true)]).unwrap();
+        ctx.wait().await.unwrap();
+    });
+    sim.run_until(1_000_000);
+    let mut got = log.borrow().clone();
+    got.sort();
+    assert_eq!(got, vec!["w0 None at true", "w0 slept true", "w1 c1 own 1", "w1 queue 0 0x2a"]);
+}
+
 /// Inline payloads over the NIC's limit are a local length error; a local buffer with a wrong
 /// lkey is a local protection error.
 #[test]
