@@ -14,6 +14,7 @@
 //! them apart.
 
 pub mod clock;
+pub mod htm;
 pub mod membership;
 pub mod memory;
 pub mod rpc;
