@@ -39,6 +39,8 @@ impl PendingRead {
 
 /// The memory of one simulated node.
 pub struct NodeMemory {
+    /// The node's HTM regions, when the run models HTM: every NIC access is shown to it.
+    htm: RefCell<Option<txbed_transport::htm::SharedHtm>>,
     regions: RefCell<Vec<Region>>,
     pending: RefCell<Vec<PendingRead>>,
     /// Current simulated time in picoseconds (shared clock of the simulation).
@@ -53,6 +55,7 @@ pub const REGION_BASE: u64 = 1 << 40;
 impl NodeMemory {
     pub fn new(clock_ps: Rc<Cell<u64>>) -> Self {
         NodeMemory {
+            htm: RefCell::new(None),
             regions: RefCell::new(Vec::new()),
             pending: RefCell::new(Vec::new()),
             clock_ps,
@@ -143,10 +146,23 @@ impl NodeMemory {
         }
     }
 
+    /// Shows the NIC's accesses to `htm` from now on (HTM's strong atomicity: a one-sided
+    /// access to a line a region tracks aborts it).
+    pub fn set_htm(&self, htm: txbed_transport::htm::SharedHtm) {
+        *self.htm.borrow_mut() = Some(htm);
+    }
+
+    fn nic_access(&self, addr: u64, len: u64, write: bool) {
+        if let Some(h) = self.htm.borrow().as_ref() {
+            h.borrow_mut().access(txbed_transport::htm::Accessor::Nic, addr, len, write);
+        }
+    }
+
     /// Starts a READ whose lines are sampled from `t0_ps`, `gap_ps` apart. A READ inside one
     /// line is sampled at once and needs no tracking: its bytes go to `out` and this returns
     /// true.
     pub fn begin_read(&self, id: u64, addr: u64, len: u64, t0_ps: u64, gap_ps: u64, out: &mut Vec<u8>) -> bool {
+        self.nic_access(addr, len, false);
         if addr / CACHE_LINE == (addr + len.max(1) - 1) / CACHE_LINE {
             out.clear();
             out.resize(len as usize, 0);
@@ -191,14 +207,17 @@ impl NodeMemory {
 
     /// NIC-side write (WRITE, atomic result, READ data landing in the requester's buffer).
     pub fn nic_write(&self, addr: u64, data: &[u8]) -> Result<(), MemError> {
+        self.nic_access(addr, data.len() as u64, true);
         self.raw_write(addr, data)
     }
 
     pub fn nic_read(&self, addr: u64, out: &mut [u8]) -> Result<(), MemError> {
+        self.nic_access(addr, out.len() as u64, false);
         self.raw_read(addr, out)
     }
 
     pub fn nic_load_u64(&self, addr: u64) -> u64 {
+        self.nic_access(addr, 8, false);
         let mut b = [0u8; 8];
         self.raw_read(addr, &mut b).expect("the NIC checks an atomic's word first");
         u64::from_le_bytes(b)

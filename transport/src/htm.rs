@@ -19,7 +19,12 @@
 //! This is the model only; the simulator feeds it every local and NIC access at its simulated
 //! time, and real backends either run real RTM or an emulation with the same semantics.
 
+use std::cell::RefCell;
 use std::collections::BTreeSet;
+use std::rc::Rc;
+
+/// A node's HTM state as its workers and its (simulated) NIC share it.
+pub type SharedHtm = Rc<RefCell<Htm>>;
 
 /// RTM abort status bits (EAX after an abort; Intel SDM vol. 1, 16.3.5).
 pub mod status {
@@ -114,12 +119,25 @@ struct Region {
 #[derive(Clone, Debug)]
 pub struct Htm {
     geometry: Geometry,
+    /// Interrupts and other system events per millisecond of a region (Poisson).
+    system_aborts_per_ms: f64,
     regions: Vec<Option<Region>>,
 }
 
 impl Htm {
     pub fn new(geometry: Geometry, workers: u16) -> Htm {
-        Htm { geometry, regions: vec![None; workers as usize] }
+        Htm { geometry, system_aborts_per_ms: 0.0, regions: vec![None; workers as usize] }
+    }
+
+    /// With system aborts (interrupts) at `per_ms` per millisecond of a region's length.
+    pub fn with_system_aborts(mut self, per_ms: f64) -> Htm {
+        self.system_aborts_per_ms = per_ms.max(0.0);
+        self
+    }
+
+    /// The chance that a region of `ns` meets a system event (a Poisson process).
+    pub fn system_abort_probability(&self, ns: u64) -> f64 {
+        1.0 - (-self.system_aborts_per_ms * ns as f64 / 1e6).exp()
     }
 
     pub fn geometry(&self) -> Geometry {

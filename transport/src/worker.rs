@@ -220,6 +220,8 @@ pub(crate) struct Shared {
     view: View,
     /// The node's clock (`crate::clock`); `None`: ideal, the worker's own time with bound 0.
     clock: Option<Rc<NodeClock>>,
+    /// The node's HTM regions (`crate::htm`), when the run models HTM.
+    htm: Option<crate::htm::SharedHtm>,
 }
 
 impl Shared {
@@ -675,6 +677,7 @@ impl WorkerCore {
             trace: None,
             view: View::all_up(nodes as u16),
             clock: None,
+            htm: None,
         };
         WorkerCore { shared: Rc::new(RefCell::new(shared)), tasks: Vec::new() }
     }
@@ -789,6 +792,12 @@ impl WorkerCore {
     /// (the worker's own time, bound 0). The backend supplies it: the core reads no clock.
     pub fn set_clock(&mut self, clock: Rc<NodeClock>) {
         self.shared.borrow_mut().clock = Some(clock);
+    }
+
+    /// The node's HTM (shared by its workers and, in the simulator, its NIC): this worker's
+    /// CPU accesses are shown to it and `Ctx::htm_region` runs regions in it.
+    pub fn set_htm(&mut self, htm: crate::htm::SharedHtm) {
+        self.shared.borrow_mut().htm = Some(htm);
     }
 
     /// Whether trace events are being recorded.
@@ -1330,7 +1339,17 @@ impl Ctx {
         self.compute(c);
     }
 
+    /// Shows a CPU access of this worker outside any region to the node's HTM (strong
+    /// atomicity: it aborts the regions whose lines it conflicts with).
+    fn htm_sees(&self, addr: u64, len: u64, write: bool) {
+        let h = self.shared.borrow().htm.clone();
+        if let Some(h) = h {
+            h.borrow_mut().access(crate::htm::Accessor::Worker(self.me().worker), addr, len, write);
+        }
+    }
+
     pub fn read_local(&self, addr: u64, out: &mut [u8]) -> Result<(), MemError> {
+        self.htm_sees(addr, out.len() as u64, false);
         let s = self.shared.borrow();
         let r = s.mem.read(addr, out);
         drop(s);
@@ -1339,6 +1358,7 @@ impl Ctx {
         r
     }
     pub fn write_local(&self, addr: u64, data: &[u8]) -> Result<(), MemError> {
+        self.htm_sees(addr, data.len() as u64, true);
         let s = self.shared.borrow();
         let r = s.mem.write(addr, data);
         drop(s);
@@ -1355,16 +1375,20 @@ impl Ctx {
         s.mem.read(src, &mut buf).and_then(|_| s.mem.write(dst, &buf))
     }
     pub fn load_local(&self, addr: u64) -> Result<u64, MemError> {
+        self.htm_sees(addr, 8, false);
         self.shared.borrow().mem.load_u64(addr)
     }
     pub fn store_local(&self, addr: u64, v: u64) -> Result<(), MemError> {
+        self.htm_sees(addr, 8, true);
         self.shared.borrow().mem.store_u64(addr, v)
     }
     /// CPU compare-and-swap on local memory (not atomic with NIC atomics at HCA level).
     pub fn cas_local(&self, addr: u64, compare: u64, swap: u64) -> Result<u64, MemError> {
+        self.htm_sees(addr, 8, true);
         self.shared.borrow().mem.cas_u64(addr, compare, swap)
     }
     pub fn faa_local(&self, addr: u64, add: u64) -> Result<u64, MemError> {
+        self.htm_sees(addr, 8, true);
         self.shared.borrow().mem.faa_u64(addr, add)
     }
     pub fn regions(&self) -> Vec<MemoryRegion> {
@@ -1544,4 +1568,89 @@ struct Served {
     reply: Vec<u8>,
     deferred: Vec<(ReplyToken, Vec<u8>)>,
     notices: Vec<crate::rpc::Notice>,
+}
+
+/// One HTM region's view of memory ([`Ctx::htm_region`]): reads see memory (and the region's
+/// own writes), writes are buffered and land only if the region commits.
+pub struct Tx<'a> {
+    ctx: &'a Ctx,
+    worker: u16,
+    htm: crate::htm::SharedHtm,
+    writes: Vec<(u64, Vec<u8>)>,
+}
+
+impl Tx<'_> {
+    /// Reads `out.len()` bytes at `addr` inside the region (tracked; charged as a copy).
+    pub fn read(&mut self, addr: u64, out: &mut [u8]) -> Result<(), MemError> {
+        self.htm.borrow_mut().access(crate::htm::Accessor::Worker(self.worker), addr, out.len() as u64, false);
+        {
+            let s = self.ctx.shared.borrow();
+            s.mem.read(addr, out)?;
+        }
+        // The region's own writes, newest last.
+        for (a, d) in &self.writes {
+            let (lo, hi) = (addr.max(*a), (addr + out.len() as u64).min(a + d.len() as u64));
+            if lo < hi {
+                out[(lo - addr) as usize..(hi - addr) as usize]
+                    .copy_from_slice(&d[(lo - a) as usize..(hi - a) as usize]);
+            }
+        }
+        let c = self.ctx.costs().copy_ns(out.len());
+        self.ctx.compute(c);
+        Ok(())
+    }
+    /// Writes `data` at `addr` inside the region (tracked; buffered until XEND).
+    pub fn write(&mut self, addr: u64, data: &[u8]) {
+        self.htm.borrow_mut().access(crate::htm::Accessor::Worker(self.worker), addr, data.len() as u64, true);
+        self.writes.push((addr, data.to_vec()));
+        let c = self.ctx.costs().copy_ns(data.len());
+        self.ctx.compute(c);
+    }
+    /// XABORT(code): the region ends aborted.
+    pub fn abort(&mut self, code: u8) {
+        self.htm.borrow_mut().explicit_abort(self.worker, code);
+    }
+    /// CPU work inside the region, ns.
+    pub fn compute(&mut self, ns: Nanos) {
+        self.ctx.compute(ns);
+    }
+    /// Whether the region has aborted already (its remaining work is wasted).
+    pub fn aborted(&self) -> bool {
+        self.htm.borrow().aborted(self.worker).is_some()
+    }
+}
+
+impl Ctx {
+    /// Runs `body` as an HTM region (XBEGIN .. XEND) on this worker. The body runs on the CPU
+    /// at once (no awaiting inside a region: a coroutine switch or an RDMA post would abort
+    /// it on real RTM), and the region stays open for the CPU time it took: accesses by other
+    /// workers and by the NIC in that time that touch its lines abort it (strong atomicity);
+    /// system events abort it at the model's rate. Returns the body's result once XEND
+    /// committed its writes, or why it aborted (its writes discarded). Without an HTM model
+    /// installed (`WorkerCore::set_htm`) this is a programming error and panics.
+    pub async fn htm_region<R>(&self, body: impl FnOnce(&mut Tx<'_>) -> R) -> Result<R, crate::htm::Abort> {
+        let htm = self.shared.borrow().htm.clone().expect("htm_region without an HTM model (WorkerCore::set_htm)");
+        let worker = self.me().worker;
+        let t0 = self.now();
+        htm.borrow_mut().begin(worker);
+        let mut tx = Tx { ctx: self, worker, htm: htm.clone(), writes: Vec::new() };
+        let r = body(&mut tx);
+        let writes = std::mem::take(&mut tx.writes);
+        // The region lasts the CPU time the body took: let the world run up to its end.
+        let dur = self.now() - t0;
+        self.sleep(0).await;
+        let system = {
+            let p = htm.borrow().system_abort_probability(dur.max(1));
+            p > 0.0 && self.with_rng(|g| rand::Rng::gen_bool(g, p.min(1.0)))
+        };
+        if system {
+            htm.borrow_mut().system_abort(worker);
+        }
+        htm.borrow_mut().end(worker)?;
+        let s = self.shared.borrow();
+        for (a, d) in writes {
+            s.mem.write(a, &d).expect("a region writes only local registered memory it read");
+        }
+        Ok(r)
+    }
 }
