@@ -11,6 +11,7 @@
 
 pub mod bench_verbs;
 pub mod clock;
+pub mod cpu;
 pub mod engine;
 pub mod fabric;
 pub mod faults;
