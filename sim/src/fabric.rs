@@ -692,20 +692,18 @@ impl Sim {
         self.nodes[node as usize].mem.clone()
     }
 
-    /// Models HTM on every node (`transport::htm`): one tracker per node, shared by its
+    /// Models HTM on every node with `cpu`'s profile (`transport::htm`): one tracker per node, shared by its
     /// workers' CPUs (`Ctx::htm_region`, and their plain accesses) and its NIC, which shows it
     /// every one-sided access at its simulated time. Returns the trackers, by node.
-    pub fn enable_htm(
-        &mut self,
-        geometry: txbed_transport::htm::Geometry,
-        system_aborts_per_ms: f64,
-    ) -> Vec<txbed_transport::htm::SharedHtm> {
+    pub fn enable_htm(&mut self, cpu: &crate::cpu::CpuProfile) -> Vec<txbed_transport::htm::SharedHtm> {
         let workers = self.cfg.workers;
         self.nodes
             .iter_mut()
             .map(|n| {
                 let h = Rc::new(std::cell::RefCell::new(
-                    txbed_transport::htm::Htm::new(geometry, workers).with_system_aborts(system_aborts_per_ms),
+                    txbed_transport::htm::Htm::new(cpu.geometry(), workers)
+                        .with_system_aborts(cpu.system_aborts_per_ms)
+                        .with_costs(cpu.xbegin_ns, cpu.xend_ns, cpu.abort_ns),
                 ));
                 n.mem.set_htm(h.clone());
                 for w in &mut n.workers {

@@ -3,12 +3,14 @@
 //! region is open abort it, at their simulated time: one-sided RDMA from another node, and
 //! plain CPU accesses of another worker. Each test can fail if the model breaks.
 
+use txbed_sim::cpu::CpuProfile;
 use txbed_tests::{cell, small_sim};
-use txbed_transport::htm::{Abort, Geometry};
+use txbed_transport::htm::Abort;
 use txbed_transport::*;
 
-fn haswell() -> Geometry {
-    Geometry { line_bytes: 64, sets: 64, ways: 8, read_lines: 65_536 }
+/// The built-in Haswell profile with `system_aborts_per_ms` interrupts.
+fn haswell(system_aborts_per_ms: f64) -> CpuProfile {
+    CpuProfile { system_aborts_per_ms, ..CpuProfile::load("haswell").unwrap() }
 }
 
 fn remote(mr: MemoryRegion, off: u64, len: u32) -> RemoteBuf {
@@ -23,7 +25,7 @@ fn an_rdma_write_landing_in_an_open_region_aborts_it() {
     for remote_write in [false, true] {
         let mut sim = small_sim(2, 1, 1, |_| {});
         let mr = sim.register_region(1, 4096);
-        sim.enable_htm(haswell(), 0.0);
+        sim.enable_htm(&haswell(0.0));
         let out = cell::<Option<Result<u64, Abort>>>();
         let o = out.clone();
         sim.spawn(1, 0, move |ctx| async move {
@@ -68,7 +70,7 @@ fn another_workers_write_aborts_a_reader_and_its_read_does_not() {
     for other_writes in [false, true] {
         let mut sim = small_sim(1, 2, 3, |_| {});
         let mr = sim.register_region(0, 4096);
-        sim.enable_htm(haswell(), 0.0);
+        sim.enable_htm(&haswell(0.0));
         let out = cell::<Option<Result<(), Abort>>>();
         let o = out.clone();
         sim.spawn(0, 0, move |ctx| async move {
@@ -101,7 +103,7 @@ fn another_workers_write_aborts_a_reader_and_its_read_does_not() {
 fn system_aborts_follow_their_rate() {
     for (rate, want_abort) in [(0.0, false), (1000.0, true)] {
         let mut sim = small_sim(1, 1, 5, |_| {});
-        sim.enable_htm(haswell(), rate);
+        sim.enable_htm(&haswell(rate));
         let out = cell::<Option<Result<(), Abort>>>();
         let o = out.clone();
         sim.spawn(0, 0, move |ctx| async move {

@@ -1632,11 +1632,14 @@ impl Ctx {
         let htm = self.shared.borrow().htm.clone().expect("htm_region without an HTM model (WorkerCore::set_htm)");
         let worker = self.me().worker;
         let t0 = self.now();
+        let (xbegin_ns, xend_ns, abort_ns) = htm.borrow().costs();
+        self.compute(xbegin_ns);
         htm.borrow_mut().begin(worker);
         let mut tx = Tx { ctx: self, worker, htm: htm.clone(), writes: Vec::new() };
         let r = body(&mut tx);
         let writes = std::mem::take(&mut tx.writes);
-        // The region lasts the CPU time the body took: let the world run up to its end.
+        // The region lasts the CPU time the body and XEND take: let the world run up to its end.
+        self.compute(xend_ns);
         let dur = self.now() - t0;
         self.sleep(0).await;
         let system = {
@@ -1646,7 +1649,10 @@ impl Ctx {
         if system {
             htm.borrow_mut().system_abort(worker);
         }
-        htm.borrow_mut().end(worker)?;
+        if let Err(a) = htm.borrow_mut().end(worker) {
+            self.compute(abort_ns);
+            return Err(a);
+        }
         let s = self.shared.borrow();
         for (a, d) in writes {
             s.mem.write(a, &d).expect("a region writes only local registered memory it read");
