@@ -252,8 +252,8 @@ fn the_scenario_library_validates() {
         for e in std::fs::read_dir(&dir).unwrap() {
             let p = e.unwrap().path();
             if p.is_dir() {
-                // NIC profiles and fault profiles are not scenarios (runner's tests load them).
-                if !p.ends_with("nics") && !p.ends_with("faults/profiles") {
+                // NIC, CPU and fault profiles are not scenarios (their own tests load them).
+                if !p.ends_with("nics") && !p.ends_with("cpus") && !p.ends_with("faults/profiles") {
                     stack.push(p);
                 }
                 continue;

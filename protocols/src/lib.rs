@@ -12,6 +12,7 @@
 //! one line in `REGISTRY` (docs/writing-a-protocol.md).
 
 pub mod calvin;
+pub mod drtm;
 pub mod locktable;
 pub mod mvcc;
 pub mod nowait;

@@ -263,15 +263,13 @@ async fn request(
     }
     let reply = if n.hybrid.onesided(Stage::Lock) {
         send(ctx, n, a, pl.node, pl.server, m, Stage::Lock).await?;
-        let slot = a.area.agent_slot(ctx.me().worker, ctx.coroutine());
-        loop {
-            ctx.wait_own_imm().await;
-            let r = comm::read_slot(ctx, n, slot)?;
-            if r.kind == RESPONSE && r.txn == a.txn && r.lock() == lock {
-                break r;
-            }
+        // One request pending at a time: the next notification is its response.
+        ctx.wait_own_imm().await;
+        let r = comm::read_slot(ctx, n, a.area.agent_slot(ctx.me().worker, ctx.coroutine()))?;
+        if r.kind != RESPONSE || r.txn != a.txn || r.lock() != lock {
             return Err(txbed_txn::wire::WireError::Invalid("a response to a request this agent did not make").into());
         }
+        r
     } else {
         let patience = super::patience_ns(&part(n).options);
         let call = ctx.call_patient(comm::server(pl.node, pl.server), H_LT, &m.encode(), patience);
