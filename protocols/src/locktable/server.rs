@@ -37,17 +37,6 @@ pub struct Server {
     pub order: Ordering<To>,
     /// Agents that said they are done.
     pub done: u32,
-    pub stats: ServerStats,
-}
-
-/// What a server counts, for the report (`LockTableStats`).
-#[derive(Clone, Debug, Default)]
-pub struct ServerStats {
-    pub messages: u64,
-    pub granted: u64,
-    pub queued: u64,
-    pub refused: u64,
-    pub timeouts: u64,
 }
 
 impl Server {
@@ -57,12 +46,7 @@ impl Server {
             Concurrency::WaitDie => table::Policy::WaitDie,
             Concurrency::BoundedWait => table::Policy::BoundedWait { bound_ns },
         };
-        Server {
-            locks: LockTable::new(policy, s_with_ix),
-            order: Ordering::with_bug(two_pending),
-            done: 0,
-            stats: ServerStats::default(),
-        }
+        Server { locks: LockTable::new(policy, s_with_ix), order: Ordering::with_bug(two_pending), done: 0 }
     }
 }
 
@@ -93,7 +77,6 @@ pub fn serve(
     out: &mut Vec<Action>,
 ) -> Result<(), &'static str> {
     let p = part(n);
-    srv.stats.messages += 1;
     let mut answered = Vec::new();
     match m.kind {
         REQUEST => {
@@ -103,14 +86,14 @@ pub fn serve(
                 }
                 match srv.order.request(m.txn, m.lock(), m.mode == TO_WRITE, to, m) {
                     to::Outcome::Granted => answered.push((to, m, GRANTED)),
-                    to::Outcome::Queued => srv.stats.queued += 1,
+                    to::Outcome::Queued => {}
                     to::Outcome::TooLate => answered.push((to, m, TOO_LATE)),
                 }
             } else {
                 let mode = Mode::from_u8(m.mode).ok_or("an unknown lock mode")?;
                 match srv.locks.request(m.txn, m.lock(), mode, now, to, m) {
                     table::Outcome::Granted => answered.push((to, m, GRANTED)),
-                    table::Outcome::Queued => srv.stats.queued += 1,
+                    table::Outcome::Queued => {}
                     table::Outcome::Refused(status) => answered.push((to, m, status)),
                 }
             }
@@ -135,17 +118,12 @@ pub fn serve(
         _ => return Err("a message kind servers do not take"),
     }
     for (to, req, status) in answered {
-        out.push(Action::Respond(to, counted(n, srv, mem, req, status)));
+        out.push(Action::Respond(to, answer(n, mem, req, status)));
     }
     Ok(())
 }
 
-fn counted(n: &NodeState, srv: &mut Server, mem: &dyn txbed_transport::HostMemory, req: Msg, status: u8) -> Msg {
-    match status {
-        GRANTED => srv.stats.granted += 1,
-        TIMEOUT => srv.stats.timeouts += 1,
-        _ => srv.stats.refused += 1,
-    }
+fn answer(n: &NodeState, mem: &dyn txbed_transport::HostMemory, req: Msg, status: u8) -> Msg {
     // The planted bug tells a waiter that timed out it has the lock.
     let status = if status == TIMEOUT && n.bug == Some(LT_GRANTS_TIMED_OUT) { GRANTED } else { status };
     response(n, mem, req, status)
@@ -292,11 +270,9 @@ pub async fn run(ctx: Ctx, n: Rc<NodeState>, expected_done: u32) -> Result<(), T
                 let mut timed = Vec::new();
                 with_server(&n, me, |s| s.locks.expire(now, &mut timed));
                 ctx.with_memory(|mem| {
-                    with_server(&n, me, |s| {
-                        for (to, req, status) in timed {
-                            out.push(Action::Respond(to, counted(&n, s, mem, req, status)));
-                        }
-                    })
+                    for (to, req, status) in timed {
+                        out.push(Action::Respond(to, answer(&n, mem, req, status)));
+                    }
                 });
             }
         }
