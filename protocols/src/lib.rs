@@ -6,7 +6,7 @@
 //!   DrTM+H (Sec. 5-6), with its presets emulating prior systems; [`mvcc`]: MVCC (4.4);
 //!   [`sundial`]: SUNDIAL (4.5); [`calvin`]: CALVIN (4.6); [`locktable`]: the distributed
 //!   lock table (strict 2PL with multi-granularity locks, or TO, and 2PC, at thousands of
-//!   agents).
+//!   agents); [`drtm`]: DrTM (HTM for local records glued to RDMA 2PL with leases).
 //!
 //! Adding a protocol: a module (a folder when big) implementing `txbed_txn::Protocol`, and
 //! one line in `REGISTRY` (docs/writing-a-protocol.md).
@@ -31,6 +31,7 @@ pub static REGISTRY: &[ProtocolRef] = &[
     &sundial::Sundial,
     &calvin::Calvin,
     &locktable::LockTable,
+    &drtm::Drtm,
 ];
 
 /// The protocol a scenario names, matched ignoring case and punctuation (`occ`, `WAIT-DIE`).

@@ -375,6 +375,12 @@ pub fn run_real_node(
     failure_timeout: Duration,
 ) -> Result<Option<TxnRunResult>, String> {
     check_spec(spec)?;
+    if spec.protocol.needs().htm {
+        return Err(format!(
+            "{} needs HTM, which is simulator-only for now: real RTM (where CPUID reports it) and the emulation for CPUs without it are not built yet (issue 20)",
+            spec.protocol.name()
+        ));
+    }
     if spec.warm_cache {
         return Err(
             "protocol.warm_cache is simulator-only for now: real backends start with empty location caches".into()
@@ -787,6 +793,8 @@ impl SpecForThread {
             // Partitions are the transport's (`WorkerSeed::partitions`); nothing else reaches here.
             faults: None,
             isolation: self.isolation,
+            // Real backends run no HTM model (`run_real_node` refuses protocols needing HTM).
+            cpu: txbed_sim::cpu::CpuProfile::load(txbed_scenario::DEFAULT_CPU).expect("built-in CPU profile"),
         }
     }
 }

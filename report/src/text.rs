@@ -99,6 +99,22 @@ fn servers_line(r: &TxnReport) -> String {
     )
 }
 
+fn htm_line(r: &TxnReport) -> String {
+    let Some(h) = &r.htm else { return String::new() };
+    let aborts: Vec<String> = h.aborts.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    format!(
+        "  htm        {}: {} regions, {} committed ({:.1}%), mean {:.2} us; aborts {}; fallbacks {} ({:.3} per committed transaction) (whole run)\n",
+        h.mode,
+        h.regions,
+        h.committed,
+        100.0 * h.committed as f64 / h.regions.max(1) as f64,
+        h.mean_region_us,
+        aborts.join(", "),
+        h.fallbacks,
+        h.fallbacks_per_txn
+    )
+}
+
 fn clock_line(r: &TxnReport) -> String {
     let Some(c) = &r.clocks else { return String::new() };
     let how = match (c.sync_interval_us, c.master, c.free_bound_us) {
@@ -204,7 +220,7 @@ pub fn txn_text(s: &Scenario, r: &TxnReport) -> String {
     let verbs: Vec<String> = r.verbs.iter().map(|(k, n)| format!("{k} {n}")).collect();
     let types: Vec<String> = r.per_type.iter().map(|(k, t)| format!("{k} {:.0}/s", t.tps)).collect();
     let mut out = format!(
-        "scenario {:?}, seed {}: {} ({}) on {}\n  cluster    {} nodes x {} workers x {} coroutines, NIC {}\n{}  throughput {:.0} transactions/s ({:.0} per node), {} committed in the window\n  latency    p50 {:.2} us  p90 {:.2} us  p99 {:.2} us  p99.9 {:.2} us  max {:.2} us  mean {:.2} us\n  aborts     {:.1}% ({} conflicts in the window), {} user aborts\n{}  types      {}\n{}  stages     {}\n{}  verbs      {}\n  locations  {}\n  log        {}\n{}{}{}{}  {}: {}{}; {} transactions checked ({} aborted), invariants {}\n{}",
+        "scenario {:?}, seed {}: {} ({}) on {}\n  cluster    {} nodes x {} workers x {} coroutines, NIC {}\n{}  throughput {:.0} transactions/s ({:.0} per node), {} committed in the window\n  latency    p50 {:.2} us  p90 {:.2} us  p99 {:.2} us  p99.9 {:.2} us  max {:.2} us  mean {:.2} us\n  aborts     {:.1}% ({} conflicts in the window), {} user aborts\n{}  types      {}\n{}  stages     {}\n{}  verbs      {}\n  locations  {}\n  log        {}\n{}{}{}{}{}  {}: {}{}; {} transactions checked ({} aborted), invariants {}\n{}",
         r.scenario,
         r.seed,
         r.protocol,
@@ -245,6 +261,7 @@ pub fn txn_text(s: &Scenario, r: &TxnReport) -> String {
             r.log.records, r.log.bytes, r.log.room_waits
         ),
         servers_line(r),
+        htm_line(r),
         clock_line(r),
         fault_lines(r),
         if r.backend == "sim" {

@@ -56,6 +56,7 @@ pub fn txn_spec(s: &Scenario, profile: &NicProfile, seed: u64) -> Result<TxnRunS
         },
         faults: fault_plan(s, seed),
         isolation: p.isolation.map(|i| i.0),
+        cpu: txbed_sim::cpu::CpuProfile::load(&c.cpu).map_err(|e| format!("cluster.cpu: {e}"))?,
     })
 }
 

@@ -256,6 +256,9 @@ pub struct NodeResult {
     /// Record accesses served on the local path, per stage.
     #[serde(default)]
     pub stage_local: [u64; Stage::COUNT],
+    /// HTM regions and how they ended (`TxnStats::htm`).
+    #[serde(default)]
+    pub htm: HtmCounters,
     /// Work requests posted by this node's workers, by opcode (sockets backend only).
     #[serde(default)]
     pub verbs: [u64; 7],
@@ -372,6 +375,13 @@ impl NodeResult {
             stage_calls: self.stage_calls,
             stage_lookup_reads: self.stage_lookup_reads,
             stage_local: self.stage_local,
+            htm: txbed_txn::node::HtmStats {
+                regions: self.htm.regions,
+                committed: self.htm.committed,
+                aborts: self.htm.aborts,
+                fallbacks: self.htm.fallbacks,
+                region_ns: self.htm.region_ns,
+            },
         }
     }
 
@@ -389,7 +399,24 @@ impl NodeResult {
         self.stage_calls = s.stage_calls;
         self.stage_lookup_reads = s.stage_lookup_reads;
         self.stage_local = s.stage_local;
+        self.htm = HtmCounters {
+            regions: s.htm.regions,
+            committed: s.htm.committed,
+            aborts: s.htm.aborts,
+            fallbacks: s.htm.fallbacks,
+            region_ns: s.htm.region_ns,
+        };
     }
+}
+
+/// `txbed_txn::node::HtmStats` as results carry it between processes.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct HtmCounters {
+    pub regions: u64,
+    pub committed: u64,
+    pub aborts: [u64; 5],
+    pub fallbacks: u64,
+    pub region_ns: u64,
 }
 
 pub fn add_measured(r: &mut NodeResult, m: &Measured) {

@@ -62,6 +62,23 @@ pub struct ServersReport {
     pub messages_per_txn: f64,
 }
 
+/// HTM regions over the whole run (`TxnReport::htm`), for protocols that use HTM.
+#[derive(Debug, Serialize)]
+pub struct HtmReport {
+    /// Which HTM ran: `simulated (CPU profile <name>)`; real RTM and the emulation on real
+    /// backends are not built yet.
+    pub mode: String,
+    pub regions: u64,
+    pub committed: u64,
+    /// Aborts by cause: capacity, conflict-local, conflict-rdma, system, explicit.
+    pub aborts: std::collections::BTreeMap<&'static str, u64>,
+    /// Transactions that ran the fallback handler, and per committed transaction.
+    pub fallbacks: u64,
+    pub fallbacks_per_txn: f64,
+    /// Mean CPU time inside a region, us.
+    pub mean_region_us: f64,
+}
+
 /// One node's or one worker's counts in the measured window.
 #[derive(Clone, Debug, Serialize)]
 pub struct UnitReport {
@@ -186,6 +203,8 @@ pub struct TxnReport {
     /// Server workers (the lock table's lock-server agents): how busy, and the messages a
     /// committed transaction cost. `None` for protocols without server workers.
     pub servers: Option<ServersReport>,
+    /// HTM regions (whole run); `None` for protocols without HTM.
+    pub htm: Option<HtmReport>,
     pub sim: SimInfo,
     pub check: CheckReport,
     /// Coordinators that stopped on an error (a failed verb or RPC), with the reason.
@@ -547,6 +566,18 @@ pub fn txn_report(
                 utilisation_mean: (!util.is_empty()).then(|| util.iter().sum::<f64>() / util.len() as f64),
                 utilisation_max: util.iter().copied().reduce(f64::max),
                 messages_per_txn: messages as f64 / r.stats.committed.max(1) as f64,
+            }
+        }),
+        htm: spec.protocol.needs().htm.then(|| {
+            let h = &r.stats.htm;
+            HtmReport {
+                mode: format!("simulated (CPU profile {})", spec.cpu.name),
+                regions: h.regions,
+                committed: h.committed,
+                aborts: txbed_txn::htm::CAUSES.iter().copied().zip(h.aborts).collect(),
+                fallbacks: h.fallbacks,
+                fallbacks_per_txn: h.fallbacks as f64 / r.stats.committed.max(1) as f64,
+                mean_region_us: h.region_ns as f64 / h.regions.max(1) as f64 / 1000.0,
             }
         }),
         sim: SimInfo { events: r.events, events_per_s: r.events as f64 / wall.max(1e-9), simulated_ns: r.simulated_ns },

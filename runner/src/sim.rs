@@ -48,6 +48,9 @@ pub fn run_txns_with(spec: &TxnRunSpec, progress: &mut dyn FnMut(u64, u64)) -> R
     cfg.rpc.max_patience_ns = spec.protocol.rpc_patience_ns(&spec.protocol_options);
     cfg.reconnect_ns = spec.faults.as_ref().map(|f| f.reconnect_ns);
     let mut sim = Sim::new(cfg)?;
+    if spec.protocol.needs().htm {
+        sim.enable_htm(&spec.cpu);
+    }
     let layout = layout(spec);
     let mut regions = Vec::new();
     for n in 0..spec.nodes {

@@ -92,6 +92,8 @@ pub struct TxnRunSpec {
     /// The isolation level the history is checked at (`protocol.isolation`); `None`: the
     /// protocol's (`Protocol::isolation`).
     pub isolation: Option<txbed_checker::Level>,
+    /// The CPU the simulator's HTM model follows (`cluster.cpu`), for protocols that need HTM.
+    pub cpu: txbed_sim::cpu::CpuProfile,
 }
 
 /// The clocks of a run: the simulator's model, and the bound real backends report.
@@ -144,6 +146,7 @@ impl TxnRunSpec {
             clocks: ClockSpec::default(),
             faults: None,
             isolation: None,
+            cpu: txbed_sim::cpu::CpuProfile::load(txbed_scenario::DEFAULT_CPU).expect("built-in CPU profile"),
         }
     }
 

@@ -410,6 +410,10 @@ pub struct Cluster {
     pub coroutines: u32,
     /// A built-in NIC profile name or a path to a RON profile.
     pub nic: String,
+    /// A built-in CPU profile name or a path to a RON profile (`scenarios/cpus/`): what the
+    /// simulator's HTM model needs (protocols that use HTM: DrTM).
+    #[serde(skip_serializing_if = "is_default_cpu")]
+    pub cpu: String,
     /// RC QPs per remote node per worker (emulates larger clusters).
     pub qps_per_node: u16,
     /// Overrides the NIC profile's NICs per node.
@@ -630,6 +634,13 @@ impl Cluster {
     }
 }
 
+/// The CPU profile a scenario that names none gets.
+pub const DEFAULT_CPU: &str = "haswell";
+
+fn is_default_cpu(cpu: &str) -> bool {
+    cpu == DEFAULT_CPU
+}
+
 impl Default for Cluster {
     fn default() -> Self {
         Cluster {
@@ -637,6 +648,7 @@ impl Default for Cluster {
             workers: 4,
             coroutines: 8,
             nic: "cx4".into(),
+            cpu: DEFAULT_CPU.into(),
             qps_per_node: 1,
             nics_per_node: None,
             link_delay_us: None,

@@ -26,6 +26,43 @@ use std::rc::Rc;
 /// A node's HTM state as its workers and its (simulated) NIC share it.
 pub type SharedHtm = Rc<RefCell<Htm>>;
 
+/// A worker's CPU view of memory that shows every access to the node's HTM model: what RPC
+/// handlers get, so a handler's access aborts the regions it conflicts with as any plain CPU
+/// access does.
+pub struct Tracked<'a> {
+    pub mem: &'a dyn crate::memory::HostMemory,
+    pub htm: SharedHtm,
+    pub worker: u16,
+}
+
+impl Tracked<'_> {
+    fn sees(&self, addr: u64, len: u64, write: bool) {
+        self.htm.borrow_mut().access(Accessor::Worker(self.worker), addr, len, write);
+    }
+}
+
+impl crate::memory::HostMemory for Tracked<'_> {
+    fn regions(&self) -> Vec<crate::verbs::MemoryRegion> {
+        self.mem.regions()
+    }
+    fn read(&self, addr: u64, out: &mut [u8]) -> Result<(), crate::memory::MemError> {
+        self.sees(addr, out.len() as u64, false);
+        self.mem.read(addr, out)
+    }
+    fn write(&self, addr: u64, data: &[u8]) -> Result<(), crate::memory::MemError> {
+        self.sees(addr, data.len() as u64, true);
+        self.mem.write(addr, data)
+    }
+    fn cas_u64(&self, addr: u64, compare: u64, swap: u64) -> Result<u64, crate::memory::MemError> {
+        self.sees(addr, 8, true);
+        self.mem.cas_u64(addr, compare, swap)
+    }
+    fn faa_u64(&self, addr: u64, add: u64) -> Result<u64, crate::memory::MemError> {
+        self.sees(addr, 8, true);
+        self.mem.faa_u64(addr, add)
+    }
+}
+
 /// RTM abort status bits (EAX after an abort; Intel SDM vol. 1, 16.3.5).
 pub mod status {
     /// XABORT was executed; the code is in bits 31..24.

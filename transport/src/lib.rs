@@ -28,4 +28,4 @@ pub use memory::{HostMemory, MemError};
 pub use rpc::{CallId, Handled, HandlerCtx, HandlerFn, ReplyToken, RpcConfig, RpcError};
 pub use trace::TraceEvent;
 pub use verbs::*;
-pub use worker::{CpuCosts, Ctx, StepOutcome, WorkerConfig, WorkerCore, WorkerStats};
+pub use worker::{CpuCosts, Ctx, StepOutcome, Tx, WorkerConfig, WorkerCore, WorkerStats};

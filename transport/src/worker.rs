@@ -461,12 +461,19 @@ impl Shared {
         let mut reply = std::mem::take(&mut self.reply_buf);
         reply.clear();
         let (mut cpu, mut deferred, mut notices) = (0, Vec::new(), Vec::new());
+        // A handler's accesses are this worker's CPU's: HTM regions see them (strong atomicity).
+        let tracked =
+            self.htm.clone().map(|htm| crate::htm::Tracked { mem: &*self.mem, htm, worker: self.cfg.me.worker });
+        let mem: &dyn HostMemory = match &tracked {
+            Some(t) => t,
+            None => &*self.mem,
+        };
         let outcome = {
             let mut hctx = HandlerCtx::new(
                 self.cfg.me,
                 src,
                 self.now,
-                &*self.mem,
+                mem,
                 &mut reply,
                 &mut cpu,
                 &mut deferred,

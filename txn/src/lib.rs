@@ -25,6 +25,7 @@
 
 pub mod attempt;
 pub mod error;
+pub mod htm;
 pub mod index;
 pub mod local;
 pub mod locate;

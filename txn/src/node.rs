@@ -79,6 +79,36 @@ pub struct TxnStats {
     /// Per stage: record accesses served on the local path (the CPU on the coordinator's own
     /// node: no round trip, no wire bytes).
     pub stage_local: [u64; Stage::COUNT],
+    /// HTM regions (`crate::htm`): what ran, and how regions ended.
+    pub htm: HtmStats,
+}
+
+/// How a node's HTM regions ended (`crate::htm::region`), for the report's `htm` line.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HtmStats {
+    /// Regions begun (XBEGIN).
+    pub regions: u64,
+    /// Regions that committed (XEND).
+    pub committed: u64,
+    /// Aborts by cause, in `crate::htm::CAUSES` order (capacity, conflict-local,
+    /// conflict-rdma, system, explicit).
+    pub aborts: [u64; 5],
+    /// Transactions that gave up on HTM and ran their fallback handler.
+    pub fallbacks: u64,
+    /// CPU time inside regions, committed or not, ns.
+    pub region_ns: u64,
+}
+
+impl HtmStats {
+    pub fn add(&mut self, o: &HtmStats) {
+        self.regions += o.regions;
+        self.committed += o.committed;
+        for i in 0..5 {
+            self.aborts[i] += o.aborts[i];
+        }
+        self.fallbacks += o.fallbacks;
+        self.region_ns += o.region_ns;
+    }
 }
 
 impl TxnStats {
@@ -91,6 +121,7 @@ impl TxnStats {
         self.log_bytes += o.log_bytes;
         self.log_room_waits += o.log_room_waits;
         self.external_delta += o.external_delta;
+        self.htm.add(&o.htm);
         for i in 0..Stage::COUNT {
             self.stage_ns[i] += o.stage_ns[i];
             self.stage_round_trips[i] += o.stage_round_trips[i];

@@ -53,10 +53,13 @@ pub struct Needs {
     pub synchronized_clocks: bool,
     /// Nodes grouped into data centers with long-haul links between them.
     pub data_centers: bool,
+    /// Hardware transactional memory (`Ctx::htm_region`): the simulator models it from the
+    /// scenario's CPU profile (`cluster.cpu`).
+    pub htm: bool,
 }
 
 impl Needs {
-    pub const NOTHING: Needs = Needs { synchronized_clocks: false, data_centers: false };
+    pub const NOTHING: Needs = Needs { synchronized_clocks: false, data_centers: false, htm: false };
 
     /// The needs in words, `-` when there are none.
     pub fn describe(self) -> String {
@@ -66,6 +69,9 @@ impl Needs {
         }
         if self.data_centers {
             v.push("data centers");
+        }
+        if self.htm {
+            v.push("HTM");
         }
         if v.is_empty() {
             "-".into()

@@ -1,0 +1,86 @@
+//! The fallback handler (Sec. 7.2), run once a transaction's region has used its retry
+//! budget or overflowed: no HTM can roll it back, so it first drops the remote locks START
+//! took, then locks every record, local ones included, by the ordinary REMOTE_WRITE /
+//! REMOTE_READ in a global order (table, key), waiting for a busy lock rather than aborting
+//! (the order rules out deadlock: START never waits). With every lease confirmed, it updates
+//! the records outside HTM and unlocks them. Its locks on local records abort any region
+//! that reads them (strong atomicity), and regions refuse write-locked records (Fig. 10b).
+
+use txbed_transport::Ctx;
+use txbed_txn::attempt::{execute, new_history, Attempt};
+use txbed_txn::error::TxnError;
+use txbed_txn::node::NodeState;
+use txbed_txn::ops::{self, Rec};
+use txbed_workloads::TxnSpec;
+
+use super::state;
+use super::{local_tx, options, COMMIT_WITHOUT_LEASE_CONFIRMATION};
+
+/// Waiting for a busy lock, ns between tries.
+const POLL_NS: u64 = 1_000;
+
+#[allow(clippy::too_many_arguments)]
+pub async fn run(
+    ctx: &Ctx,
+    n: &NodeState,
+    spec: &TxnSpec,
+    id: u64,
+    me: u64,
+    recs: &mut [Rec],
+    start_ns: u64,
+    epoch0: u64,
+) -> Result<Attempt, TxnError> {
+    let o = options(n);
+    ops::release(ctx, n, recs, |r| r.locked, me).await?;
+    for r in recs.iter_mut() {
+        r.locked = false;
+        r.tuple.clear();
+    }
+    let mut order: Vec<usize> = (0..recs.len()).collect();
+    order.sort_by_key(|&i| (recs[i].table, recs[i].key, !recs[i].write));
+    let want_end = ctx.clock().now_ns.max(0) as u64 + o.lease_ns(false);
+    let give_up = ctx.now() + o.fallback_wait_us * 1000;
+    let mut end = want_end;
+    let mut leases = false;
+    for i in order {
+        loop {
+            match super::start::acquire(ctx, n, &mut recs[i..=i], |_| true, me, want_end).await? {
+                Ok(e) => {
+                    if !recs[i].write {
+                        end = end.min(e);
+                        leases = true;
+                    }
+                    break;
+                }
+                Err(_) if ctx.now() < give_up => ctx.sleep(POLL_NS).await,
+                Err(x) => {
+                    ops::release(ctx, n, recs, |r| r.locked, me).await?;
+                    return Ok(Attempt::Conflict(match x {
+                        state::Refusal::WriteLocked => "fallback: write locked too long",
+                        state::Refusal::ReadLeased => "fallback: read leased too long",
+                    }));
+                }
+            }
+        }
+    }
+    // Confirm the leases before any update: nothing done outside HTM can be rolled back.
+    let c = ctx.clock();
+    if leases
+        && n.bug != Some(COMMIT_WITHOUT_LEASE_CONFIRMATION)
+        && !state::valid(end, c.now_ns.max(0) as u64, super::start::delta(n, c.bound_ns))
+    {
+        ops::release(ctx, n, recs, |r| r.locked, me).await?;
+        return Ok(Attempt::Conflict(local_tx::cause(local_tx::LEASE_INVALID)));
+    }
+    let Some((new_values, delta)) = execute(ctx, n, spec, recs) else {
+        ops::release(ctx, n, recs, |r| r.locked, me).await?;
+        return Ok(Attempt::UserAbort);
+    };
+    let mut h = new_history(ctx, n, spec, id, start_ns);
+    ops::history_of(recs, &mut h);
+    ops::commit_point(ctx, n, epoch0, recs, &new_values, h, delta);
+    ops::log(ctx, n, recs, &new_values, id).await?;
+    super::txn::write_back(ctx, n, recs, &new_values, id, |_| true).await?;
+    ops::complete(ctx, n, id);
+    Ok(Attempt::Committed)
+}
