@@ -46,6 +46,7 @@ fn spec(protocol: ProtocolRef, hybrid: Hybrid) -> TxnRunSpec {
         clocks: Default::default(),
         faults: None,
         isolation: None,
+        cpu: txbed_sim::cpu::CpuProfile::load("haswell").unwrap(),
     }
 }
 

@@ -50,6 +50,7 @@ fn spec(protocol: ProtocolRef, hybrid: Hybrid, options: Options, trace: bool) ->
         clocks: Default::default(),
         faults: None,
         isolation: None,
+        cpu: txbed_sim::cpu::CpuProfile::load("haswell").unwrap(),
     }
 }
 

@@ -171,6 +171,7 @@ impl<L: Load> Shape<L> {
             clocks: Default::default(),
             faults: None,
             isolation: None,
+            cpu: txbed_sim::cpu::CpuProfile::load("haswell").unwrap(),
         }
     }
     pub fn replay(&self) -> String {

@@ -202,6 +202,11 @@ impl Htm {
         *r = Some(Region { per_set: vec![0; self.geometry.sets as usize], ..Region::default() });
     }
 
+    /// Whether `worker` has a region open (aborted or not) that has not ended yet.
+    pub fn open(&self, worker: u16) -> bool {
+        self.regions[worker as usize].is_some()
+    }
+
     /// Whether `worker` has an open region that has not aborted yet.
     pub fn active(&self, worker: u16) -> bool {
         self.regions[worker as usize].as_ref().is_some_and(|r| r.aborted.is_none())

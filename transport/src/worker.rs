@@ -189,6 +189,14 @@ pub(crate) struct Shared {
     now: Nanos,
     current: u32,
     ready: VecDeque<u32>,
+    /// A coroutine whose HTM region's body has run and which waits for the world to reach
+    /// the region's end (`Ctx::htm_region`): this step runs nothing after it, and the next
+    /// step resumes it before anything else, so its XEND precedes every later action of this
+    /// worker (a hardware thread runs its region to the end).
+    region_waiter: Option<u32>,
+    /// The backend's time when this step began: the rest of the world is there, while the
+    /// worker's own clock (`now`) runs ahead by the CPU its coroutines charge.
+    step_at: Nanos,
     coros: Vec<CoroState>,
     qps: Vec<QpState>,
     /// RC QPs grouped by peer node in one flat list (one allocation, cache friendly):
@@ -662,6 +670,8 @@ impl WorkerCore {
             now: 0,
             current: 0,
             ready: VecDeque::new(),
+            region_waiter: None,
+            step_at: 0,
             coros: Vec::new(),
             qps: Vec::new(),
             rc_qps: Vec::new(),
@@ -879,12 +889,33 @@ impl WorkerCore {
     fn run_locked(&mut self, now: Nanos) -> (Nanos, RefMut<'_, Shared>) {
         let start;
         let to_run;
+        let waker = Waker::noop();
+        let mut cx = Context::from_waker(waker);
         {
             let mut s = self.shared.borrow_mut();
             // A real backend's clock may lag the worker's (CPU charged since its last call):
             // the worker's clock never goes back. The simulator never passes an earlier time.
             s.now = s.now.max(now);
+            s.step_at = now;
             start = s.now;
+            // An HTM region reaching its end goes first: before handlers and completions.
+            if let Some(c) = s.region_waiter.take() {
+                if let Some(pos) = s.ready.iter().position(|&x| x == c) {
+                    s.ready.remove(pos);
+                }
+                s.current = c;
+                drop(s);
+                let task = self.tasks[c as usize].as_mut().expect("a region's coroutine is alive");
+                if task.as_mut().poll(&mut cx).is_ready() {
+                    self.tasks[c as usize] = None;
+                    self.shared.borrow_mut().coros[c as usize].finished = true;
+                }
+                s = self.shared.borrow_mut();
+                if s.region_waiter.is_some() {
+                    s.flush_rpc();
+                    return (s.now - start, s);
+                }
+            }
             while let Some(ev) = s.inbox.pop_front() {
                 match ev {
                     Inbound::Completion(c) => s.handle_completion(c),
@@ -926,8 +957,6 @@ impl WorkerCore {
             }
             to_run = s.ready.len();
         }
-        let waker = Waker::noop();
-        let mut cx = Context::from_waker(waker);
         for _ in 0..to_run {
             let id = {
                 let mut s = self.shared.borrow_mut();
@@ -946,6 +975,9 @@ impl WorkerCore {
             if task.as_mut().poll(&mut cx).is_ready() {
                 self.tasks[id as usize] = None;
                 self.shared.borrow_mut().coros[id as usize].finished = true;
+            }
+            if self.shared.borrow().region_waiter.is_some() {
+                break;
             }
         }
         let mut s = self.shared.borrow_mut();
@@ -1299,6 +1331,28 @@ impl Ctx {
         Sleep { ctx: self.clone(), ns, armed: false }
     }
 
+    /// Waits, if this worker's clock has run ahead of the rest of the world within the current
+    /// step (coroutines before this one charged CPU), until the world catches up: what this
+    /// coroutine reads next is the state at its own time. A transaction that must be ordered
+    /// by real time against others (strict serializability) starts with it.
+    pub async fn catch_up(&self) {
+        let ahead = {
+            let s = self.shared.borrow();
+            s.now > s.step_at
+        };
+        if ahead {
+            self.sleep(0).await;
+        }
+    }
+
+    /// The backend's time at the start of the current step: the instant whose state of the
+    /// world (memory, peers) this coroutine sees; the worker's own clock (`now`) may be ahead
+    /// of it by CPU charged within the step. A history's start time that must order the
+    /// transaction by real time against others' ends is this one.
+    pub fn world_now(&self) -> Nanos {
+        self.shared.borrow().step_at
+    }
+
     /// Lets the other ready coroutines run before continuing.
     pub fn yield_now(&self) -> YieldNow {
         YieldNow { ctx: self.clone(), yielded: false }
@@ -1479,6 +1533,29 @@ impl Future for YieldNow {
     }
 }
 
+/// What `Ctx::htm_region` awaits between its body and XEND: the rest of the world running up
+/// to the region's end, and nothing else of this worker (`Shared::region_waiter`).
+struct RegionEnd {
+    ctx: Ctx,
+    waited: bool,
+}
+
+impl Future for RegionEnd {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<()> {
+        if self.waited {
+            return Poll::Ready(());
+        }
+        self.waited = true;
+        let coro = self.ctx.coro;
+        let mut s = self.ctx.shared.borrow_mut();
+        s.region_waiter = Some(coro);
+        // Ready, so the backend steps this worker again once its clock is reached.
+        s.ready.push_back(coro);
+        Poll::Pending
+    }
+}
+
 /// Future of [`Ctx::wait_imm`].
 pub struct WaitImm {
     ctx: Ctx,
@@ -1638,6 +1715,7 @@ impl Ctx {
     pub async fn htm_region<R>(&self, body: impl FnOnce(&mut Tx<'_>) -> R) -> Result<R, crate::htm::Abort> {
         let htm = self.shared.borrow().htm.clone().expect("htm_region without an HTM model (WorkerCore::set_htm)");
         let worker = self.me().worker;
+        debug_assert!(!htm.borrow().open(worker), "a region while another is open on worker {worker}");
         let t0 = self.now();
         let (xbegin_ns, xend_ns, abort_ns) = htm.borrow().costs();
         self.compute(xbegin_ns);
@@ -1648,7 +1726,7 @@ impl Ctx {
         // The region lasts the CPU time the body and XEND take: let the world run up to its end.
         self.compute(xend_ns);
         let dur = self.now() - t0;
-        self.sleep(0).await;
+        RegionEnd { ctx: self.clone(), waited: false }.await;
         let system = {
             let p = htm.borrow().system_abort_probability(dur.max(1));
             p > 0.0 && self.with_rng(|g| rand::Rng::gen_bool(g, p.min(1.0)))

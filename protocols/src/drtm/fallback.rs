@@ -6,6 +6,8 @@
 //! the records outside HTM and unlocks them. Its locks on local records abort any region
 //! that reads them (strong atomicity), and regions refuse write-locked records (Fig. 10b).
 
+use std::collections::BTreeSet;
+
 use txbed_transport::Ctx;
 use txbed_txn::attempt::{execute, new_history, Attempt};
 use txbed_txn::error::TxnError;
@@ -41,28 +43,35 @@ pub async fn run(
     let want_end = ctx.clock().now_ns.max(0) as u64 + o.lease_ns(false);
     let give_up = ctx.now() + o.fallback_wait_us * 1000;
     let mut end = want_end;
-    let mut leases = false;
-    for i in order {
-        loop {
-            match super::start::acquire(ctx, n, &mut recs[i..=i], |_| true, me, want_end).await? {
-                Ok(e) => {
-                    if !recs[i].write {
-                        end = end.min(e);
-                        leases = true;
-                    }
-                    break;
-                }
-                Err(_) if ctx.now() < give_up => ctx.sleep(POLL_NS).await,
-                Err(x) => {
-                    ops::release(ctx, n, recs, |r| r.locked, me).await?;
-                    return Ok(Attempt::Conflict(match x {
-                        state::Refusal::WriteLocked => "fallback: write locked too long",
-                        state::Refusal::ReadLeased => "fallback: read leased too long",
-                    }));
-                }
-            }
+    // Locks are taken in `order`; what is held while waiting is always a prefix of it. Each
+    // round tries every record not yet held at once (the common case: one round trip), then
+    // keeps the longest prefix that succeeded and drops the write locks beyond it.
+    let mut held = 0;
+    while held < order.len() {
+        let todo: BTreeSet<(u16, u64)> = order[held..].iter().map(|&i| (recs[i].table, recs[i].key)).collect();
+        let got =
+            super::start::acquire_all(ctx, n, recs, |r| todo.contains(&(r.table, r.key)), me, want_end).await?;
+        end = end.min(got.end);
+        let ok = |i: usize| recs[i].locked || (!recs[i].write && !recs[i].tuple.is_empty());
+        let first_failed = order[held..].iter().position(|&i| !ok(i)).map(|k| held + k);
+        let Some(f) = first_failed else { break };
+        held = f;
+        let beyond: BTreeSet<(u16, u64)> = order[f..].iter().map(|&i| (recs[i].table, recs[i].key)).collect();
+        ops::release(ctx, n, recs, |r| r.locked && beyond.contains(&(r.table, r.key)), me).await?;
+        for &i in &order[f..] {
+            recs[i].locked = false;
+            recs[i].tuple.clear();
         }
+        if ctx.now() >= give_up {
+            ops::release(ctx, n, recs, |r| r.locked, me).await?;
+            return Ok(Attempt::Conflict(match got.refused {
+                Some(state::Refusal::ReadLeased) => "fallback: read leased too long",
+                _ => "fallback: write locked too long",
+            }));
+        }
+        ctx.sleep(POLL_NS).await;
     }
+    let leases = recs.iter().any(|r| !r.write);
     // Confirm the leases before any update: nothing done outside HTM can be rolled back.
     let c = ctx.clock();
     if leases

@@ -30,6 +30,14 @@ pub fn delta(n: &NodeState, bound_ns: u64) -> u64 {
     options(n).delta_ns.unwrap_or(bound_ns)
 }
 
+/// What [`acquire_all`] got.
+pub struct Acquired {
+    /// The earliest end of the leases taken or shared (the wanted end if none).
+    pub end: u64,
+    /// The first refusal met, if any.
+    pub refused: Option<Refusal>,
+}
+
 /// Locks the records `which` selects, in their order: REMOTE_WRITE for writes, REMOTE_READ
 /// with a lease until `want_end` for reads. Returns the earliest end of the leases taken or
 /// shared (`want_end` if none), or the first refusal; either way every record locked is
@@ -43,6 +51,20 @@ pub async fn acquire(
     me: u64,
     want_end: u64,
 ) -> Result<Result<u64, Refusal>, TxnError> {
+    let a = acquire_all(ctx, n, recs, which, me, want_end).await?;
+    Ok(a.refused.map_or(Ok(a.end), Err))
+}
+
+/// [`acquire`], saying both the leases' end and the first refusal (after which no record is
+/// tried again: those found with an expired lease stay unlocked).
+pub async fn acquire_all(
+    ctx: &txbed_transport::Ctx,
+    n: &NodeState,
+    recs: &mut [Rec],
+    which: impl Fn(&Rec) -> bool,
+    me: u64,
+    want_end: u64,
+) -> Result<Acquired, TxnError> {
     let t0 = ctx.now();
     let mut t = Tally::default();
     let onesided = n.hybrid.onesided(Stage::Lock);
@@ -97,7 +119,7 @@ pub async fn acquire(
         todo = if refused.is_some() { Vec::new() } else { next };
     }
     ops::account_tally(ctx, n, Stage::Lock, t0, &t);
-    Ok(refused.map_or(Ok(end), Err))
+    Ok(Acquired { end, refused })
 }
 
 /// The state word a try swaps in: the owner's lock for a write, the lease for a read.

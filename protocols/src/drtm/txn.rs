@@ -17,6 +17,8 @@ use super::{local_tx, options, COMMIT_WITHOUT_LEASE_CONFIRMATION};
 
 /// Runs one attempt of `spec` as transaction `id`.
 pub async fn attempt(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Attempt {
+    // Real-time order (strict serializability): the attempt starts, and reads, at its own time.
+    ctx.catch_up().await;
     let mut recs = ops::records(n, spec);
     // The state word keeps 8 bits of owner machine (Fig. 9b).
     let Ok(machine) = u8::try_from(n.me) else {
@@ -48,7 +50,9 @@ async fn run(
     recs: &mut [Rec],
 ) -> Result<Attempt, TxnError> {
     let o = options(n);
-    let start_ns = ctx.now();
+    // The world's time, not the worker's (ahead by CPU charged this step): the instant its
+    // first reads see (real-time order).
+    let start_ns = ctx.world_now();
     let epoch0 = ctx.view_epoch();
     let local = |r: &Rec| n.local(r.home);
     // Index searching stays outside the region (Sec. 4.3): the local records' offsets first.
@@ -142,8 +146,8 @@ pub async fn write_back(
 
 /// A read-only transaction (Sec. 5.4), without HTM: the remote records leased under one end
 /// time (START_RO, Fig. 10c); the local ones read twice by the CPU (Sec. 4.4's two rounds),
-/// and those that changed or were write-locked in between leased like remote ones; then the
-/// leases confirmed valid. Every value read was current at the end of the first round's last
+/// and if any changed or was write-locked in between, all of them leased like remote ones
+/// (the fallback of Sec. 5.4); then the leases confirmed valid. Every value read was current at the end of the first round's last
 /// read, while every lease was held.
 async fn run_read_only(
     ctx: &Ctx,
@@ -153,7 +157,9 @@ async fn run_read_only(
     me: u64,
     recs: &mut [Rec],
 ) -> Result<Attempt, TxnError> {
-    let start_ns = ctx.now();
+    // The world's time, not the worker's (ahead by CPU charged this step): the instant its
+    // first reads see (real-time order).
+    let start_ns = ctx.world_now();
     let local = |r: &Rec| n.local(r.home);
     let want_end = ctx.clock().now_ns.max(0) as u64 + options(n).lease_ns(true);
     let mut end = match super::start::acquire(ctx, n, recs, |r| !local(r), me, want_end).await? {
@@ -184,6 +190,11 @@ async fn run_read_only(
         }
     }
     if !changed.is_empty() {
+        // Every local record then, not only those that changed: a record read in the first
+        // round may change right after the second, and must agree with the newer reads.
+        for r in recs.iter_mut().filter(|r| local(r)) {
+            r.tuple.clear();
+        }
         leases = true;
         match super::start::acquire(ctx, n, recs, |r| r.tuple.is_empty(), me, want_end).await? {
             Ok(e) => end = end.min(e),
