@@ -113,3 +113,35 @@ fn system_aborts_follow_their_rate() {
         assert_eq!(out.borrow().clone(), Some(if want_abort { Err(Abort::System) } else { Ok(()) }));
     }
 }
+
+/// DrTM Table IV's false conflict, on the simulated NIC: a remote read's lease CAS on a state
+/// word that an open region only read (a local read) aborts that region, at the CAS's time.
+#[test]
+fn a_remote_lease_cas_aborts_a_region_that_only_read_the_state_word() {
+    let mut sim = small_sim(2, 1, 1, |_| {});
+    let mr = sim.register_region(1, 4096);
+    sim.enable_htm(&haswell(0.0));
+    let out = cell::<Option<Result<(), Abort>>>();
+    let o = out.clone();
+    sim.spawn(1, 0, move |ctx| async move {
+        let r = ctx
+            .htm_region(|tx| {
+                let mut b = [0u8; 8];
+                tx.read(mr.addr + 128, &mut b).unwrap();
+                tx.compute(20_000);
+            })
+            .await;
+        *o.borrow_mut() = Some(r);
+    });
+    sim.spawn(0, 0, move |ctx| async move {
+        ctx.sleep(5_000).await;
+        let qp = ctx.rc_qp(NodeId(1), 0).unwrap();
+        let s = ctx.scratch();
+        let cas = Op::Cas { local: LocalBuf { len: 8, ..s }, remote: remote(mr, 128, 8), compare: 0, swap: 1 << 9 };
+        ctx.post(qp, [(cas, true)]).unwrap();
+        ctx.wait().await.unwrap();
+    });
+    sim.run_until(1_000_000);
+    assert_eq!(out.borrow().clone(), Some(Err(Abort::ConflictRdma)));
+    assert_eq!(sim.memory(1).load_u64(mr.addr + 128).unwrap(), 1 << 9, "the CAS itself landed");
+}

@@ -49,8 +49,7 @@ pub async fn run(
     let mut held = 0;
     while held < order.len() {
         let todo: BTreeSet<(u16, u64)> = order[held..].iter().map(|&i| (recs[i].table, recs[i].key)).collect();
-        let got =
-            super::start::acquire_all(ctx, n, recs, |r| todo.contains(&(r.table, r.key)), me, want_end).await?;
+        let got = super::start::acquire_all(ctx, n, recs, |r| todo.contains(&(r.table, r.key)), me, want_end).await?;
         end = end.min(got.end);
         let ok = |i: usize| recs[i].locked || (!recs[i].write && !recs[i].tuple.is_empty());
         let first_failed = order[held..].iter().position(|&i| !ok(i)).map(|k| held + k);
