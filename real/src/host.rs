@@ -262,7 +262,12 @@ impl WorkerSeed {
         let loss = (spec.profile.reliability.ud_drop_probability, cfg_seed(&spec, node, wk) ^ 0x10_55);
         let (mut w, mem): (Box<dyn WorkerTransport>, Rc<dyn HostMemory>) = match self.link {
             Link::Sockets { udp, peers, mem, routes } => {
-                let core = WorkerCore::new(cfg, Rc::new(mem.clone()));
+                let mut core = WorkerCore::new(cfg, Rc::new(mem.clone()));
+                if let Some(lock) = mem.htm_lock() {
+                    // Each worker thread tracks its own regions (capacity); exclusion is the lock's.
+                    let htm = txbed_transport::htm::Htm::new(spec.cpu.geometry(), spec.workers).emulated(lock);
+                    core.set_htm(Rc::new(std::cell::RefCell::new(htm)));
+                }
                 let mut w = SocketsWorker::connect(core, me, udp, peers, mem.clone(), &routes, self.start, 128)?;
                 w.set_datagram_loss(loss.0, loss.1);
                 let n = spec.nodes as usize;
@@ -375,9 +380,9 @@ pub fn run_real_node(
     failure_timeout: Duration,
 ) -> Result<Option<TxnRunResult>, String> {
     check_spec(spec)?;
-    if spec.protocol.needs().htm {
+    if spec.protocol.needs().htm && !matches!(backend, RealBackend::Sockets { .. }) {
         return Err(format!(
-            "{} needs HTM, which is simulator-only for now: real RTM (where CPUID reports it) and the emulation for CPUs without it are not built yet (issue 20)",
+            "{} needs HTM: on the verbs backend neither real RTM nor an emulation exists yet (a real NIC's accesses bypass the emulation's lock); run it on the simulator or the sockets backend",
             spec.protocol.name()
         ));
     }
@@ -538,6 +543,12 @@ pub fn run_real_node(
         verbs,
         location,
         qp_cache_miss_ratio: None,
+        htm_mode: spec.protocol.needs().htm.then(|| {
+            format!(
+                "emulated: a node-wide lock excludes every other access during a region (this CPU {} RTM; real RTM regions are not built)",
+                if cpu_has_rtm() { "reports" } else { "does not report" }
+            )
+        }),
         server_busy_ns: Vec::new(),
         trace: Vec::new(),
         clocks: None,
@@ -599,7 +610,10 @@ fn connect(
     let node = me.rank as u16;
     match backend {
         RealBackend::Sockets { bind } => {
-            let mem = SharedMemory::new(keys);
+            let mut mem = SharedMemory::new(keys);
+            if spec.protocol.needs().htm {
+                mem = mem.with_htm_lock(std::sync::Arc::default());
+            }
             let regions = mem.regions();
             load_partition(&mem, regions[1], layout, node, &*spec.workload)?;
             let routes = NicRoutes::default();
@@ -796,5 +810,17 @@ impl SpecForThread {
             // Real backends run no HTM model (`run_real_node` refuses protocols needing HTM).
             cpu: txbed_sim::cpu::CpuProfile::load(txbed_scenario::DEFAULT_CPU).expect("built-in CPU profile"),
         }
+    }
+}
+
+/// Whether this CPU reports Intel RTM (CPUID.07H:EBX.RTM), for the report.
+fn cpu_has_rtm() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("rtm")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
     }
 }

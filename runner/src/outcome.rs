@@ -118,6 +118,9 @@ pub struct TxnRunResult {
     pub location: txbed_txn::locate::CacheStats,
     /// QP-context cache misses per lookup on the simulated NICs (None on real backends).
     pub qp_cache_miss_ratio: Option<f64>,
+    /// Which HTM ran regions (protocols that need HTM): the simulator's model or the real
+    /// backend's emulation, with whether the CPU reports RTM. `None` without HTM.
+    pub htm_mode: Option<String>,
     /// Trace events of every worker, by node and worker (empty unless `TxnRunSpec::trace`).
     pub trace: Vec<TraceEvent>,
     /// What the simulated clocks measured (`None` without a clock model or on real backends).

@@ -571,7 +571,7 @@ pub fn txn_report(
         htm: spec.protocol.needs().htm.then(|| {
             let h = &r.stats.htm;
             HtmReport {
-                mode: format!("simulated (CPU profile {})", spec.cpu.name),
+                mode: r.htm_mode.clone().unwrap_or_else(|| "none".into()),
                 regions: h.regions,
                 committed: h.committed,
                 aborts: txbed_txn::htm::CAUSES.iter().copied().zip(h.aborts).collect(),

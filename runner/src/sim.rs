@@ -204,6 +204,7 @@ pub fn run_txns_with(spec: &TxnRunSpec, progress: &mut dyn FnMut(u64, u64)) -> R
         simulated_ns: sim.now(),
         verbs: sim.stats().verbs,
         location,
+        htm_mode: spec.protocol.needs().htm.then(|| format!("simulated (CPU profile {})", spec.cpu.name)),
         qp_cache_miss_ratio: Some(sim.stats().qp_cache_misses as f64 / sim.stats().qp_cache_lookups.max(1) as f64),
         trace,
         clocks: sim.clock_stats(),

@@ -26,6 +26,23 @@ use std::rc::Rc;
 /// A node's HTM state as its workers and its (simulated) NIC share it.
 pub type SharedHtm = Rc<RefCell<Htm>>;
 
+/// The emulation's node-wide exclusion (real backends whose CPU has no RTM): a region holds it
+/// from XBEGIN to XEND, and every other access to the node's registered memory (another
+/// worker's CPU, an RPC handler, the sockets NIC serving a one-sided verb) takes it too. A
+/// region is then atomic with respect to every access, which is what strong atomicity gives
+/// the protocol; conflicts wait instead of aborting the region. Reentrant: the region's own
+/// accesses pass.
+pub type NodeLock = std::sync::Arc<parking_lot::ReentrantMutex<()>>;
+
+/// Which HTM runs regions.
+#[derive(Clone, Debug)]
+pub enum Mode {
+    /// The model: conflicts from the simulator's accesses at their simulated times.
+    Model,
+    /// The emulation: regions exclude every other access through the node's lock.
+    Emulated(NodeLock),
+}
+
 /// A worker's CPU view of memory that shows every access to the node's HTM model: what RPC
 /// handlers get, so a handler's access aborts the regions it conflicts with as any plain CPU
 /// access does.
@@ -161,11 +178,28 @@ pub struct Htm {
     /// CPU cost of XBEGIN, of XEND, and of an abort's way back to the fallback, ns.
     costs: (u64, u64, u64),
     regions: Vec<Option<Region>>,
+    mode: Mode,
 }
 
 impl Htm {
     pub fn new(geometry: Geometry, workers: u16) -> Htm {
-        Htm { geometry, system_aborts_per_ms: 0.0, costs: (0, 0, 0), regions: vec![None; workers as usize] }
+        Htm {
+            geometry,
+            system_aborts_per_ms: 0.0,
+            costs: (0, 0, 0),
+            regions: vec![None; workers as usize],
+            mode: Mode::Model,
+        }
+    }
+
+    /// Regions run under the emulation (`NodeLock`) rather than the model.
+    pub fn emulated(mut self, lock: NodeLock) -> Htm {
+        self.mode = Mode::Emulated(lock);
+        self
+    }
+
+    pub fn mode(&self) -> &Mode {
+        &self.mode
     }
 
     /// With these CPU costs, ns: XBEGIN, XEND, and an abort's return to the fallback.

@@ -1533,6 +1533,31 @@ impl Future for YieldNow {
     }
 }
 
+impl Ctx {
+    /// `htm_region` under the emulation: the body and the writes' landing hold the node's
+    /// lock, so no other access interleaves; capacity and explicit aborts are as in the model,
+    /// conflicts and interrupts cannot happen.
+    fn emulated_region<R>(
+        &self,
+        htm: &crate::htm::SharedHtm,
+        lock: &crate::htm::NodeLock,
+        body: impl FnOnce(&mut Tx<'_>) -> R,
+    ) -> Result<R, crate::htm::Abort> {
+        let worker = self.me().worker;
+        let _excluded = lock.lock();
+        htm.borrow_mut().begin(worker);
+        let mut tx = Tx { ctx: self, worker, htm: htm.clone(), writes: Vec::new() };
+        let r = body(&mut tx);
+        let writes = std::mem::take(&mut tx.writes);
+        htm.borrow_mut().end(worker)?;
+        let s = self.shared.borrow();
+        for (a, d) in writes {
+            s.mem.write(a, &d).expect("a region writes only local registered memory it read");
+        }
+        Ok(r)
+    }
+}
+
 /// What `Ctx::htm_region` awaits between its body and XEND: the rest of the world running up
 /// to the region's end, and nothing else of this worker (`Shared::region_waiter`).
 struct RegionEnd {
@@ -1716,6 +1741,13 @@ impl Ctx {
         let htm = self.shared.borrow().htm.clone().expect("htm_region without an HTM model (WorkerCore::set_htm)");
         let worker = self.me().worker;
         debug_assert!(!htm.borrow().open(worker), "a region while another is open on worker {worker}");
+        let emulated = match htm.borrow().mode() {
+            crate::htm::Mode::Emulated(lock) => Some(lock.clone()),
+            crate::htm::Mode::Model => None,
+        };
+        if let Some(lock) = emulated {
+            return self.emulated_region(&htm, &lock, body);
+        }
         let t0 = self.now();
         let (xbegin_ns, xend_ns, abort_ns) = htm.borrow().costs();
         self.compute(xbegin_ns);

@@ -53,8 +53,8 @@ pub struct Needs {
     pub synchronized_clocks: bool,
     /// Nodes grouped into data centers with long-haul links between them.
     pub data_centers: bool,
-    /// Hardware transactional memory (`Ctx::htm_region`): the simulator models it from the
-    /// scenario's CPU profile (`cluster.cpu`).
+    /// Hardware transactional memory (`Ctx::htm_region`), modelled from the scenario's CPU
+    /// profile (`cluster.cpu`) or emulated.
     pub htm: bool,
 }
 

@@ -50,7 +50,7 @@ pub async fn run(
     while held < order.len() {
         let todo: BTreeSet<(u16, u64)> = order[held..].iter().map(|&i| (recs[i].table, recs[i].key)).collect();
         let got = super::start::acquire_all(ctx, n, recs, |r| todo.contains(&(r.table, r.key)), me, want_end).await?;
-        end = end.min(got.end);
+        end = state::earlier(end, got.end);
         let ok = |i: usize| recs[i].locked || (!recs[i].write && !recs[i].tuple.is_empty());
         let first_failed = order[held..].iter().position(|&i| !ok(i)).map(|k| held + k);
         let Some(f) = first_failed else { break };
@@ -88,7 +88,7 @@ pub async fn run(
     ops::history_of(recs, &mut h);
     ops::commit_point(ctx, n, epoch0, recs, &new_values, h, delta);
     ops::log(ctx, n, recs, &new_values, id).await?;
-    super::txn::write_back(ctx, n, recs, &new_values, id, |_| true).await?;
+    super::write_back::write_back(ctx, n, recs, &new_values, id, |_| true).await?;
     ops::complete(ctx, n, id);
     Ok(Attempt::Committed)
 }

@@ -11,10 +11,10 @@
 //! - `fallback`: the fallback handler after the region's retry budget (Sec. 7.2): every
 //!   record locked in a global order, leases confirmed, updates outside HTM.
 //! - `txn`: an attempt: START, the region with its retries, XEND as the commit point,
-//!   REMOTE_WRITE_BACK; read-only transactions without HTM (Sec. 5.4).
+//!   REMOTE_WRITE_BACK (`write_back`); read-only transactions without HTM (Sec. 5.4).
 //!
-//! The simulator models HTM (`txbed_transport::htm`, from the scenario's CPU profile); real
-//! backends refuse DrTM until real RTM and its emulation exist. Not built yet (issue 20):
+//! HTM comes from the transport (`txbed_transport::htm`: a model fed by every access, or an
+//! emulation that excludes them). Not built yet (issue 20):
 //! cooperative logging and recovery (Sec. 5.6), transaction chopping (Sec. 4), the local
 //! two-round read of read-only transactions (their local records are leased like remote ones,
 //! as Fig. 10c's pseudo-code does).
@@ -24,6 +24,7 @@ mod local_tx;
 mod start;
 pub mod state;
 mod txn;
+mod write_back;
 
 use std::rc::Rc;
 

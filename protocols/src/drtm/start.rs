@@ -106,7 +106,7 @@ pub async fn acquire_all(
                 };
                 match decision {
                     RemoteRead::Leased(e) => {
-                        end = end.min(e);
+                        end = state::earlier(end, e);
                         r.tuple = tuple;
                     }
                     RemoteRead::Retry(s) => next.push((i, s)),

@@ -26,8 +26,7 @@ pub fn locked(owner: u8) -> u64 {
 
 /// R_LEASED(end_time): read-leased until `end` (ns; at most 55 bits).
 pub fn leased(end: u64) -> u64 {
-    debug_assert!(end < 1 << LEASE_BITS, "a lease end beyond 55 bits");
-    (end & ((1 << LEASE_BITS) - 1)) << 9
+    lease_time(end) << 9
 }
 
 pub fn write_locked(state: u64) -> bool {
@@ -44,14 +43,40 @@ pub fn end_time(state: u64) -> u64 {
     state >> 9
 }
 
+/// Times in the word are the clock modulo 2^55 ns (417 days): a real clock's Unix time does
+/// not fit, so ends are compared by serial-number arithmetic (RFC 1982), correct while the
+/// times compared are within 2^54 ns (208 days) of each other.
+const TIME_MASK: u64 = (1 << LEASE_BITS) - 1;
+
+/// The lease-time form of a clock reading (ns).
+pub fn lease_time(now: u64) -> u64 {
+    now & TIME_MASK
+}
+
+/// `a - b` on the 55-bit circle, as a signed number.
+fn diff(a: u64, b: u64) -> i64 {
+    let d = a.wrapping_sub(b) & TIME_MASK;
+    // Sign-extend from 55 bits.
+    ((d << (64 - LEASE_BITS)) as i64) >> (64 - LEASE_BITS)
+}
+
 /// EXPIRED(end): no machine can still consider the lease held.
 pub fn expired(end: u64, now: u64, delta: u64) -> bool {
-    now > end.saturating_add(delta)
+    diff(lease_time(now), lease_time(end.wrapping_add(delta))) > 0
 }
 
 /// VALID(end): every machine still considers the lease held.
 pub fn valid(end: u64, now: u64, delta: u64) -> bool {
-    now.saturating_add(delta) < end
+    diff(lease_time(end), lease_time(now.wrapping_add(delta))) > 0
+}
+
+/// The earlier of two lease ends.
+pub fn earlier(a: u64, b: u64) -> u64 {
+    if diff(lease_time(a), lease_time(b)) < 0 {
+        a
+    } else {
+        b
+    }
 }
 
 /// Why an access aborts its transaction.
@@ -165,6 +190,23 @@ mod tests {
         assert!(!expired(1000, 1010, 10) && expired(1000, 1011, 10));
         for now in 990..=1010 {
             assert!(!valid(1000, now, 10) && !expired(1000, now, 10));
+        }
+    }
+
+    #[test]
+    fn lease_times_wrap_around_55_bits() {
+        // A real clock's Unix time (2026, ~1.8e18 ns) is far beyond 55 bits: leases taken and
+        // checked across the wrap still compare right.
+        let unix = 1_795_000_000_000_000_000u64;
+        for now in [unix, (1 << LEASE_BITS) - 500, 5] {
+            let end = now.wrapping_add(1000);
+            let w = leased(end);
+            let e = end_time(w);
+            assert!(valid(e, now, 10) && !expired(e, now, 10), "at {now}");
+            assert!(!valid(e, now + 995, 10) && !expired(e, now + 1005, 10));
+            assert!(expired(e, now + 1011, 10) && !valid(e, now + 1011, 10));
+            assert_eq!(earlier(e, lease_time(now + 2000)), e);
+            assert_eq!(earlier(lease_time(now + 2000), e), e);
         }
     }
 

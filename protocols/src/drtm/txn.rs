@@ -7,9 +7,8 @@ use txbed_transport::htm::Abort;
 use txbed_transport::Ctx;
 use txbed_txn::attempt::{committed, execute, new_history, settle, Attempt};
 use txbed_txn::error::TxnError;
-use txbed_txn::node::{NodeState, H_COMMIT};
-use txbed_txn::ops::{self, Rec, Tally};
-use txbed_txn::stage::Stage;
+use txbed_txn::node::NodeState;
+use txbed_txn::ops::{self, Rec};
 use txbed_workloads::TxnSpec;
 
 use super::state::{self, Refusal};
@@ -104,7 +103,7 @@ async fn run(
     ops::history_of(recs, &mut h);
     ops::commit_point(ctx, n, epoch0, recs, &new_values, h, delta);
     ops::log(ctx, n, recs, &new_values, id).await?;
-    write_back(ctx, n, recs, &new_values, id, |r| !local(r)).await?;
+    super::write_back::write_back(ctx, n, recs, &new_values, id, |r| !local(r)).await?;
     ops::complete(ctx, n, id);
     Ok(Attempt::Committed)
 }
@@ -114,34 +113,6 @@ fn forget_local_reads(recs: &mut [Rec], local: &dyn Fn(&Rec) -> bool) {
     for r in recs.iter_mut().filter(|r| local(r)) {
         r.tuple.clear();
     }
-}
-
-/// REMOTE_WRITE_BACK (Fig. 10a) of the written records `which` selects: each new value
-/// (version + 1) then the unlock, behind it on the QP. (The paper unlocks by CAS; only the
-/// holder ever changes a write-locked state word, so a WRITE of INIT is the same.)
-pub async fn write_back(
-    ctx: &Ctx,
-    n: &NodeState,
-    recs: &[Rec],
-    new_values: &[Vec<u8>],
-    id: u64,
-    which: impl Fn(&Rec) -> bool,
-) -> Result<(), TxnError> {
-    let t0 = ctx.now();
-    let mut t = Tally::default();
-    let mut staging = ops::staging_at(ctx);
-    for (r, v) in recs.iter().filter(|r| r.write).zip(new_values) {
-        if which(r) {
-            t += ops::write_back_one(ctx, n, r, v, id, &mut staging, true, H_COMMIT).await?;
-        }
-    }
-    let waited = ctx.wait().await;
-    ctx.clear_replies();
-    waited?;
-    if t.sent + t.local > 0 {
-        ops::account_tally(ctx, n, Stage::Commit, t0, &t);
-    }
-    Ok(())
 }
 
 /// A read-only transaction (Sec. 5.4), without HTM: the remote records leased under one end
@@ -197,7 +168,7 @@ async fn run_read_only(
         }
         leases = true;
         match super::start::acquire(ctx, n, recs, |r| r.tuple.is_empty(), me, want_end).await? {
-            Ok(e) => end = end.min(e),
+            Ok(e) => end = state::earlier(end, e),
             Err(x) => return Ok(Attempt::Conflict(refused(x))),
         }
     }

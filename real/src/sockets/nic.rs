@@ -62,6 +62,9 @@ struct Region {
 #[derive(Clone, Default)]
 pub struct SharedMemory {
     regions: Arc<Vec<Region>>,
+    /// The HTM emulation's node-wide lock (`txbed_transport::htm::NodeLock`), when the run
+    /// emulates HTM: every access takes it, so a region holding it excludes them all.
+    htm: Option<txbed_transport::htm::NodeLock>,
 }
 
 /// Region `i` starts at this address times `i + 1`, as in the simulator.
@@ -78,7 +81,23 @@ impl SharedMemory {
                 words: Words::new(len),
             })
             .collect();
-        SharedMemory { regions: Arc::new(r) }
+        SharedMemory { regions: Arc::new(r), htm: None }
+    }
+
+    /// Every access takes `lock` (the HTM emulation's).
+    pub fn with_htm_lock(mut self, lock: txbed_transport::htm::NodeLock) -> Self {
+        self.htm = Some(lock);
+        self
+    }
+
+    /// The emulation's lock, if the run emulates HTM.
+    pub fn htm_lock(&self) -> Option<txbed_transport::htm::NodeLock> {
+        self.htm.clone()
+    }
+
+    /// Holds the emulation's lock, if any, for as long as the guard lives.
+    fn exclude(&self) -> Option<parking_lot::ReentrantMutexGuard<'_, ()>> {
+        self.htm.as_ref().map(|l| l.lock())
     }
 
     /// Region `i`'s words (what the verbs backend registers with its NIC).
@@ -110,23 +129,27 @@ impl HostMemory for SharedMemory {
         self.regions.iter().map(|r| r.mr).collect()
     }
     fn read(&self, addr: u64, out: &mut [u8]) -> Result<(), MemError> {
+        let _excluded = self.exclude();
         let r = self.find(addr, out.len() as u64, None).ok_or(MemError::OutOfBounds { addr, len: out.len() as u64 })?;
         r.words.read(addr - r.mr.addr, out);
         Ok(())
     }
     fn write(&self, addr: u64, data: &[u8]) -> Result<(), MemError> {
+        let _excluded = self.exclude();
         let r =
             self.find(addr, data.len() as u64, None).ok_or(MemError::OutOfBounds { addr, len: data.len() as u64 })?;
         r.words.write(addr - r.mr.addr, data);
         Ok(())
     }
     fn cas_u64(&self, addr: u64, compare: u64, swap: u64) -> Result<u64, MemError> {
+        let _excluded = self.exclude();
         let w = self.word(addr, None).map_err(|_| MemError::Misaligned { addr })?;
         Ok(match w.compare_exchange(compare, swap, Ordering::AcqRel, Ordering::Acquire) {
             Ok(v) | Err(v) => v,
         })
     }
     fn faa_u64(&self, addr: u64, add: u64) -> Result<u64, MemError> {
+        let _excluded = self.exclude();
         let w = self.word(addr, None).map_err(|_| MemError::Misaligned { addr })?;
         Ok(w.fetch_add(add, Ordering::AcqRel))
     }
@@ -197,6 +220,7 @@ pub fn serve(mem: &SharedMemory, routes: &NicRoutes, from: Endpoint, req: &[u8])
     let len = u32::from_le_bytes(req[16..20].try_into().expect("4 bytes")) as u64;
     let (a, b) = (u64_at(24), u64_at(32));
     let mut reply = vec![0u8; 8];
+    let _excluded = mem.exclude();
     match req[0] {
         1 => match mem.find(addr, len, Some(rkey)) {
             Some(r) => {
