@@ -265,8 +265,8 @@ fn sockets_run_drtm_with_the_emulated_htm() {
         // One host: every process reads the same clock.
         spec.clocks.host_bound_ns = 1_000;
         spec.warmup_ns = 5_000_000;
-        spec.isolation = Some(Level::Serializable);
         let r = txbed_tests::harness::run_sockets(&spec);
+        assert_eq!(r.report.level, Level::Serializable, "real backends check strict claims at serializable");
         assert!(r.clean(), "{}\n{}", s.replay(), problems(&r));
         assert!(
             r.stats.committed > 100 && r.stats.htm.committed > 0,
