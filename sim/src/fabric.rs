@@ -365,6 +365,9 @@ struct Node {
     workers: Vec<Worker>,
     qps: Vec<SimQp>,
     scratch: MemoryRegion,
+    /// The CPU profile HTM is modelled with (`Sim::enable_htm`): a restart gives the node a
+    /// fresh tracker (a crash ends every open region).
+    htm: Option<crate::cpu::CpuProfile>,
 }
 
 struct InFlight {
@@ -584,6 +587,7 @@ impl Sim {
                 workers,
                 qps: Vec::new(),
                 scratch,
+                htm: None,
             };
             nodes.push(node);
         }
@@ -700,16 +704,8 @@ impl Sim {
         self.nodes
             .iter_mut()
             .map(|n| {
-                let h = Rc::new(std::cell::RefCell::new(
-                    txbed_transport::htm::Htm::new(cpu.geometry(), workers)
-                        .with_system_aborts(cpu.system_aborts_per_ms)
-                        .with_costs(cpu.xbegin_ns, cpu.xend_ns, cpu.abort_ns),
-                ));
-                n.mem.set_htm(h.clone());
-                for w in &mut n.workers {
-                    w.core.set_htm(h.clone());
-                }
-                h
+                n.htm = Some(cpu.clone());
+                install_htm(n, cpu, workers)
             })
             .collect()
     }
@@ -837,6 +833,9 @@ impl Sim {
         {
             let n = &mut self.nodes[a];
             n.workers = fresh;
+            if let Some(cpu) = n.htm.clone() {
+                install_htm(n, &cpu, workers);
+            }
             n.alive = true;
             n.inc += 1;
             n.declared_down = false;
@@ -2138,4 +2137,19 @@ pub fn rkey_for(node: u16, i: u16) -> u32 {
 pub fn lkey_for(node: u16, i: u16) -> u32 {
     assert!(i < 1 << 12, "more than 4096 regions on node {node}");
     0x6000_0000 | ((node as u32) << 12) | i as u32
+}
+
+/// A fresh HTM tracker for node `n` from `cpu`, shared by its memory (the NIC's accesses) and
+/// its workers.
+fn install_htm(n: &mut Node, cpu: &crate::cpu::CpuProfile, workers: u16) -> txbed_transport::htm::SharedHtm {
+    let h = Rc::new(std::cell::RefCell::new(
+        txbed_transport::htm::Htm::new(cpu.geometry(), workers)
+            .with_system_aborts(cpu.system_aborts_per_ms)
+            .with_costs(cpu.xbegin_ns, cpu.xend_ns, cpu.abort_ns),
+    ));
+    n.mem.set_htm(h.clone());
+    for w in &mut n.workers {
+        w.core.set_htm(h.clone());
+    }
+    h
 }

@@ -145,3 +145,36 @@ fn a_remote_lease_cas_aborts_a_region_that_only_read_the_state_word() {
     assert_eq!(out.borrow().clone(), Some(Err(Abort::ConflictRdma)));
     assert_eq!(sim.memory(1).load_u64(mr.addr + 128).unwrap(), 1 << 9, "the CAS itself landed");
 }
+
+/// A crash ends every open region and a restarted node models HTM again with a fresh tracker:
+/// its new workers run regions, and the NIC's accesses reach them.
+#[test]
+fn a_restarted_node_keeps_its_htm_model() {
+    let mut sim = small_sim(2, 1, 1, |_| {});
+    let mr = sim.register_region(1, 4096);
+    sim.enable_htm(&haswell(0.0));
+    sim.run_until(1_000);
+    sim.crash(1);
+    sim.restart(1);
+    let out = cell::<Option<Result<(), Abort>>>();
+    let o = out.clone();
+    sim.spawn(1, 0, move |ctx| async move {
+        let r = ctx
+            .htm_region(|tx| {
+                let mut b = [0u8; 8];
+                tx.read(mr.addr, &mut b).unwrap();
+                tx.compute(20_000);
+            })
+            .await;
+        *o.borrow_mut() = Some(r);
+    });
+    sim.spawn(0, 0, move |ctx| async move {
+        ctx.sleep(5_000).await;
+        let qp = ctx.rc_qp(NodeId(1), 0).unwrap();
+        let w = Op::Write { src: Payload::Inline(9u64.to_le_bytes().to_vec()), remote: remote(mr, 0, 8) };
+        ctx.post(qp, [(w, true)]).unwrap();
+        let _ = ctx.wait().await;
+    });
+    sim.run_until(1_000_000);
+    assert_eq!(out.borrow().clone(), Some(Err(Abort::ConflictRdma)));
+}
