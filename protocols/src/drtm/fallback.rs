@@ -86,7 +86,12 @@ pub async fn run(
     };
     let mut h = new_history(ctx, n, spec, id, start_ns);
     ops::history_of(recs, &mut h);
-    ops::commit_point(ctx, n, epoch0, recs, &new_values, h, delta);
+    // Irrevocable here (XEND has run, or the fallback updates outside HTM). It only refuses
+    // when the membership changed, which needs crashes, which DrTM refuses until its recovery
+    // (Sec. 5.6) exists: then the view check moves inside the region, before XEND.
+    if !ops::commit_point(ctx, n, epoch0, recs, &new_values, h, delta) {
+        return Err(TxnError::Unsupported("DrTM committed while the membership changed: its recovery is not built"));
+    }
     ops::log(ctx, n, recs, &new_values, id).await?;
     super::write_back::write_back(ctx, n, recs, &new_values, id, |_| true).await?;
     ops::complete(ctx, n, id);
