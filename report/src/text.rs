@@ -256,10 +256,17 @@ pub fn txn_text(s: &Scenario, r: &TxnReport) -> String {
                 l.hits, l.misses, l.stale, l.reads, l.read_bytes
             )
         },
-        format!(
-            "{} records, {} B to backups; writers waited for ring room {} times (whole run)",
-            r.log.records, r.log.bytes, r.log.room_waits
-        ),
+        {
+            let nvram = if r.log.nvram_records > 0 {
+                format!("; {} records, {} B to the nodes' NVRAM logs", r.log.nvram_records, r.log.nvram_bytes)
+            } else {
+                String::new()
+            };
+            format!(
+                "{} records, {} B to backups; writers waited for ring room {} times{nvram} (whole run)",
+                r.log.records, r.log.bytes, r.log.room_waits
+            )
+        },
         servers_line(r),
         htm_line(r),
         clock_line(r),

@@ -259,6 +259,10 @@ pub struct NodeResult {
     /// HTM regions and how they ended (`TxnStats::htm`).
     #[serde(default)]
     pub htm: HtmCounters,
+    #[serde(default)]
+    pub nvram_log_records: u64,
+    #[serde(default)]
+    pub nvram_log_bytes: u64,
     /// Work requests posted by this node's workers, by opcode (sockets backend only).
     #[serde(default)]
     pub verbs: [u64; 7],
@@ -382,6 +386,8 @@ impl NodeResult {
                 fallbacks: self.htm.fallbacks,
                 region_ns: self.htm.region_ns,
             },
+            nvram_log_records: self.nvram_log_records,
+            nvram_log_bytes: self.nvram_log_bytes,
         }
     }
 
@@ -399,6 +405,8 @@ impl NodeResult {
         self.stage_calls = s.stage_calls;
         self.stage_lookup_reads = s.stage_lookup_reads;
         self.stage_local = s.stage_local;
+        self.nvram_log_records = s.nvram_log_records;
+        self.nvram_log_bytes = s.nvram_log_bytes;
         self.htm = HtmCounters {
             regions: s.htm.regions,
             committed: s.htm.committed,

@@ -335,6 +335,9 @@ pub struct LogReport {
     /// Times a one-sided writer found its ring full and waited for the backup
     /// (`protocol.log_ring_kib`, `log_reclaim_kib`; docs/transactions.md).
     pub room_waits: u64,
+    /// Records and bytes written to nodes' own NVRAM logs (DrTM, Sec. 5.6), whole run.
+    pub nvram_records: u64,
+    pub nvram_bytes: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -555,7 +558,13 @@ pub fn txn_report(
         stages,
         verbs,
         location_cache: r.location,
-        log: LogReport { records: r.stats.log_records, bytes: r.stats.log_bytes, room_waits: r.stats.log_room_waits },
+        log: LogReport {
+            records: r.stats.log_records,
+            bytes: r.stats.log_bytes,
+            room_waits: r.stats.log_room_waits,
+            nvram_records: r.stats.nvram_log_records,
+            nvram_bytes: r.stats.nvram_log_bytes,
+        },
         qp_cache_miss_ratio: r.qp_cache_miss_ratio,
         servers: (servers > 0).then(|| {
             let util: Vec<f64> = r.server_busy_ns.iter().map(|b| *b as f64 / r.simulated_ns.max(1) as f64).collect();

@@ -81,6 +81,10 @@ pub struct TxnStats {
     pub stage_local: [u64; Stage::COUNT],
     /// HTM regions (`crate::htm`): what ran, and how regions ended.
     pub htm: HtmStats,
+    /// Records and bytes written to the node's own NVRAM logs (DrTM's cooperative logging,
+    /// Sec. 5.6), aborted HTM regions' included.
+    pub nvram_log_records: u64,
+    pub nvram_log_bytes: u64,
 }
 
 /// How a node's HTM regions ended (`crate::htm::region`), for the report's `htm` line.
@@ -122,6 +126,8 @@ impl TxnStats {
         self.log_room_waits += o.log_room_waits;
         self.external_delta += o.external_delta;
         self.htm.add(&o.htm);
+        self.nvram_log_records += o.nvram_log_records;
+        self.nvram_log_bytes += o.nvram_log_bytes;
         for i in 0..Stage::COUNT {
             self.stage_ns[i] += o.stage_ns[i];
             self.stage_round_trips[i] += o.stage_round_trips[i];

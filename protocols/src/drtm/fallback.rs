@@ -84,6 +84,10 @@ pub async fn run(
         ops::release(ctx, n, recs, |r| r.locked, me).await?;
         return Ok(Attempt::UserAbort);
     };
+    // Updates outside HTM: logged ahead (Sec. 7.2, 5.6).
+    if o.logging {
+        super::log::write_ahead(ctx, n, recs, &new_values, id)?;
+    }
     let mut h = new_history(ctx, n, spec, id, start_ns);
     ops::history_of(recs, &mut h);
     // Irrevocable here (XEND has run, or the fallback updates outside HTM). It only refuses

@@ -21,6 +21,7 @@ pub const READ_LEASED: u8 = 2;
 pub const LEASE_INVALID: u8 = 3;
 pub const USER_ABORT: u8 = 4;
 pub const MEMORY: u8 = 5;
+pub const LOG_FULL: u8 = 6;
 
 fn code(x: Refusal) -> u8 {
     match x {
@@ -35,6 +36,7 @@ pub fn cause(code: u8) -> &'static str {
         WRITE_LOCKED => "local: write locked",
         READ_LEASED => "local: read leased",
         LEASE_INVALID => "lease expired",
+        LOG_FULL => "log slot too small",
         _ => "htm: explicit abort",
     }
 }
@@ -99,6 +101,11 @@ pub fn body(
             tx.abort(LEASE_INVALID);
             return None;
         }
+    }
+    // The write-ahead log of every update, local and remote, in NVRAM at XEND (Sec. 5.6).
+    if super::options(n).logging && !super::log::write_ahead_in_region(ctx, n, recs, &new_values, id, tx) {
+        tx.abort(LOG_FULL);
+        return None;
     }
     for ((i, r), v) in recs.iter().enumerate().filter(|(_, r)| r.write).zip(&new_values) {
         if !local(r) {

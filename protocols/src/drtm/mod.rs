@@ -21,6 +21,7 @@
 
 mod fallback;
 mod local_tx;
+mod log;
 mod start;
 pub mod state;
 mod txn;
@@ -60,11 +61,21 @@ pub struct Options {
     /// The fallback handler waits at most this long for a lock held by another, us, then
     /// aborts the attempt.
     pub fallback_wait_us: u64,
+    /// Cooperative logging to NVRAM (Sec. 5.6): the lock-ahead log before START, the
+    /// write-ahead log inside the region before XEND (`false`: neither, to measure its cost).
+    pub logging: bool,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { lease_us: 400.0, ro_lease_us: 1000.0, delta_ns: None, htm_retries: 8, fallback_wait_us: 10_000 }
+        Options {
+            lease_us: 400.0,
+            ro_lease_us: 1000.0,
+            delta_ns: None,
+            htm_retries: 8,
+            fallback_wait_us: 10_000,
+            logging: true,
+        }
     }
 }
 
@@ -159,6 +170,10 @@ impl Protocol for Drtm {
     }
     fn handler_names(&self) -> &'static [&'static str] {
         &HANDLER_NAMES
+    }
+    /// A log slot per coroutine (`log`).
+    fn area_bytes(&self, _nodes: u16, workers: u16, coroutines: u32) -> u64 {
+        log::area_bytes(workers, coroutines)
     }
     fn handlers(&self, n: &Rc<NodeState>) -> Vec<Rc<HandlerFn>> {
         vec![start::cas_read_handler(n)]

@@ -56,6 +56,10 @@ async fn run(
     let local = |r: &Rec| n.local(r.home);
     // Index searching stays outside the region (Sec. 4.3): the local records' offsets first.
     ops::locate_all(ctx, n, recs, local).await?;
+    // The lock-ahead log names the remote write set before anything is locked (Sec. 5.6).
+    if o.logging {
+        super::log::lock_ahead(ctx, n, recs, id, &|r| !local(r))?;
+    }
     // START: lock the remote write set, lease the remote read set, all with one end time.
     let start = ctx.clock();
     let want_end = start.now_ns.max(0) as u64 + o.lease_ns(false);
@@ -78,6 +82,11 @@ async fn run(
             Err(Abort::Explicit(code)) => {
                 forget_local_reads(recs, &local);
                 ops::release(ctx, n, recs, |r| r.locked, me).await?;
+                if code == local_tx::LOG_FULL {
+                    return Err(TxnError::Unsupported(
+                        "DrTM's write-ahead log slot (60 KiB) is too small for this transaction",
+                    ));
+                }
                 return Ok(if code == local_tx::USER_ABORT {
                     Attempt::UserAbort
                 } else {
