@@ -907,6 +907,7 @@ impl Scenario {
             k.check(c.nodes)?;
         }
         let mut profile = NicProfile::load(&c.nic).map_err(|e| ("cluster.nic".into(), e.to_string()))?;
+        txbed_sim::cpu::CpuProfile::load(&c.cpu).map_err(|e| ("cluster.cpu".to_string(), e))?;
         if let Some(o) = &self.nic {
             if c.nics_per_node.is_some() && o.fields().iter().any(|(f, _)| f == "nics_per_node") {
                 return Err(("nic.nics_per_node".into(), "cluster.nics_per_node is set too: keep one of them".into()));
