@@ -111,6 +111,8 @@ fn out_is_refused_when_not_empty_and_csv_has_its_columns() {
             "faults_scheduled",
             "faults_applied",
             "committed",
+            "rolled_forward",
+            "locks_released",
             "digest",
             "wall_s",
             "shrunk_faults",
@@ -181,14 +183,14 @@ fn a_planted_bug_fails_and_the_printed_command_replays_it() {
         let row = rows.iter().find(|x| &x[2] == seed).unwrap_or_else(|| panic!("no row for {line}"));
         assert_eq!(&row[3], kind, "{line}");
         let args: Vec<&str> = cmd.split_whitespace().collect();
-        assert_eq!(args[0], &row[11], "{line}");
+        assert_eq!(args[0], &row[13], "{line}");
         assert!(Path::new(args[0]).exists(), "{line}");
         assert_eq!(&args[1..], ["--bug", "ForgetWal"], "{line}");
         // Run exactly as printed (with --json to read the digest).
         let (code, json, err) = out(txbed().arg("run").args(&args).arg("--json"));
         assert_eq!(code, Some(1), "{line}: {err}");
         let v: serde_json::Value = serde_json::from_str(&json).unwrap();
-        assert_eq!(v["digest"].as_str(), Some(&row[12]), "{line}");
+        assert_eq!(v["digest"].as_str(), Some(&row[14]), "{line}");
         let serializable = v["check"]["serializable"].as_bool().unwrap();
         let lost = v["check"]["nothing_lost"].as_bool() == Some(false);
         match kind {

@@ -260,6 +260,10 @@ pub struct Outcome {
     pub faults_applied: usize,
     /// Committed in the measured window.
     pub committed: u64,
+    /// Over the run's recoveries: transactions rolled forward from write-ahead logs, and
+    /// locks of crashed nodes' transactions released (how much of recovery a run exercised).
+    pub rolled_forward: u64,
+    pub locks_released: u64,
     /// The simulation's digest (none after a panic or an error).
     pub digest: Option<u64>,
     pub wall_s: f64,
@@ -372,6 +376,8 @@ pub fn guarded(scheduled: usize, run: impl FnOnce() -> Result<ScenarioRun, Strin
         faults_scheduled: scheduled,
         faults_applied: 0,
         committed: 0,
+        rolled_forward: 0,
+        locks_released: 0,
         digest: None,
         wall_s,
     };
@@ -379,12 +385,15 @@ pub fn guarded(scheduled: usize, run: impl FnOnce() -> Result<ScenarioRun, Strin
         Ok(Ok(run)) => {
             let r = &run.result;
             let (kind, detail) = classify(r);
+            let recoveries = r.faults.as_ref().map_or(&[][..], |f| &f.recoveries[..]);
             Outcome {
                 kind,
                 detail,
                 faults_scheduled: scheduled,
                 faults_applied: r.faults.as_ref().map_or(0, |f| f.applied.len()),
                 committed: r.measured.committed,
+                rolled_forward: recoveries.iter().map(|x| x.rolled_forward).sum(),
+                locks_released: recoveries.iter().map(|x| x.locks_released).sum(),
                 digest: Some(r.digest),
                 wall_s,
             }
@@ -445,6 +454,8 @@ pub fn run_all(setup: &Setup, jobs: usize, done: &(dyn Fn(&Outcome) + Sync)) -> 
                     faults_scheduled: 0,
                     faults_applied: 0,
                     committed: 0,
+                    rolled_forward: 0,
+                    locks_released: 0,
                     digest: None,
                     wall_s: 0.0,
                 },
@@ -857,7 +868,7 @@ fn short(s: &str) -> String {
 }
 
 /// The columns of campaign.csv, in order.
-pub const CSV_COLUMNS: [&str; 13] = [
+pub const CSV_COLUMNS: [&str; 15] = [
     "protocol",
     "workload",
     "seed",
@@ -866,6 +877,8 @@ pub const CSV_COLUMNS: [&str; 13] = [
     "faults_scheduled",
     "faults_applied",
     "committed",
+    "rolled_forward",
+    "locks_released",
     "digest",
     "wall_s",
     "shrunk_faults",
@@ -889,6 +902,8 @@ pub fn write_csv(path: &Path, rows: &[Row]) -> Result<(), String> {
             o.faults_scheduled.to_string(),
             o.faults_applied.to_string(),
             o.committed.to_string(),
+            o.rolled_forward.to_string(),
+            o.locks_released.to_string(),
             o.digest.map_or(String::new(), |d| format!("{d:016x}")),
             format!("{:.3}", o.wall_s),
             r.shrunk_faults.map_or(String::new(), |n| n.to_string()),
@@ -1020,6 +1035,8 @@ mod tests {
             faults_scheduled: 1,
             faults_applied: 1,
             committed: 0,
+            rolled_forward: 0,
+            locks_released: 0,
             digest: None,
             wall_s: 0.0,
         };

@@ -274,7 +274,9 @@ impl Driver {
                 }
             }
             if self.report.fatal.is_some() {
-                self.queue.clear();
+                // No fault after a fatal one; but the membership still declares crashed nodes
+                // down, so transactions past their commit points stop waiting on them and end.
+                self.queue.retain(|_, a| matches!(a, Action::Detect(_)));
                 w.sh.stop.set(true);
                 return;
             }
@@ -474,16 +476,19 @@ impl Driver {
                 }
             }
         }
-        // Its store: the checkpoint, or what survived without its locks.
+        // Its store: the checkpoint, or what survived without its locks (but those of other
+        // crashed nodes' transactions, which their own rebuilds resolve).
+        let held_by: Vec<u16> =
+            (0..w.spec.nodes).filter(|&m| m != node && (!w.sim.is_alive(m) || self.crashed.contains_key(&m))).collect();
         if self.plan.durable_store {
-            recovery::reset_store(protocol, &st, &*mem, &floor);
+            recovery::reset_store(protocol, &st, &*mem, &floor, &held_by, w.spec.workers);
         } else {
             let region = w.catalog.regions[node as usize];
             if let Err(e) = load_partition(&*mem, region, &w.catalog.layout, node, &*w.spec.workload) {
                 w.sh.failures.borrow_mut().push(format!("recovery of node {node}: {e}"));
             }
             // The protocol's metadata (timestamps, leases) was lost with the memory too.
-            recovery::reset_store(protocol, &st, &*mem, &floor);
+            recovery::reset_store(protocol, &st, &*mem, &floor, &[], w.spec.workers);
         }
         // Its committed transactions, from its write-ahead log, everywhere.
         let mut rolled = 0;

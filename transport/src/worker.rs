@@ -744,11 +744,19 @@ impl WorkerCore {
         Some(id)
     }
 
-    /// A new membership view. Calls to nodes it declares down fail now with
-    /// `RpcError::PeerDown` (their coroutines become ready: `has_work`), and what this
-    /// worker's RPC layer kept of those nodes is forgotten.
+    /// A new membership view. An open HTM region of this worker aborts (cause system). Calls
+    /// to nodes it declares down fail now with `RpcError::PeerDown` (their coroutines become
+    /// ready: `has_work`), and what this worker's RPC layer kept of those nodes is forgotten.
     pub fn set_view(&mut self, view: &View) {
         let mut s = self.shared.borrow_mut();
+        if s.view.epoch != view.epoch {
+            // The notification interrupts this worker's core: an open HTM region aborts (a
+            // transaction that began under the old view cannot reach XEND in the new one).
+            let worker = s.cfg.me.worker;
+            if let Some(h) = s.htm.as_ref() {
+                h.borrow_mut().system_abort(worker);
+            }
+        }
         let newly_down: Vec<u16> = (0..view.status.len() as u16)
             .filter(|&n| view.of(n) == NodeStatus::Down && s.view.of(n) != NodeStatus::Down)
             .collect();

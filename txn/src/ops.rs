@@ -573,7 +573,7 @@ pub fn commit_point(
 ) -> bool {
     let epoch = ctx.view_epoch();
     if n.recovery.is_some() && recs.iter().any(|r| r.write) {
-        if epoch != epoch0 || recs.iter().any(|r| ctx.node_status(r.home) != NodeStatus::Up) {
+        if !commit_allowed(ctx, n, epoch0, recs) {
             return false;
         }
         let record = log_record(recs, new_values, history.id);
@@ -585,6 +585,16 @@ pub fn commit_point(
     *n.committing.borrow_mut().entry(epoch).or_default() += 1;
     n.pending.borrow_mut().insert(history.id, Pending { history, delta, epoch });
     true
+}
+
+/// Whether a transaction that began under view `epoch0` may pass its commit point now
+/// ([`commit_point`]'s test): without faults always; with them, only if the membership has
+/// not changed and every home of its records is up. A protocol whose commit point is
+/// irrevocable (DrTM's XEND) tests this just before it, where it can still abort.
+pub fn commit_allowed(ctx: &Ctx, n: &NodeState, epoch0: u64, recs: &[Rec]) -> bool {
+    n.recovery.is_none()
+        || !recs.iter().any(|r| r.write)
+        || (ctx.view_epoch() == epoch0 && recs.iter().all(|r| ctx.node_status(r.home) == NodeStatus::Up))
 }
 
 /// A committed transaction is complete (logged and written back everywhere): its history
@@ -704,8 +714,24 @@ pub async fn finish_write_back(
     owner: u64,
     unlock_reads: bool,
 ) {
+    finish_write_back_of(ctx, n, recs, new_values, id, owner, unlock_reads, |_| true).await
+}
+
+/// [`finish_write_back`] of the written records `which` selects (the others were written back
+/// by the CPU, or are not this step's).
+#[allow(clippy::too_many_arguments)]
+pub async fn finish_write_back_of(
+    ctx: &Ctx,
+    n: &NodeState,
+    recs: &[Rec],
+    new_values: &[Vec<u8>],
+    id: u64,
+    owner: u64,
+    unlock_reads: bool,
+    which: impl Fn(&Rec) -> bool,
+) {
     let mut calls = Vec::new();
-    for (r, v) in recs.iter().filter(|r| r.write).zip(new_values) {
+    for (r, v) in recs.iter().filter(|r| r.write).zip(new_values).filter(|(r, _)| which(r)) {
         let (inc, ver) = r.version();
         let commit = CommitReq { offset: r.offset, version: version_word(inc, ver + 1), writer: id, record: v };
         calls.push((r.home, H_COMMIT_IF, CommitIfReq { owner, commit }.encode()));

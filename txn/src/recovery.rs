@@ -118,13 +118,31 @@ pub fn release_locks_of(protocol: ProtocolRef, n: &NodeState, mem: &dyn HostMemo
     released
 }
 
-/// Clears every lock on `n` and lets the protocol make each tuple's metadata safe: a
-/// restarted node's store that survived its crash holds no lock of its past.
-pub fn reset_store(protocol: ProtocolRef, n: &NodeState, mem: &dyn HostMemory, floor: &RecoveryFloor) {
+/// Clears the locks on `n` and lets the protocol make each tuple's metadata safe: a
+/// restarted node's store that survived its crash holds no lock of its past, except those
+/// of transactions of the nodes in `held_by` (crashed, not yet rebuilt: what such a lock
+/// guards may be a committed write only that node's write-ahead log holds; its own rebuild
+/// installs it and releases the lock, DrTM Sec. 5.6, Fig. 11(b)). `workers` per node.
+pub fn reset_store(
+    protocol: ProtocolRef,
+    n: &NodeState,
+    mem: &dyn HostMemory,
+    floor: &RecoveryFloor,
+    held_by: &[u16],
+    workers: u16,
+) {
     for (_, place, off) in tuples(n) {
         let base = n.base() + off;
         let mut tuple = vec![0u8; place.tuple_bytes as usize];
         if mem.read(base, &mut tuple).is_ok() {
+            let word = u64::from_le_bytes(tuple[LOCK as usize..][..8].try_into().expect("8 bytes"));
+            let keep = word != 0 && protocol.lock_owner_node(word, workers).is_some_and(|o| held_by.contains(&o));
+            if keep {
+                protocol.recover_tuple(place, &mut tuple, floor);
+                tuple[LOCK as usize..][..8].copy_from_slice(&word.to_le_bytes());
+                let _ = mem.write(base, &tuple);
+                continue;
+            }
             tuple[LOCK as usize..][..8].copy_from_slice(&0u64.to_le_bytes());
             protocol.recover_tuple(place, &mut tuple, floor);
             let _ = mem.write(base, &tuple);

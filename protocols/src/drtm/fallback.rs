@@ -84,20 +84,23 @@ pub async fn run(
         ops::release(ctx, n, recs, |r| r.locked, me).await?;
         return Ok(Attempt::UserAbort);
     };
+    // Nothing outside HTM can be undone: a changed view aborts here, before the commit point.
+    if !ops::commit_allowed(ctx, n, epoch0, recs) {
+        ops::release(ctx, n, recs, |r| r.locked, me).await?;
+        return Ok(Attempt::Conflict(local_tx::cause(local_tx::VIEW_CHANGED)));
+    }
     // Updates outside HTM: logged ahead (Sec. 7.2, 5.6).
     if o.logging {
         super::log::write_ahead(ctx, n, recs, &new_values, id)?;
     }
     let mut h = new_history(ctx, n, spec, id, start_ns);
     ops::history_of(recs, &mut h);
-    // Irrevocable here (XEND has run, or the fallback updates outside HTM). It only refuses
-    // when the membership changed, which needs crashes, which DrTM refuses until its recovery
-    // (Sec. 5.6) exists: then the view check moves inside the region, before XEND.
+    // Checked just above, in this step: it cannot refuse.
     if !ops::commit_point(ctx, n, epoch0, recs, &new_values, h, delta) {
-        return Err(TxnError::Unsupported("DrTM committed while the membership changed: its recovery is not built"));
+        return Err(TxnError::Unsupported("DrTM's fallback passed its commit point under a changed view"));
     }
     ops::log(ctx, n, recs, &new_values, id).await?;
-    super::write_back::write_back(ctx, n, recs, &new_values, id, |_| true).await?;
+    super::write_back::write_back(ctx, n, recs, &new_values, id, me, |_| true).await?;
     ops::complete(ctx, n, id);
     Ok(Attempt::Committed)
 }

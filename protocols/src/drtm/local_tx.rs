@@ -22,6 +22,7 @@ pub const LEASE_INVALID: u8 = 3;
 pub const USER_ABORT: u8 = 4;
 pub const MEMORY: u8 = 5;
 pub const LOG_FULL: u8 = 6;
+pub const VIEW_CHANGED: u8 = 7;
 
 fn code(x: Refusal) -> u8 {
     match x {
@@ -37,6 +38,7 @@ pub fn cause(code: u8) -> &'static str {
         READ_LEASED => "local: read leased",
         LEASE_INVALID => "lease expired",
         LOG_FULL => "log slot too small",
+        VIEW_CHANGED => "membership changed",
         _ => "htm: explicit abort",
     }
 }
@@ -44,7 +46,7 @@ pub fn cause(code: u8) -> &'static str {
 /// The region's body. `local` selects the records it accesses itself; `lease_end` is the
 /// earliest end of the transaction's remote leases (`None`: it holds none); `start` is the
 /// clock read at START, reused for the local writes' lease checks (Sec. 7.1: a stale time is
-/// conservative there). Returns the new values of the write set and the external delta, or
+/// conservative there); `epoch0` is the membership view the attempt began in. Returns the new values of the write set and the external delta, or
 /// `None` after an XABORT.
 #[allow(clippy::too_many_arguments)]
 pub fn body(
@@ -56,6 +58,7 @@ pub fn body(
     local: &dyn Fn(&Rec) -> bool,
     lease_end: Option<u64>,
     start: ClockReading,
+    epoch0: u64,
     tx: &mut Tx<'_>,
 ) -> Option<(Vec<Vec<u8>>, i64)> {
     let now0 = start.now_ns.max(0) as u64;
@@ -101,6 +104,12 @@ pub fn body(
             tx.abort(LEASE_INVALID);
             return None;
         }
+    }
+    // XEND is irrevocable: a transaction whose view changed (a machine it may hold a lock on
+    // crashed, Sec. 5.6) aborts here instead; a change after this check interrupts the region.
+    if !ops::commit_allowed(ctx, n, epoch0, recs) {
+        tx.abort(VIEW_CHANGED);
+        return None;
     }
     // The write-ahead log of every update, local and remote, in NVRAM at XEND (Sec. 5.6).
     if super::options(n).logging && !super::log::write_ahead_in_region(ctx, n, recs, &new_values, id, tx) {

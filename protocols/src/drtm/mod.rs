@@ -185,9 +185,6 @@ impl Protocol for Drtm {
     fn lock_owner_node(&self, word: u64, _workers: u16) -> Option<u16> {
         state::owner(word).map(u16::from)
     }
-    fn survives_crashes(&self) -> Result<(), &'static str> {
-        Err("DrTM's cooperative logging and recovery (Sec. 5.6) are not built yet")
-    }
     fn survives_lost_messages(&self, _hybrid: txbed_txn::stage::Hybrid) -> Result<(), &'static str> {
         Err("DrTM's locks and leases are not yet released when a peer's messages are lost")
     }

@@ -74,9 +74,10 @@ async fn run(
     // LocalTX inside HTM, retried after conflicts and interrupts up to the budget.
     let mut retries = 0;
     let out = loop {
-        let r =
-            txbed_txn::htm::region(ctx, n, |tx| local_tx::body(ctx, n, spec, recs, id, &local, lease_end, start, tx))
-                .await;
+        let r = txbed_txn::htm::region(ctx, n, |tx| {
+            local_tx::body(ctx, n, spec, recs, id, &local, lease_end, start, epoch0, tx)
+        })
+        .await;
         match r {
             Ok(Some(out)) => break Some(out),
             Err(Abort::Explicit(code)) => {
@@ -110,14 +111,13 @@ async fn run(
     // XEND: the local part is committed and visible; the transaction commits.
     let mut h = new_history(ctx, n, spec, id, start_ns);
     ops::history_of(recs, &mut h);
-    // Irrevocable here (XEND has run, or the fallback updates outside HTM). It only refuses
-    // when the membership changed, which needs crashes, which DrTM refuses until its recovery
-    // (Sec. 5.6) exists: then the view check moves inside the region, before XEND.
+    // XEND has run: the region checked the view before it, and a change since would have
+    // aborted it, so the commit point cannot refuse.
     if !ops::commit_point(ctx, n, epoch0, recs, &new_values, h, delta) {
-        return Err(TxnError::Unsupported("DrTM committed while the membership changed: its recovery is not built"));
+        return Err(TxnError::Unsupported("DrTM passed XEND under a changed membership view (the HTM model broke)"));
     }
     ops::log(ctx, n, recs, &new_values, id).await?;
-    super::write_back::write_back(ctx, n, recs, &new_values, id, |r| !local(r)).await?;
+    super::write_back::write_back(ctx, n, recs, &new_values, id, me, |r| !local(r)).await?;
     ops::complete(ctx, n, id);
     Ok(Attempt::Committed)
 }
@@ -145,6 +145,7 @@ async fn run_read_only(
     // The world's time, not the worker's (ahead by CPU charged this step): the instant its
     // first reads see (real-time order).
     let start_ns = ctx.world_now();
+    let epoch0 = ctx.view_epoch();
     let local = |r: &Rec| n.local(r.home);
     let want_end = ctx.clock().now_ns.max(0) as u64 + options(n).lease_ns(true);
     let mut end = match super::start::acquire(ctx, n, recs, |r| !local(r), me, want_end).await? {
@@ -192,6 +193,10 @@ async fn run_read_only(
         && !state::valid(end, c.now_ns.max(0) as u64, super::start::delta(n, c.bound_ns))
     {
         return Ok(Attempt::Conflict(local_tx::cause(local_tx::LEASE_INVALID)));
+    }
+    // A machine it leased from may have crashed and been rebuilt, its leases gone with it.
+    if n.recovery.is_some() && ctx.view_epoch() != epoch0 {
+        return Ok(Attempt::Conflict(local_tx::cause(local_tx::VIEW_CHANGED)));
     }
     let Some((_, delta)) = execute(ctx, n, spec, recs) else {
         return Ok(Attempt::UserAbort);
