@@ -6,6 +6,7 @@
 //! write, or a user abort. Everything random comes from the RNG the caller passes in, so a
 //! generator is a pure function of the run's seed.
 
+pub mod chopping;
 pub mod kind;
 pub mod smallbank;
 pub mod tpcc;

@@ -1478,3 +1478,66 @@ impl crate::Params for Tpcc {
         Arc::new(self.prepare(shape.nodes, shape.workers, shape.coroutines))
     }
 }
+
+/// TPC-C's read-write transactions as the chopping analysis sees them (DrTM Sec. 4,
+/// `chopping`): each query or update of this workload's new-order, payment and delivery, on
+/// its table, index searches left out (Sec. 4.3: they run before the pieces). Order-status
+/// and stock-level are read-only and run without HTM or chopping (Sec. 4.4).
+///
+/// `optimized` adds what Sec. 4.1-4.2 allow: conflicts judged per group of fields (`W.ytd`,
+/// `D.next_o_id`, ...: accesses to disjoint fields commute), reads of fields no transaction
+/// writes (W_TAX, D_TAX, C_DISCOUNT) conflicting with nothing, payment's year-to-date
+/// increments commuting with each other, delivery's customer balance published at an epoch
+/// barrier (publish-subscribe, deferred), and inserts of fresh rows (new-order's rows under
+/// its own order id, payment's HISTORY rows) commuting with each other. Without them
+/// (`false`) it is the default analysis, per table.
+pub fn chopping_templates(optimized: bool) -> Vec<crate::chopping::Template> {
+    use crate::chopping::{Access, Op, Template};
+    let op = |name, accesses| Op { name, accesses, user_abort: false };
+    let (table, field) = (|t: &'static str, _f: &'static str| t, |_t: &'static str, f: &'static str| f);
+    let at: &dyn Fn(&'static str, &'static str) -> &'static str = if optimized { &field } else { &table };
+    let insert = |t| if optimized { Access::commuting(t, "insert") } else { Access::write(t) };
+    let constant = |t, f| if optimized { Access::constant(f) } else { Access::read(t) };
+    let ytd = |t, f| if optimized { Access::commuting(f, "ytd") } else { Access::write(t) };
+    let balance = if optimized { Access::deferred("C.balance") } else { Access::write("C") };
+    vec![
+        Template {
+            name: "NEW",
+            ops: vec![
+                op("read warehouse tax", vec![constant("W", "W.tax")]),
+                op(
+                    "read district tax, bump next order id",
+                    vec![constant("D", "D.tax"), Access::write(at("D", "D.next_o_id"))],
+                ),
+                op("read customer discount", vec![constant("C", "C.discount")]),
+                // Clause 2.4.2.3: an unused item number rolls the transaction back.
+                Op { name: "read items", accesses: vec![Access::read("I")], user_abort: true },
+                op("update stocks", vec![Access::write("S")]),
+                op("insert order", vec![insert("O")]),
+                op("insert new-order", vec![insert("N")]),
+                op("insert order lines", vec![insert("L")]),
+            ],
+        },
+        Template {
+            name: "PAY",
+            ops: vec![
+                op("warehouse year-to-date", vec![ytd("W", "W.ytd")]),
+                op("district year-to-date", vec![ytd("D", "D.ytd")]),
+                op(
+                    "customer balance and data",
+                    vec![Access::write(at("C", "C.balance")), Access::write(at("C", "C.data"))],
+                ),
+                op("insert history", vec![insert("H")]),
+            ],
+        },
+        Template {
+            name: "DLY",
+            ops: vec![
+                op("delete oldest new-order", vec![Access::write("N")]),
+                op("set order carrier", vec![Access::write("O")]),
+                op("date order lines, sum amounts", vec![Access::write("L")]),
+                op("customer balance", vec![balance]),
+            ],
+        },
+    ]
+}

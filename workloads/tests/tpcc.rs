@@ -459,3 +459,25 @@ fn unbound_workers_draw_every_warehouse_of_their_node() {
         assert_eq!(seen, [4, 5, 6, 7], "worker {k}");
     }
 }
+
+/// TPC-C's chopping (DrTM Sec. 4, Fig. 7): both analyses are free of SC-cycles; the default
+/// one chops almost nothing (only new-order's item reads, which conflict with nothing, come
+/// out, and first: they may abort); the optimized declarations chop more.
+#[test]
+fn tpcc_chopping_default_and_optimized() {
+    use txbed_workloads::chopping::{describe, finest, sc_cycle};
+    let default = chopping_templates(false);
+    let optimized = chopping_templates(true);
+    let (d, o) = (finest(&default), finest(&optimized));
+    eprintln!("default:\n{}\noptimized:\n{}", describe(&default, &d), describe(&optimized, &o));
+    assert_eq!(sc_cycle(&default, &d), None);
+    assert_eq!(sc_cycle(&optimized, &o), None);
+    let pieces = |c: &Vec<Vec<Vec<usize>>>| c.iter().map(|t| t.len()).sum::<usize>();
+    assert!(pieces(&o) > pieces(&d), "{} vs {}", pieces(&o), pieces(&d));
+    // New-order's item reads come first in both.
+    for (ts, c) in [(&default, &d), (&optimized, &o)] {
+        assert_eq!(c[0][0].iter().map(|&i| ts[0].ops[i].name).collect::<Vec<_>>(), ["read items"]);
+    }
+    // The optimized chopping is wrong without its declarations: the plain tables have cycles.
+    assert!(sc_cycle(&default, &o).is_some(), "the optimized pieces need the declarations");
+}
