@@ -481,3 +481,54 @@ fn tpcc_chopping_default_and_optimized() {
     // The optimized chopping is wrong without its declarations: the plain tables have cycles.
     assert!(sc_cycle(&default, &o).is_some(), "the optimized pieces need the declarations");
 }
+
+/// The optimized chopping's declarations hold in this workload's logic (they are what makes
+/// it serializable, `chopping_templates`): over a serial full mix, W_TAX, D_TAX and
+/// C_DISCOUNT never change; payment changes a warehouse only in W_YTD and a district only in
+/// D_YTD, each by adding its amount (so two payments' increments commute); new-order changes
+/// a district only in D_NEXT_O_ID (disjoint from D_YTD); its ORDER rows were empty (fresh
+/// inserts).
+#[test]
+fn the_optimized_chopping_declarations_hold_in_the_logic() {
+    let w = prepared(&small());
+    let mut store = SerialStore::new();
+    let mut r = ChaCha8Rng::seed_from_u64(7);
+    let only = |before: &[u8], after: &[u8], at: usize, len: usize| {
+        before.iter().zip(after).enumerate().all(|(i, (a, b))| a == b || (at..at + len).contains(&i))
+    };
+    let i64_at = |v: &[u8], at: usize| i64::from_le_bytes(v[at..at + 8].try_into().unwrap());
+    let mut checked = BTreeMap::<&str, u32>::new();
+    for seq in 0..3000u64 {
+        let node = (seq % NODES as u64) as u16;
+        let t = w.generate_at(&mut r, node, NODES, Terminal { worker: 0, coroutine: (seq % 2) as u32, seq });
+        let spec = store.resolve(&w, &t).unwrap();
+        let before: Vec<Vec<u8>> = spec.writes.iter().map(|&k| store.value(&w, k)).collect();
+        if !matches!(store.run(&w, &spec), Executed::Commit { .. }) {
+            continue;
+        }
+        for (k, old) in spec.writes.iter().zip(&before) {
+            let new = store.value(&w, *k);
+            let what = format!("{} {k:?}", spec.kind);
+            match (k.table, spec.kind) {
+                (WAREHOUSE, "payment") => {
+                    assert!(only(old, &new, W_YTD, 8), "{what}");
+                    assert_eq!(i64_at(&new, W_YTD) - i64_at(old, W_YTD), spec.params[6], "{what}");
+                }
+                (DISTRICT, "payment") => {
+                    assert!(only(old, &new, D_YTD, 8), "{what}");
+                    assert_eq!(i64_at(&new, D_YTD) - i64_at(old, D_YTD), spec.params[6], "{what}");
+                }
+                (DISTRICT, _) => assert!(only(old, &new, D_NEXT_O_ID, 4), "{what}"),
+                (CUSTOMER, _) => assert_eq!(old[C_DISCOUNT..C_DISCOUNT + 2], new[C_DISCOUNT..C_DISCOUNT + 2], "{what}"),
+                (ORDER, "new-order") => assert_eq!(get(old, O_ID, 4), 0, "{what}: not a fresh row"),
+                (WAREHOUSE, _) => panic!("{what}: only payment writes a warehouse"),
+                _ => continue,
+            }
+            *checked.entry(spec.kind).or_default() += 1;
+        }
+    }
+    assert!(
+        checked.get("payment").is_some_and(|&n| n > 1000) && checked.get("new-order").is_some_and(|&n| n > 1000),
+        "{checked:?}"
+    );
+}
