@@ -120,6 +120,13 @@ pub trait Workload: Send + Sync {
     fn resolve(&self, spec: &TxnSpec, _answers: &[Vec<i64>]) -> Result<TxnSpec, String> {
         Ok(spec.clone())
     }
+    /// Transaction chopping (DrTM Sec. 4): the pieces the resolved `spec` runs as, in order,
+    /// each a transaction of its own whose logic is `execute` on the piece. Only pieces that
+    /// write nothing may come before the first that writes, and only those and that one may
+    /// abort by the logic; every later piece can only conflict. Empty (the default): whole.
+    fn chop(&self, _spec: &TxnSpec) -> Vec<TxnSpec> {
+        Vec::new()
+    }
     /// Whether a user abort of this resolved spec means its answers went stale (execute saw
     /// other values than the lookups did) rather than a decision of the logic: the coordinator
     /// then counts a conflict and retries with fresh lookups.

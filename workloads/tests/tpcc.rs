@@ -522,6 +522,7 @@ fn the_optimized_chopping_declarations_hold_in_the_logic() {
                 (CUSTOMER, _) => assert_eq!(old[C_DISCOUNT..C_DISCOUNT + 2], new[C_DISCOUNT..C_DISCOUNT + 2], "{what}"),
                 (ORDER, "new-order") => assert_eq!(get(old, O_ID, 4), 0, "{what}: not a fresh row"),
                 (WAREHOUSE, _) => panic!("{what}: only payment writes a warehouse"),
+                (ITEM, _) => panic!("{what}: ITEM is constant"),
                 _ => continue,
             }
             *checked.entry(spec.kind).or_default() += 1;
@@ -531,4 +532,88 @@ fn the_optimized_chopping_declarations_hold_in_the_logic() {
         checked.get("payment").is_some_and(|&n| n > 1000) && checked.get("new-order").is_some_and(|&n| n > 1000),
         "{checked:?}"
     );
+}
+
+/// What a chopped run executes (`run_chopping`): new-order `I | W+D+C+S+O+N+L` by default;
+/// optimized new-order `I | W.tax | D+S+O+N+L | C.discount` and payment in four; delivery
+/// whole in both (its optimized chopping needs the deferral); no SC-cycle.
+#[test]
+fn the_chopping_a_run_executes() {
+    use txbed_workloads::chopping::{describe, sc_cycle};
+    assert_eq!(run_chopping(Chopping::Off).unwrap(), Vec::<Vec<Vec<usize>>>::new());
+    for (level, new, pay) in [
+        (Chopping::Default, "NEW: I | W+D+C+S+O+N+L", "PAY: W+D+C+H"),
+        (Chopping::Optimized, "NEW: I | W.tax | D.tax+D.next_o_id+S+O+N+L | C.discount", "PAY: W.ytd | D.ytd | C.balance+C.data | H"),
+    ] {
+        let ts = run_templates(level == Chopping::Optimized);
+        let chop = run_chopping(level).unwrap();
+        let text = describe(&ts, &chop);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], new, "{level:?}\n{text}");
+        assert_eq!(lines[1], pay, "{level:?}\n{text}");
+        assert_eq!(chop[2].len(), 1, "delivery whole: {text}");
+        assert_eq!(sc_cycle(&ts, &chop), None);
+    }
+}
+
+/// A chopping with an SC-cycle is caught: new-order's stock updates cut from the district
+/// piece (two new-orders can then see each other's stock and district in opposite orders).
+#[test]
+fn a_chopping_with_an_sc_cycle_is_caught() {
+    use txbed_workloads::chopping::sc_cycle;
+    for optimized in [false, true] {
+        let ts = run_templates(optimized);
+        let mut chop = run_chopping(if optimized { Chopping::Optimized } else { Chopping::Default }).unwrap();
+        let with_stock = chop[0].iter().position(|p| p.contains(&4)).unwrap();
+        chop[0][with_stock].retain(|&o| o != 4);
+        chop[0].push(vec![4]);
+        assert!(sc_cycle(&ts, &chop).is_some(), "optimized {optimized}: {chop:?}");
+    }
+}
+
+/// Chopped, a transaction does what it does whole: over a serial full mix, running the
+/// pieces in turn leaves the same database as running the transaction, every piece after
+/// the first that writes commits, and the pieces split the records between them.
+#[test]
+fn pieces_in_turn_do_what_the_whole_transaction_does() {
+    for level in [Chopping::Default, Chopping::Optimized] {
+        let whole = prepared(&small());
+        let chopped = prepared(&Tpcc { chopping: level, ..small() });
+        let (mut a, mut b) = (SerialStore::new(), SerialStore::new());
+        let mut r = ChaCha8Rng::seed_from_u64(11);
+        let mut pieces_run = 0;
+        for seq in 0..2000u64 {
+            let node = (seq % NODES as u64) as u16;
+            let t = whole.generate_at(&mut r, node, NODES, Terminal { worker: 0, coroutine: (seq % 2) as u32, seq });
+            let spec = a.resolve(&whole, &t).unwrap();
+            assert_eq!(b.resolve(&chopped, &t).unwrap(), spec);
+            let out = a.run(&whole, &spec);
+            let pieces = chopped.chop(&spec);
+            if pieces.is_empty() {
+                b.run(&chopped, &spec);
+            } else {
+                let mut keys: Vec<Key> = pieces.iter().flat_map(|p| p.reads.iter().chain(&p.writes)).copied().collect();
+                let mut all: Vec<Key> = spec.reads.iter().chain(&spec.writes).copied().collect();
+                keys.sort();
+                all.sort();
+                assert_eq!(keys, all, "{spec:?}");
+                let mut wrote = false;
+                for p in &pieces {
+                    pieces_run += 1;
+                    match b.run(&chopped, p) {
+                        Executed::Commit { .. } => wrote |= !p.writes.is_empty(),
+                        Executed::UserAbort => {
+                            assert!(!wrote, "a piece after one that wrote aborted: {p:?}");
+                            assert_eq!(out, Executed::UserAbort, "{spec:?}");
+                            break;
+                        }
+                    }
+                }
+            }
+            let same = spec.reads.iter().chain(&spec.writes).all(|&k| a.value(&whole, k) == b.value(&whole, k));
+            assert!(same, "{level:?}: the stores differ after {spec:?}");
+        }
+        assert!(pieces_run > 1500, "{level:?}: {pieces_run} pieces");
+        assert!(violations(&chopped, &b).is_empty());
+    }
 }
