@@ -99,8 +99,11 @@ fn servers_line(r: &TxnReport) -> String {
     )
 }
 
+/// The `htm` line of a protocol with HTM, and the `chopping` line of a chopped run.
 fn htm_line(r: &TxnReport) -> String {
-    let Some(h) = &r.htm else { return String::new() };
+    let chopping =
+        r.chopping.as_ref().map(|c| format!("  chopping   {c}; the checker judged each piece as a transaction\n"));
+    let Some(h) = &r.htm else { return chopping.unwrap_or_default() };
     let aborts: Vec<String> = h.aborts.iter().map(|(k, v)| format!("{k} {v}")).collect();
     format!(
         "  htm        {}: {} regions, {} committed ({:.1}%), mean {:.2} us; aborts {}; fallbacks {} ({:.3} per committed transaction) (whole run)\n",
@@ -112,7 +115,7 @@ fn htm_line(r: &TxnReport) -> String {
         aborts.join(", "),
         h.fallbacks,
         h.fallbacks_per_txn
-    )
+    ) + &chopping.unwrap_or_default()
 }
 
 fn clock_line(r: &TxnReport) -> String {

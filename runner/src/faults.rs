@@ -283,6 +283,16 @@ impl Driver {
         }
     }
 
+    /// Why a crash would leave a chopped transaction half done, if it would: the restarted
+    /// coordinator finishes it from the chopping information in its logs (Sec. 5.6), so the
+    /// logs must be durable. A node down at the end restarts after the run to finish them
+    /// (`recover_after_run`).
+    fn cannot_finish_chopped(&self) -> Option<&'static str> {
+        (!self.plan.durable_logs).then_some(
+            "a chopped transaction's remaining pieces are in the logs, which are volatile here (faults.durable)",
+        )
+    }
+
     fn set_view(&mut self, w: &mut World<'_>, node: u16, s: NodeStatus) {
         self.view.status[node as usize] = s;
         self.view.epoch += 1;
@@ -295,7 +305,13 @@ impl Driver {
         let us = |x: u64| x * 1000;
         match &f.fault {
             Fault::Crash { .. } | Fault::CrashDc { .. } => {
-                if let Err(why) = w.spec.protocol.survives_crashes() {
+                let nodes = match &f.fault {
+                    Fault::Crash { node } => vec![*node],
+                    Fault::CrashDc { dc } => self.plan.dc(dc),
+                    _ => unreachable!(),
+                };
+                let chopped = w.spec.workload.chopping().and_then(|_| self.cannot_finish_chopped());
+                if let Some(why) = w.spec.protocol.survives_crashes().err().or(chopped) {
                     self.report.fatal = Some(format!(
                         "{} does not survive a node crash ({why}): the run stopped starting transactions at {} us, the time of `{}`",
                         w.spec.protocol.name(),
@@ -305,11 +321,6 @@ impl Driver {
                     return;
                 }
                 self.report.applied.push((now, f.fault.describe()));
-                let nodes = match &f.fault {
-                    Fault::Crash { node } => vec![*node],
-                    Fault::CrashDc { dc } => self.plan.dc(dc),
-                    _ => unreachable!(),
-                };
                 for n in nodes {
                     w.sim.crash(n);
                     self.report.recoveries.push(NodeRecovery { node: n, crashed_ns: now, ..Default::default() });
@@ -651,7 +662,10 @@ impl Driver {
     /// final check sees what survived of its data. Nodes are rebuilt once a current copy of
     /// each of their partitions is readable (as during the run); what is left then is
     /// rebuilt from what there is.
-    pub fn recover_after_run(&mut self, w: &mut World<'_>) {
+    /// `up`: the rebuilt nodes come up too, and their coordinators start (and stop drawing at
+    /// once): a chopped run's transactions must be finished (`cannot_finish_chopped`).
+    pub fn recover_after_run(&mut self, w: &mut World<'_>, up: bool) {
+        let down_before = self.report.down_at_end.len();
         for node in 0..w.spec.nodes {
             if w.sim.is_alive(node) {
                 continue;
@@ -671,6 +685,11 @@ impl Driver {
             }
         }
         self.queue.clear();
+        if up {
+            for node in self.report.down_at_end[down_before..].to_vec() {
+                self.up(w, node);
+            }
+        }
         let s = w.sim.stats();
         (self.report.lost, self.report.duplicated, self.report.gave_up) =
             (s.fault_lost, s.fault_duplicated, s.fault_gave_up);
@@ -704,7 +723,9 @@ fn fresh_state(w: &World<'_>, old: &Rc<NodeState>, durable_logs: bool, recovery:
     s.stats = RefCell::new(std::mem::take(&mut *old.stats.borrow_mut()));
     if durable_logs {
         s.replica = RefCell::new(std::mem::take(&mut *old.replica.borrow_mut()));
+        s.chopped = RefCell::new(std::mem::take(&mut *old.chopped.borrow_mut()));
     } else {
+        old.chopped.borrow_mut().clear();
         old.wal.borrow_mut().clear();
         old.replica.borrow_mut().clear();
     }

@@ -8,15 +8,17 @@ use rand::Rng;
 use txbed_checker::Final;
 use txbed_transport::{Ctx, HostMemory, MemoryRegion};
 use txbed_txn::attempt::cause;
+use txbed_txn::error::TxnError;
 use txbed_txn::history_key;
 use txbed_txn::locate::{Catalog, LocationCache};
+use txbed_txn::node::Chopped;
 use txbed_txn::node::{NodeState, TxnStats};
 use txbed_txn::protocol::{BackgroundFn, ProtocolRef};
 use txbed_txn::retry::Retry;
 use txbed_txn::stage::Stage;
 use txbed_txn::store::{self, split_version_word, Layout, VERSION};
 use txbed_txn::Attempt;
-use txbed_workloads::{Consistency, Key, Terminal, Workload};
+use txbed_workloads::{Consistency, Key, Terminal, TxnSpec, Workload};
 
 use crate::outcome::Measured;
 use crate::spec::TxnRunSpec;
@@ -67,6 +69,7 @@ pub fn node_state(spec: &TxnRunSpec, me: u16, catalog: &Rc<Catalog>) -> Rc<NodeS
         pending: RefCell::default(),
         wal: RefCell::default(),
         skipped: RefCell::default(),
+        chopped: RefCell::default(),
         committing: RefCell::default(),
         participant: spec.protocol.participant(&spec.protocol_options),
         index: Default::default(),
@@ -118,6 +121,22 @@ pub async fn coordinator(ctx: Ctx, st: Rc<NodeState>, sh: Shared, c: u32) {
     }
     let mut seq = 0u64;
     let mut drawn = 0u64;
+    // A transaction that was chopped when this machine crashed: the pieces its log says are
+    // left run first (Sec. 5.6, "chopping information").
+    let logged = st.chopped.borrow_mut().remove(&(wk, c));
+    if let Some(rest) = logged.map(|l| l.remaining().to_vec()).filter(|r| !r.is_empty()) {
+        if st.bug != Some(txbed_txn::chop::FORGET_CHOPPING) {
+            match run_pieces(&ctx, &st, &sh, &rest, c, &mut seq, true).await.0 {
+                Attempt::Committed => st.stats.borrow_mut().committed += 1,
+                other => {
+                    sh.failures
+                        .borrow_mut()
+                        .push(format!("node {n} worker {wk}: finishing a chopped transaction: {other:?}"));
+                    return;
+                }
+            }
+        }
+    }
     while ctx.now() < sh.end && !sh.stop.get() {
         let terminal = Terminal { worker: wk, coroutine: c, seq: drawn };
         drawn += 1;
@@ -163,35 +182,14 @@ pub async fn coordinator(ctx: Ctx, st: Rc<NodeState>, sh: Shared, c: u32) {
                 }
             };
             let t = resolved.as_ref().unwrap_or(&drawn_spec);
-            seq += 1;
-            let id = txbed_txn::attempt::txn_id(n, st.incarnation, wk, c, seq);
-            let began = ctx.now();
-            let resumed = ctx.resumes();
-            let mut outcome = sh.protocol.attempt(&ctx, &st, t, id).await;
-            waited = ctx.resumes() != resumed;
-            // Answers gone stale by the time the transaction read its rows: a conflict.
-            if outcome == Attempt::UserAbort && st.workload.retry_on_user_abort(t) {
-                outcome = Attempt::Conflict(cause::STALE_LOOKUP);
-            }
-            if ctx.tracing() {
-                let how = match outcome {
-                    Attempt::Committed => "commit",
-                    Attempt::Conflict(_) => "abort",
-                    Attempt::UserAbort => "user abort",
-                    Attempt::Failed(_) => "failed",
-                };
-                let name = format!("{} {how}", t.kind);
-                let args = [("attempt", tries as u64 + 1), ("id", id)];
-                ctx.trace_slice_args(name, txbed_transport::trace::TXN, began, ctx.now(), &args);
-            }
-            match outcome {
-                // Every abort the run counts is in the history, with what it read and wrote.
-                Attempt::Conflict(_) | Attempt::UserAbort => txbed_txn::attempt::aborted(&ctx, &st, t, id, began),
-                Attempt::Committed | Attempt::Failed(_) => {
-                    st.aborted_accesses.borrow_mut().remove(&id);
-                }
-            }
-            match outcome {
+            let pieces = st.workload.chop(t);
+            let outcome = if pieces.is_empty() {
+                one_attempt(&ctx, &st, &sh, t, c, &mut seq, tries).await
+            } else {
+                run_pieces(&ctx, &st, &sh, &pieces, c, &mut seq, false).await
+            };
+            waited = outcome.1;
+            match outcome.0 {
                 Attempt::Committed => {
                     st.stats.borrow_mut().committed += 1;
                     let now = ctx.now();
@@ -203,10 +201,7 @@ pub async fn coordinator(ctx: Ctx, st: Rc<NodeState>, sh: Shared, c: u32) {
                     st.stats.borrow_mut().aborted_user += 1;
                     break;
                 }
-                Attempt::Conflict(why) => {
-                    st.stats.borrow_mut().aborted_conflict += 1;
-                    let now = ctx.now();
-                    sh.measured.borrow_mut().abort((n, wk), why, now, in_window(now));
+                Attempt::Conflict(_) => {
                     tries += 1;
                     if ctx.now() >= sh.end {
                         break;
@@ -229,6 +224,119 @@ pub async fn coordinator(ctx: Ctx, st: Rc<NodeState>, sh: Shared, c: u32) {
     if let Some(done) = sh.protocol.coordinator_done(&ctx, &st) {
         done.await;
     }
+}
+
+/// One attempt of `t` under a fresh transaction id (sequence `seq` of coroutine `c`): its
+/// trace slice (`tries` before it), its history entry if it aborted, a conflict counted. Returns how it ended
+/// (a user abort that means stale lookups as a conflict) and whether it ever waited.
+async fn one_attempt(
+    ctx: &Ctx,
+    st: &NodeState,
+    sh: &Shared,
+    t: &TxnSpec,
+    c: u32,
+    seq: &mut u64,
+    tries: u32,
+) -> (Attempt, bool) {
+    let (n, wk) = (st.me, ctx.me().worker);
+    *seq += 1;
+    let id = txbed_txn::attempt::txn_id(n, st.incarnation, wk, c, *seq);
+    // A piece's attempt is logged before it runs (`run_pieces`).
+    if let Some(l) = st.chopped.borrow_mut().get_mut(&(wk, c)) {
+        (l.running, l.committed) = (id, false);
+    }
+    let began = ctx.now();
+    let resumed = ctx.resumes();
+    let mut outcome = sh.protocol.attempt(ctx, st, t, id).await;
+    let waited = ctx.resumes() != resumed;
+    // Answers gone stale by the time the transaction read its rows: a conflict.
+    if outcome == Attempt::UserAbort && st.workload.retry_on_user_abort(t) {
+        outcome = Attempt::Conflict(cause::STALE_LOOKUP);
+    }
+    if ctx.tracing() {
+        let how = match outcome {
+            Attempt::Committed => "commit",
+            Attempt::Conflict(_) => "abort",
+            Attempt::UserAbort => "user abort",
+            Attempt::Failed(_) => "failed",
+        };
+        let name = format!("{} {how}", t.kind);
+        let args = [("attempt", tries as u64 + 1), ("id", id)];
+        ctx.trace_slice_args(name, txbed_transport::trace::TXN, began, ctx.now(), &args);
+    }
+    match outcome {
+        // Every abort the run counts is in the history, with what it read and wrote.
+        Attempt::Conflict(_) | Attempt::UserAbort => txbed_txn::attempt::aborted(ctx, st, t, id, began),
+        Attempt::Committed | Attempt::Failed(_) => {
+            st.aborted_accesses.borrow_mut().remove(&id);
+        }
+    }
+    if let Attempt::Conflict(why) = outcome {
+        st.stats.borrow_mut().aborted_conflict += 1;
+        let now = ctx.now();
+        let in_window = now >= sh.from && now < sh.end;
+        sh.measured.borrow_mut().abort((n, wk), why, now, in_window);
+    }
+    (outcome, waited)
+}
+
+/// A chopped transaction (DrTM Sec. 4, `Workload::chop`): its pieces in turn, each a
+/// transaction of its own. Until a piece that writes has committed (`wrote`), an abort is the
+/// whole transaction's (retried from its lookups); after, the pieces done are visible to
+/// others, so every later piece is retried until it commits, past the run's end if need be
+/// (the chopping lets later pieces only conflict). The pieces left are logged before each
+/// (`NodeState::chopped`), so a restarted coordinator finishes them.
+#[allow(clippy::too_many_arguments)]
+async fn run_pieces(
+    ctx: &Ctx,
+    st: &NodeState,
+    sh: &Shared,
+    pieces: &[TxnSpec],
+    c: u32,
+    seq: &mut u64,
+    mut wrote: bool,
+) -> (Attempt, bool) {
+    let at = (ctx.me().worker, c);
+    let log = Chopped { pieces: pieces.to_vec(), next: 0, running: 0, committed: false, wrote };
+    // The record goes to the log area (NVRAM where the logs are durable).
+    let bytes: usize = pieces.iter().map(|p| 16 * (p.reads.len() + p.writes.len()) + 8 * p.params.len()).sum();
+    let copy_ns = ctx.costs().copy_ns(bytes);
+    ctx.compute(copy_ns);
+    st.chopped.borrow_mut().insert(at, log);
+    let mut waited = false;
+    let ended = |a: Attempt, waited: bool| {
+        st.chopped.borrow_mut().remove(&at);
+        (a, waited)
+    };
+    for (k, p) in pieces.iter().enumerate() {
+        if let Some(l) = st.chopped.borrow_mut().get_mut(&at) {
+            (l.next, l.committed, l.wrote) = (k, false, wrote);
+        }
+        let mut tries = 0;
+        loop {
+            let (a, w) = one_attempt(ctx, st, sh, p, c, seq, tries).await;
+            waited |= w;
+            match a {
+                Attempt::Committed => {
+                    wrote |= !p.writes.is_empty();
+                    break;
+                }
+                Attempt::Conflict(_) | Attempt::UserAbort if !wrote => return ended(a, waited),
+                Attempt::Failed(_) => return ended(a, waited),
+                Attempt::UserAbort => {
+                    let why = "a chopped transaction's piece aborted by its logic after an earlier piece wrote (the chopping puts user aborts first)";
+                    return ended(Attempt::Failed(TxnError::Unsupported(why)), waited);
+                }
+                Attempt::Conflict(_) if st.bug == Some(txbed_txn::chop::GIVES_UP_PIECE) => break,
+                Attempt::Conflict(_) => {
+                    tries += 1;
+                    waited = true;
+                    back_off(ctx, sh, tries).await;
+                }
+            }
+        }
+    }
+    ended(Attempt::Committed, waited)
 }
 
 /// What one node contributes to the run's result (plain data: it crosses processes as JSON).

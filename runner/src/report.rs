@@ -205,6 +205,8 @@ pub struct TxnReport {
     pub servers: Option<ServersReport>,
     /// HTM regions (whole run); `None` for protocols without HTM.
     pub htm: Option<HtmReport>,
+    /// The transaction chopping the run executed (`Workload::chopping`); `None`: none.
+    pub chopping: Option<String>,
     pub sim: SimInfo,
     pub check: CheckReport,
     /// Coordinators that stopped on an error (a failed verb or RPC), with the reason.
@@ -589,6 +591,7 @@ pub fn txn_report(
                 mean_region_us: h.region_ns as f64 / h.regions.max(1) as f64 / 1000.0,
             }
         }),
+        chopping: spec.workload.chopping(),
         sim: SimInfo { events: r.events, events_per_s: r.events as f64 / wall.max(1e-9), simulated_ns: r.simulated_ns },
         failures: r.failures.clone(),
         check: CheckReport {

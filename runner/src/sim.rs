@@ -129,6 +129,21 @@ pub fn run_txns_with(spec: &TxnRunSpec, progress: &mut dyn FnMut(u64, u64)) -> R
         d.fire(&mut World { sim: &mut sim, states: &mut states, spec, catalog: &catalog, sh: &sh });
     }
     sim.run_to_idle(limit);
+    // A chopped run's transactions must be finished: nodes still down restart now, and their
+    // coordinators (and others' waiting on them) run the pieces left.
+    let mut limit = limit;
+    let mut recovered = false;
+    if let Some(d) = driver.as_mut().filter(|_| spec.workload.chopping().is_some()) {
+        if (0..spec.nodes).any(|n| !sim.is_alive(n)) {
+            d.recover_after_run(
+                &mut World { sim: &mut sim, states: &mut states, spec, catalog: &catalog, sh: &sh },
+                true,
+            );
+            recovered = true;
+            limit = sim.now() + STRAGGLE_NS;
+            sim.run_to_idle(limit);
+        }
+    }
     // A coroutine still running this long after the end is stuck (a protocol waiting for
     // something that never comes): say so rather than check a history it never finished.
     // A node that is down is reported as such.
@@ -149,7 +164,12 @@ pub fn run_txns_with(spec: &TxnRunSpec, progress: &mut dyn FnMut(u64, u64)) -> R
     }
     // Nodes still down are recovered for the final check (the report says they were down).
     if let Some(d) = driver.as_mut() {
-        d.recover_after_run(&mut World { sim: &mut sim, states: &mut states, spec, catalog: &catalog, sh: &sh });
+        if !recovered {
+            d.recover_after_run(
+                &mut World { sim: &mut sim, states: &mut states, spec, catalog: &catalog, sh: &sh },
+                false,
+            );
+        }
         if let Some(f) = &d.report.fatal {
             sh.failures.borrow_mut().push(f.clone());
         }

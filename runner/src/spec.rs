@@ -162,10 +162,12 @@ pub fn check_spec(spec: &TxnRunSpec) -> Result<(), String> {
     spec.hybrid.check(p.name(), p.stages())?;
     p.check_options(&spec.protocol_options).map_err(|e| format!("{} options: {e}", p.name()))?;
     if let Some(bug) = spec.bug {
-        let shared = [txbed_txn::log::SKIP_LOG, txbed_txn::local::CPU_CAS_ON_HCA, txbed_txn::recovery::FORGET_WAL];
-        if !p.bugs().contains(&bug) && !shared.contains(&bug) {
+        if !p.bugs().contains(&bug) && !crate::campaign::SHARED_BUGS.contains(&bug) {
             return Err(format!("{} has no planted bug {}", p.name(), bug.name));
         }
+    }
+    if let (Some(chopping), Err(why)) = (spec.workload.chopping(), p.runs_chopped()) {
+        return Err(format!("{} cannot run chopped transactions ({why}); the workload chops: {chopping}", p.name()));
     }
     // IBV_ATOMIC_HCA makes NIC atomics atomic only among QPs of one HCA: with two NICs per
     // node, two coordinators can CAS the same lock through different NICs and both win.

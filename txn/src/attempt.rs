@@ -146,3 +146,17 @@ pub fn committed(ctx: &Ctx, n: &NodeState, mut h: Txn, delta: i64) {
     n.history.borrow_mut().push(h);
     n.stats.borrow_mut().external_delta += delta;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_transaction_id_names_its_node_and_coordinator() {
+        for (node, inc, worker, coro, seq) in [(0, 0, 0, 0, 1), (3, 17, 255, 4095, (1 << 28) - 1), (4094, 2, 7, 1, 5)] {
+            let id = txn_id(node, inc, worker, coro, seq);
+            assert_eq!(txn_node(id), Some(node));
+            assert_eq!(crate::chop::txn_coordinator(id), (worker, coro));
+        }
+    }
+}

@@ -24,6 +24,7 @@
 //! lives in the tuple's extension after the record (`Protocol::ext_bytes`, `TablePlace::ext_at`).
 
 pub mod attempt;
+pub mod chop;
 pub mod error;
 pub mod htm;
 pub mod index;

@@ -260,6 +260,9 @@ pub struct NodeState {
     /// written at its commit point, dropped once it is complete. It lives with the logs, so
     /// it survives a crash where the scenario declares the logs durable.
     pub wal: RefCell<std::collections::BTreeMap<u64, Vec<u8>>>,
+    /// Chopped transactions in progress, by coordinator (worker, coroutine): the chopping
+    /// information of DrTM Sec. 5.6, kept with the logs (`chop::Chopped`).
+    pub chopped: RefCell<std::collections::BTreeMap<(u16, u32), Chopped>>,
     /// Committed transactions whose write-back gave up on a home that was down, and those
     /// homes: their write-ahead log records stay until each home's rebuild applied them (with
     /// one replica, nothing else holds the values).
@@ -272,6 +275,38 @@ pub struct NodeState {
     pub participant: Box<dyn Any>,
     /// The ordered index lookups are answered from (`index`).
     pub index: NodeIndex,
+}
+
+/// A chopped transaction in progress, as its coordinator logs it before each piece (Sec.
+/// 5.6's chopping information: "which transaction piece to execute after recovery"). It
+/// lives with the logs (`NodeState::chopped`): where they are durable, the restarted
+/// coordinator finishes the transaction.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Chopped {
+    pub pieces: Vec<txbed_workloads::TxnSpec>,
+    /// The piece running, or the next to run.
+    pub next: usize,
+    /// The transaction id of that piece's current attempt.
+    pub running: u64,
+    /// That attempt passed its commit point: set there, in the step that writes its
+    /// write-ahead record, so the log never says "not committed" of a committed piece.
+    pub committed: bool,
+    /// A piece that writes has committed: every later one must run.
+    pub wrote: bool,
+}
+
+impl Chopped {
+    /// The pieces still to run after a crash: none if nothing was written (the transaction
+    /// never took effect), else those after the last committed one.
+    pub fn remaining(&self) -> &[txbed_workloads::TxnSpec] {
+        let done = self.next + self.committed as usize;
+        let wrote = self.wrote || (self.committed && self.pieces.get(self.next).is_some_and(|p| !p.writes.is_empty()));
+        if wrote {
+            &self.pieces[done.min(self.pieces.len())..]
+        } else {
+            &[]
+        }
+    }
 }
 
 /// An attempt's reads (the version of each record it observed) and writes (the version each

@@ -582,6 +582,7 @@ pub fn commit_point(
         ctx.compute(copy_ns);
         n.wal.borrow_mut().insert(history.id, record);
     }
+    crate::chop::mark_committed(n, history.id);
     *n.committing.borrow_mut().entry(epoch).or_default() += 1;
     n.pending.borrow_mut().insert(history.id, Pending { history, delta, epoch });
     true

@@ -296,6 +296,7 @@ mod tests {
             pending: RefCell::default(),
             wal: RefCell::default(),
             skipped: RefCell::default(),
+            chopped: RefCell::default(),
             committing: RefCell::default(),
             participant: Box::new(()),
             index: Default::default(),

@@ -215,6 +215,13 @@ pub trait Protocol: Sync {
     /// Runs one attempt of `spec` as transaction `id` (nonzero, unique).
     fn attempt<'a>(&self, ctx: &'a Ctx, n: &'a NodeState, spec: &'a TxnSpec, id: u64) -> LocalBoxFuture<'a, Attempt>;
 
+    /// Whether it runs chopped transactions (`Workload::chop`, `txbed_txn::chop`): their later
+    /// pieces are retried until they commit, past the run's end if need be. `Err` says why
+    /// not, and such a run is refused.
+    fn runs_chopped(&self) -> Result<(), &'static str> {
+        Ok(())
+    }
+
     /// Faults: whether it survives a node crash (docs/faults.md); `Err` says why not, and a
     /// run that crashes a node ends there with that verdict.
     fn survives_crashes(&self) -> Result<(), &'static str> {

@@ -127,6 +127,10 @@ pub trait Workload: Send + Sync {
     fn chop(&self, _spec: &TxnSpec) -> Vec<TxnSpec> {
         Vec::new()
     }
+    /// What `chop` cuts, for reports (`None`: nothing).
+    fn chopping(&self) -> Option<String> {
+        None
+    }
     /// Whether a user abort of this resolved spec means its answers went stale (execute saw
     /// other values than the lookups did) rather than a decision of the logic: the coordinator
     /// then counts a conflict and retries with fresh lookups.

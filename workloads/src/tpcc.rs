@@ -1099,6 +1099,15 @@ impl Workload for PreparedTpcc {
     /// New-order and payment as the chopping says (`Tpcc::chopping`), each piece's records
     /// in the resolved transaction's order; delivery stays whole (its optimized chopping
     /// needs the publish-subscribe barrier, not built).
+    fn chopping(&self) -> Option<String> {
+        if !self.pieces.iter().any(|p| p.len() > 1) {
+            return None;
+        }
+        let ts = run_templates(self.cfg.chopping == Chopping::Optimized);
+        let text = crate::chopping::describe(&ts[..2], &self.pieces[..2].to_vec()).replace('\n', ", ");
+        Some(format!("{:?} (DrTM Sec. 4): {text}; the rest whole", self.cfg.chopping))
+    }
+
     fn chop(&self, spec: &TxnSpec) -> Vec<TxnSpec> {
         let t = match KINDS.iter().position(|k| *k == spec.kind) {
             Some(t @ (0 | 1)) => t,
@@ -1407,7 +1416,9 @@ impl PreparedTpcc {
             // S_DIST_xx of the district: STOCK's, a field no transaction writes.
             let dist_info = match stocks.get(k) {
                 Some(s) => s[S_DIST + 24 * d as usize..S_DIST + 24 * (d as usize + 1)].to_vec(),
-                None => self.initial(self.stock(sw, i))[S_DIST + 24 * d as usize..S_DIST + 24 * (d as usize + 1)].to_vec(),
+                None => {
+                    self.initial(self.stock(sw, i))[S_DIST + 24 * d as usize..S_DIST + 24 * (d as usize + 1)].to_vec()
+                }
             };
             l[OL_DIST_INFO..OL_DIST_INFO + 24].copy_from_slice(&dist_info);
             out.push(l);
@@ -1728,7 +1739,10 @@ pub fn run_chopping(level: Chopping) -> Result<crate::chopping::Chopping, String
         ));
     }
     if chop[2].len() > 1 {
-        return Err(format!("delivery would be chopped, which needs the publish-subscribe barrier (not built):\n{}", describe(&ts, &chop)));
+        return Err(format!(
+            "delivery would be chopped, which needs the publish-subscribe barrier (not built):\n{}",
+            describe(&ts, &chop)
+        ));
     }
     Ok(chop)
 }

@@ -543,7 +543,11 @@ fn the_chopping_a_run_executes() {
     assert_eq!(run_chopping(Chopping::Off).unwrap(), Vec::<Vec<Vec<usize>>>::new());
     for (level, new, pay) in [
         (Chopping::Default, "NEW: I | W+D+C+S+O+N+L", "PAY: W+D+C+H"),
-        (Chopping::Optimized, "NEW: I | W.tax | D.tax+D.next_o_id+S+O+N+L | C.discount", "PAY: W.ytd | D.ytd | C.balance+C.data | H"),
+        (
+            Chopping::Optimized,
+            "NEW: I | W.tax | D.tax+D.next_o_id+S+O+N+L | C.discount",
+            "PAY: W.ytd | D.ytd | C.balance+C.data | H",
+        ),
     ] {
         let ts = run_templates(level == Chopping::Optimized);
         let chop = run_chopping(level).unwrap();

@@ -123,6 +123,9 @@ impl Protocol for Calvin {
         }
         Ok(())
     }
+    fn runs_chopped(&self) -> Result<(), &'static str> {
+        Err("its sequencers stop taking transactions at the run's end, so a chopped transaction's later pieces could not finish")
+    }
     fn survives_crashes(&self) -> Result<(), &'static str> {
         Err("its sequencers, epoch batches and lock queues are kept only in volatile memory and are not replicated, so every node would wait forever for the crashed node's batches")
     }

@@ -14,10 +14,11 @@
 //!   REMOTE_WRITE_BACK (`write_back`); read-only transactions without HTM (Sec. 5.4).
 //!
 //! HTM comes from the transport (`txbed_transport::htm`: a model fed by every access, or an
-//! emulation that excludes them). Not built yet (issue 20):
-//! cooperative logging and recovery (Sec. 5.6), transaction chopping (Sec. 4), the local
-//! two-round read of read-only transactions (their local records are leased like remote ones,
-//! as Fig. 10c's pseudo-code does).
+//! emulation that excludes them). Recovery (Sec. 5.6) is the shared layer's with DrTM's
+//! irrevocable XEND (`ops::commit_allowed`); transaction chopping (Sec. 4) is the
+//! coordinator's (`txbed_txn::chop`): each piece is an attempt here. Not built yet (issue
+//! 20): the publish-subscribe deferral, finishing chopped transactions after a crash, real
+//! RTM (docs/protocols.md, "DrTM").
 
 mod fallback;
 mod local_tx;
