@@ -82,9 +82,9 @@ fn ops_conflict(a: &Op, b: &Op) -> bool {
     a.accesses.iter().any(|x| b.accesses.iter().any(|y| conflict(x, y)))
 }
 
-/// Vertices: (template, instance 0/1, piece); the graph of `chop` without the S-edges of
-/// instance `skip`; returns a component label per vertex.
-fn components(ts: &[Template], chop: &Chopping, skip: (usize, usize)) -> Vec<Vec<Vec<usize>>> {
+/// Vertices: (template, instance 0/1, piece); the graph of `chop` with the S-edges of the
+/// instances `s_edges` keeps; returns a component label per vertex.
+fn components(ts: &[Template], chop: &Chopping, s_edges: impl Fn((usize, usize)) -> bool) -> Vec<Vec<Vec<usize>>> {
     let mut verts = Vec::new();
     for (t, pieces) in chop.iter().enumerate() {
         for i in 0..2 {
@@ -112,8 +112,8 @@ fn components(ts: &[Template], chop: &Chopping, skip: (usize, usize)) -> Vec<Vec
         for (b, &(tb, ib, pb)) in verts.iter().enumerate().skip(a + 1) {
             let same_instance = ta == tb && ia == ib;
             let edge = if same_instance {
-                // S-edges join the pieces of an instance, except the one under test.
-                (ta, ia) != skip
+                // S-edges join the pieces of an instance.
+                s_edges((ta, ia))
             } else {
                 chop[ta][pa].iter().any(|&x| chop[tb][pb].iter().any(|&y| ops_conflict(&ts[ta].ops[x], &ts[tb].ops[y])))
             };
@@ -133,11 +133,32 @@ fn components(ts: &[Template], chop: &Chopping, skip: (usize, usize)) -> Vec<Vec
 /// does not use that instance's own S-edges.
 pub fn sc_cycle(ts: &[Template], chop: &Chopping) -> Option<(usize, usize, usize)> {
     for t in 0..ts.len() {
-        let c = components(ts, chop, (t, 0));
+        // Without the S-edges of the instance under test.
+        let c = components(ts, chop, |i| i != (t, 0));
         for p in 0..chop[t].len() {
             for q in p + 1..chop[t].len() {
                 if c[t][0][p] == c[t][0][q] {
                     return Some((t, p, q));
+                }
+            }
+        }
+    }
+    None
+}
+
+/// Sec. 4.2's premise for deferring (publish-subscribe): no path of C-edges alone joins a
+/// publisher (a template with a deferred write) to a subscriber (a template accessing that
+/// table without deferring), else the subscriber could see the publisher's other pieces
+/// before the deferred one. The first violation, as (publisher, subscriber) templates.
+pub fn deferral_premise(ts: &[Template], chop: &Chopping) -> Option<(usize, usize)> {
+    let c = components(ts, chop, |_| false);
+    let touches = |t: &Template, table: &str| t.ops.iter().flat_map(|o| &o.accesses).any(|a| a.table == table && !a.deferred);
+    for (p, tp) in ts.iter().enumerate() {
+        let deferred = tp.ops.iter().flat_map(|o| &o.accesses).filter(|a| a.deferred && a.write).map(|a| a.table);
+        for table in deferred {
+            for (s, _) in ts.iter().enumerate().filter(|(_, t)| touches(t, table)) {
+                if c[p].iter().flatten().any(|x| c[s].iter().flatten().any(|y| x == y)) {
+                    return Some((p, s));
                 }
             }
         }

@@ -1720,7 +1720,7 @@ pub fn run_templates(optimized: bool) -> Vec<crate::chopping::Template> {
 /// without SC-cycles, the read-only templates whole; an error if it has an SC-cycle (a
 /// run refuses it: its parents would not be serializable) or chops delivery.
 pub fn run_chopping(level: Chopping) -> Result<crate::chopping::Chopping, String> {
-    use crate::chopping::{describe, finest, sc_cycle};
+    use crate::chopping::{deferral_premise, describe, finest, sc_cycle};
     if level == Chopping::Off {
         return Ok(Vec::new());
     }
@@ -1737,6 +1737,9 @@ pub fn run_chopping(level: Chopping) -> Result<crate::chopping::Chopping, String
             ts[t].name,
             describe(&ts, &chop)
         ));
+    }
+    if let Some((p, s)) = deferral_premise(&ts, &chop) {
+        return Err(format!("{}'s deferred update is joined to {} by conflicts alone (Sec. 4.2's premise)", ts[p].name, ts[s].name));
     }
     if chop[2].len() > 1 {
         return Err(format!(

@@ -621,3 +621,25 @@ fn pieces_in_turn_do_what_the_whole_transaction_does() {
         assert!(violations(&chopped, &b).is_empty());
     }
 }
+
+/// Sec. 4.2's premise for delivery's deferred balance (no C-path alone between publisher and
+/// subscriber): it holds with payment the only other transaction on C_BALANCE, and fails
+/// once order-status takes part, which reads the balance and the orders delivery writes
+/// (joined by C-edges alone: delivery's order-line piece, order-status, payment's customer
+/// piece). Sec. 4.4 runs read-only transactions apart, waiting for conflicting pieces; this
+/// is why the deferral needs that wait, and why delivery runs whole here.
+#[test]
+fn the_deferral_premise_holds_for_payment_and_fails_with_order_status() {
+    use txbed_workloads::chopping::{deferral_premise, describe, finest};
+    let ts = chopping_templates(true);
+    let chop = finest(&ts);
+    assert_eq!(deferral_premise(&ts, &chop), None, "{}", describe(&ts, &chop));
+    let mut with_os = ts.clone();
+    with_os.push(run_templates(true)[3].clone());
+    assert_eq!(with_os[3].name, "OS");
+    let mut chop_os = chop.clone();
+    chop_os.push(vec![(0..with_os[3].ops.len()).collect()]);
+    let (p, s) = deferral_premise(&with_os, &chop_os).expect("order-status joins delivery and payment");
+    assert_eq!(with_os[p].name, "DLY");
+    assert!(["PAY", "OS"].contains(&with_os[s].name), "{}", with_os[s].name);
+}

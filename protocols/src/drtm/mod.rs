@@ -17,8 +17,7 @@
 //! emulation that excludes them). Recovery (Sec. 5.6) is the shared layer's with DrTM's
 //! irrevocable XEND (`ops::commit_allowed`); transaction chopping (Sec. 4) is the
 //! coordinator's (`txbed_txn::chop`): each piece is an attempt here. Not built yet (issue
-//! 20): the publish-subscribe deferral, finishing chopped transactions after a crash, real
-//! RTM (docs/protocols.md, "DrTM").
+//! 20): the publish-subscribe deferral, real RTM (docs/protocols.md, "DrTM").
 
 mod fallback;
 mod local_tx;
