@@ -152,7 +152,8 @@ pub fn sc_cycle(ts: &[Template], chop: &Chopping) -> Option<(usize, usize, usize
 /// before the deferred one. The first violation, as (publisher, subscriber) templates.
 pub fn deferral_premise(ts: &[Template], chop: &Chopping) -> Option<(usize, usize)> {
     let c = components(ts, chop, |_| false);
-    let touches = |t: &Template, table: &str| t.ops.iter().flat_map(|o| &o.accesses).any(|a| a.table == table && !a.deferred);
+    let touches =
+        |t: &Template, table: &str| t.ops.iter().flat_map(|o| &o.accesses).any(|a| a.table == table && !a.deferred);
     for (p, tp) in ts.iter().enumerate() {
         let deferred = tp.ops.iter().flat_map(|o| &o.accesses).filter(|a| a.deferred && a.write).map(|a| a.table);
         for table in deferred {

@@ -1739,7 +1739,10 @@ pub fn run_chopping(level: Chopping) -> Result<crate::chopping::Chopping, String
         ));
     }
     if let Some((p, s)) = deferral_premise(&ts, &chop) {
-        return Err(format!("{}'s deferred update is joined to {} by conflicts alone (Sec. 4.2's premise)", ts[p].name, ts[s].name));
+        return Err(format!(
+            "{}'s deferred update is joined to {} by conflicts alone (Sec. 4.2's premise)",
+            ts[p].name, ts[s].name
+        ));
     }
     if chop[2].len() > 1 {
         return Err(format!(
