@@ -71,6 +71,10 @@ pub enum Executed {
     Commit { new_values: Vec<Vec<u8>>, external_delta: i64 },
     /// The logic itself decided to abort (not a conflict): e.g. TPC-C's invalid item.
     UserAbort,
+    /// The logic saw state it must wait out before acting on it (DrTM Sec. 4.4: an
+    /// order-status whose order's delivery is not yet published): the attempt aborts and the
+    /// coordinator retries it, counted under this cause.
+    Wait(&'static str),
 }
 
 pub trait Workload: Send + Sync {
@@ -130,6 +134,17 @@ pub trait Workload: Send + Sync {
     /// What `chop` cuts, for reports (`None`: nothing).
     fn chopping(&self) -> Option<String> {
         None
+    }
+    /// Whether `piece` (of `chop`) is deferred (DrTM Sec. 4.2, publish-subscribe): the
+    /// coordinator does not run it but queues it on its machine, in the step its parent's
+    /// previous piece commits, and the machine publishes the queue at the next epoch
+    /// boundary. Deferred pieces come last and only conflict.
+    fn deferred(&self, _piece: &TxnSpec) -> bool {
+        false
+    }
+    /// The publication epoch of deferred pieces, ns (Sec. 4.2's "e.g., 20ms").
+    fn publish_epoch_ns(&self) -> u64 {
+        20_000_000
     }
     /// Whether a user abort of this resolved spec means its answers went stale (execute saw
     /// other values than the lookups did) rather than a decision of the logic: the coordinator

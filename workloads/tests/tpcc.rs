@@ -128,6 +128,7 @@ fn full_mix_keeps_every_condition_and_the_money() {
                 assert!(!w.retry_on_user_abort(&resolved), "{} aborted serially: {resolved:?}", t.kind);
                 e.1 += 1;
             }
+            Executed::Wait(why) => panic!("{} waited serially ({why}): {resolved:?}", t.kind),
         }
     }
     let total: u32 = kinds.values().map(|v| v.0 + v.1).sum();
@@ -534,19 +535,20 @@ fn the_optimized_chopping_declarations_hold_in_the_logic() {
     );
 }
 
-/// What a chopped run executes (`run_chopping`): new-order `I | W+D+C+S+O+N+L` by default;
-/// optimized new-order `I | W.tax | D+S+O+N+L | C.discount` and payment in four; delivery
-/// whole in both (its optimized chopping needs the deferral); no SC-cycle.
+/// What a chopped run executes (`run_chopping`): new-order `I | W+D+C+S+O+N+L` and the rest
+/// whole by default; optimized new-order `I | W.tax | D+S+O+N+L | C.discount`, payment in
+/// four and delivery `N+O+L | C.balance` with the balance deferred (Sec. 4.2); no SC-cycle.
 #[test]
 fn the_chopping_a_run_executes() {
     use txbed_workloads::chopping::{describe, sc_cycle};
     assert_eq!(run_chopping(Chopping::Off).unwrap(), Vec::<Vec<Vec<usize>>>::new());
-    for (level, new, pay) in [
-        (Chopping::Default, "NEW: I | W+D+C+S+O+N+L", "PAY: W+D+C+H"),
+    for (level, new, pay, dly) in [
+        (Chopping::Default, "NEW: I | W+D+C+S+O+N+L", "PAY: W+D+C+H", "DLY: N+O+L+C"),
         (
             Chopping::Optimized,
             "NEW: I | W.tax | D.tax+D.next_o_id+S+O+N+L | C.discount",
             "PAY: W.ytd | D.ytd | C.balance+C.data | H",
+            "DLY: N+O+L | C.balance+O.unpublished+L.amount",
         ),
     ] {
         let ts = run_templates(level == Chopping::Optimized);
@@ -555,7 +557,7 @@ fn the_chopping_a_run_executes() {
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[0], new, "{level:?}\n{text}");
         assert_eq!(lines[1], pay, "{level:?}\n{text}");
-        assert_eq!(chop[2].len(), 1, "delivery whole: {text}");
+        assert_eq!(lines[2], dly, "{level:?}\n{text}");
         assert_eq!(sc_cycle(&ts, &chop), None);
     }
 }
@@ -599,7 +601,9 @@ fn pieces_in_turn_do_what_the_whole_transaction_does() {
                 let mut keys: Vec<Key> = pieces.iter().flat_map(|p| p.reads.iter().chain(&p.writes)).copied().collect();
                 let mut all: Vec<Key> = spec.reads.iter().chain(&spec.writes).copied().collect();
                 keys.sort();
+                keys.dedup();
                 all.sort();
+                all.dedup();
                 assert_eq!(keys, all, "{spec:?}");
                 let mut wrote = false;
                 for p in &pieces {
@@ -611,6 +615,7 @@ fn pieces_in_turn_do_what_the_whole_transaction_does() {
                             assert_eq!(out, Executed::UserAbort, "{spec:?}");
                             break;
                         }
+                        Executed::Wait(why) => panic!("a piece waited ({why}): {p:?}"),
                     }
                 }
             }
@@ -627,7 +632,8 @@ fn pieces_in_turn_do_what_the_whole_transaction_does() {
 /// once order-status takes part, which reads the balance and the orders delivery writes
 /// (joined by C-edges alone: delivery's order-line piece, order-status, payment's customer
 /// piece). Sec. 4.4 runs read-only transactions apart, waiting for conflicting pieces; this
-/// is why the deferral needs that wait, and why delivery runs whole here.
+/// is why order-status waits out an unpublished order
+/// (`a_deferred_balance_is_published_later_and_order_status_waits_for_it`).
 #[test]
 fn the_deferral_premise_holds_for_payment_and_fails_with_order_status() {
     use txbed_workloads::chopping::{deferral_premise, describe, finest};
@@ -643,3 +649,48 @@ fn the_deferral_premise_holds_for_payment_and_fails_with_order_status() {
     assert_eq!(with_os[p].name, "DLY");
     assert!(["PAY", "OS"].contains(&with_os[s].name), "{}", with_os[s].name);
 }
+
+/// Sec. 4.2 and 4.4 in the logic: delivery's first piece leaves its orders marked
+/// unpublished, which the balance condition (3.3.2.10) reports while it lasts, and an
+/// order-status of such an order waits (`Executed::Wait`); the deferred piece publishes the
+/// balance, after which every condition holds and order-status no longer waits.
+#[test]
+fn a_deferred_balance_is_published_later_and_order_status_waits_for_it() {
+    let cfg = Tpcc { chopping: Chopping::Optimized, mix: [0, 0, 0, 100, 0], ..small() };
+    let w = prepared(&cfg);
+    let os = prepared(&Tpcc { mix: [0, 0, 100, 0, 0], ..cfg.clone() });
+    let mut store = SerialStore::new();
+    let mut r = ChaCha8Rng::seed_from_u64(5);
+    let t = w.generate_at(&mut r, 0, NODES, Terminal::default());
+    let spec = store.resolve(&w, &t).unwrap();
+    let pieces = w.chop(&spec);
+    assert_eq!(pieces.len(), 2, "{pieces:?}");
+    assert!(!w.deferred(&pieces[0]) && w.deferred(&pieces[1]));
+    assert!(pieces[0].writes.iter().all(|k| k.table != CUSTOMER), "{:?}", pieces[0]);
+    assert!(matches!(store.run(&w, &pieces[0]), Executed::Commit { .. }));
+    let v = violations(&w, &store);
+    assert!(v.iter().any(|x| x.contains("never published")), "{v:?}");
+    let customers: Vec<Key> = spec.writes.iter().copied().filter(|k| k.table == CUSTOMER).collect();
+    let mut order_status = |store: &mut SerialStore, r: &mut ChaCha8Rng| {
+        let mut waited = 0;
+        for seq in 0..3000 {
+            let t = os.generate_at(r, 0, NODES, Terminal { worker: 0, coroutine: 0, seq });
+            let s = store.resolve(&os, &t).unwrap();
+            match store.run(&os, &s) {
+                Executed::Wait(why) => {
+                    assert_eq!(why, UNPUBLISHED);
+                    assert!(s.reads.iter().any(|k| customers.contains(k)), "waited for another customer: {s:?}");
+                    waited += 1;
+                }
+                Executed::Commit { .. } => {}
+                Executed::UserAbort => panic!("order-status aborted serially: {s:?}"),
+            }
+        }
+        waited
+    };
+    assert!(order_status(&mut store, &mut r) > 0, "no order-status met the unpublished orders");
+    assert!(matches!(store.run(&w, &pieces[1]), Executed::Commit { .. }));
+    assert_eq!(violations(&w, &store), Vec::<String>::new());
+    assert_eq!(order_status(&mut store, &mut r), 0);
+}
+
