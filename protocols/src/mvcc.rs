@@ -37,7 +37,7 @@ use std::rc::Rc;
 
 use txbed_checker::Access;
 use txbed_transport::{Ctx, Handled, HandlerCtx, HandlerFn, HostMemory, LocalBuf, Op, Payload};
-use txbed_workloads::{Executed, TxnSpec};
+use txbed_workloads::TxnSpec;
 
 use txbed_txn::attempt::{new_history, note_accesses, settle, Attempt};
 use txbed_txn::history_key;
@@ -490,9 +490,9 @@ async fn run(
     let olds: Vec<&[u8]> = held.iter().map(|h| h.old.record.as_slice()).collect();
     let reads: Vec<&[u8]> = seen.iter().map(|v| v.record.as_slice()).collect();
     ctx.compute(spec.compute_ns);
-    let (new_values, delta) = match n.workload.execute(spec, &reads, &olds) {
-        Executed::Commit { new_values, external_delta } => (new_values, external_delta),
-        Executed::UserAbort => {
+    let (new_values, delta) = match txbed_txn::attempt::logic(ctx, n, spec, &reads, &olds) {
+        Some(out) => out,
+        None => {
             ops::release(ctx, n, recs, |r| r.write, ctts).await?;
             return Ok(Attempt::UserAbort);
         }

@@ -40,7 +40,7 @@ use std::rc::Rc;
 
 use txbed_checker::Access;
 use txbed_transport::{Ctx, Handled, HandlerCtx, HandlerFn, HostMemory, LocalBuf, Op};
-use txbed_workloads::{Executed, TxnSpec};
+use txbed_workloads::TxnSpec;
 
 use txbed_txn::attempt::{cause, committed, new_history, settle, Attempt};
 use txbed_txn::history_key;
@@ -540,10 +540,7 @@ fn execute(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, recs: &[Rec]) -> Option<(Ve
     let reads: Vec<&[u8]> = recs.iter().filter(|r| !r.write).map(|r| record(n, r)).collect();
     let olds: Vec<&[u8]> = recs.iter().filter(|r| r.write).map(|r| record(n, r)).collect();
     ctx.compute(spec.compute_ns);
-    match n.workload.execute(spec, &reads, &olds) {
-        Executed::Commit { new_values, external_delta } => Some((new_values, external_delta)),
-        Executed::UserAbort => None,
-    }
+    txbed_txn::attempt::logic(ctx, n, spec, &reads, &olds)
 }
 
 /// Abort causes of SUNDIAL's own: a read-set record locked by a writer (or its two copies

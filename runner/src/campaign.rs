@@ -36,12 +36,13 @@ pub const PROFILES: [(&str, &str); 6] = [
 ];
 
 /// Planted bugs every protocol has (`TxnRunSpec::bug`).
-pub const SHARED_BUGS: [Bug; 5] = [
+pub const SHARED_BUGS: [Bug; 6] = [
     txbed_txn::log::SKIP_LOG,
     txbed_txn::local::CPU_CAS_ON_HCA,
     txbed_txn::recovery::FORGET_WAL,
     txbed_txn::chop::GIVES_UP_PIECE,
     txbed_txn::chop::FORGET_CHOPPING,
+    txbed_txn::chop::FORGET_PUBLICATION,
 ];
 
 /// Shrinking's default budget: runs per failure.

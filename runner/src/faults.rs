@@ -720,12 +720,21 @@ fn fresh_state(w: &World<'_>, old: &Rc<NodeState>, durable_logs: bool, recovery:
     s.recovery = Some(recovery);
     s.incarnation = old.incarnation + 1;
     s.history = RefCell::new(std::mem::take(&mut *old.history.borrow_mut()));
+    s.pieces = RefCell::new(std::mem::take(&mut *old.pieces.borrow_mut()));
     s.stats = RefCell::new(std::mem::take(&mut *old.stats.borrow_mut()));
     if durable_logs {
         s.replica = RefCell::new(std::mem::take(&mut *old.replica.borrow_mut()));
         s.chopped = RefCell::new(std::mem::take(&mut *old.chopped.borrow_mut()));
+        let mut deferred = std::mem::take(&mut *old.deferred.borrow_mut());
+        if s.bug == Some(txbed_txn::chop::FORGET_PUBLICATION) {
+            deferred.queue.clear();
+        }
+        // The queue is what the log keeps: an attempt that was publishing its head either
+        // passed its commit point (and popped it) or is void.
+        s.deferred = RefCell::new(txbed_txn::node::Deferred { queue: deferred.queue, ..Default::default() });
     } else {
         old.chopped.borrow_mut().clear();
+        old.deferred.borrow_mut().queue.clear();
         old.wal.borrow_mut().clear();
         old.replica.borrow_mut().clear();
     }

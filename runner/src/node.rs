@@ -70,6 +70,9 @@ pub fn node_state(spec: &TxnRunSpec, me: u16, catalog: &Rc<Catalog>) -> Rc<NodeS
         wal: RefCell::default(),
         skipped: RefCell::default(),
         chopped: RefCell::default(),
+        deferred: RefCell::default(),
+        pieces: RefCell::default(),
+        wait_cause: Default::default(),
         committing: RefCell::default(),
         participant: spec.protocol.participant(&spec.protocol_options),
         index: Default::default(),
@@ -124,9 +127,9 @@ pub async fn coordinator(ctx: Ctx, st: Rc<NodeState>, sh: Shared, c: u32) {
     // A transaction that was chopped when this machine crashed: the pieces its log says are
     // left run first (Sec. 5.6, "chopping information").
     let logged = st.chopped.borrow_mut().remove(&(wk, c));
-    if let Some(rest) = logged.map(|l| l.remaining().to_vec()).filter(|r| !r.is_empty()) {
+    if let Some((parent, rest)) = logged.map(|l| (l.parent, l.remaining().to_vec())).filter(|r| !r.1.is_empty()) {
         if st.bug != Some(txbed_txn::chop::FORGET_CHOPPING) {
-            match run_pieces(&ctx, &st, &sh, &rest, c, &mut seq, true).await.0 {
+            match run_pieces(&ctx, &st, &sh, &rest, c, &mut seq, Some(parent)).await.0 {
                 Attempt::Committed => st.stats.borrow_mut().committed += 1,
                 other => {
                     sh.failures
@@ -138,6 +141,10 @@ pub async fn coordinator(ctx: Ctx, st: Rc<NodeState>, sh: Shared, c: u32) {
         }
     }
     while ctx.now() < sh.end && !sh.stop.get() {
+        if let Err(e) = publish(&ctx, &st, &sh, c, &mut seq, false).await {
+            sh.failures.borrow_mut().push(format!("node {n} worker {wk}: {e}"));
+            return;
+        }
         let terminal = Terminal { worker: wk, coroutine: c, seq: drawn };
         drawn += 1;
         let drawn_spec = ctx.with_rng(|r| st.workload.generate_at(r, n, st.nodes, terminal));
@@ -184,9 +191,9 @@ pub async fn coordinator(ctx: Ctx, st: Rc<NodeState>, sh: Shared, c: u32) {
             let t = resolved.as_ref().unwrap_or(&drawn_spec);
             let pieces = st.workload.chop(t);
             let outcome = if pieces.is_empty() {
-                one_attempt(&ctx, &st, &sh, t, c, &mut seq, tries).await
+                one_attempt(&ctx, &st, &sh, t, c, &mut seq, tries, false).await
             } else {
-                run_pieces(&ctx, &st, &sh, &pieces, c, &mut seq, false).await
+                run_pieces(&ctx, &st, &sh, &pieces, c, &mut seq, None).await
             };
             waited = outcome.1;
             match outcome.0 {
@@ -221,14 +228,27 @@ pub async fn coordinator(ctx: Ctx, st: Rc<NodeState>, sh: Shared, c: u32) {
             ctx.yield_now().await;
         }
     }
+    // Deferred pieces left at the end are published before the run ends (by whichever
+    // coordinator of the machine finds the queue free; the others wait for it to empty).
+    while !sh.stop.get() && !st.deferred.borrow().queue.is_empty() {
+        if st.deferred.borrow().publishing {
+            ctx.sleep((st.workload.publish_epoch_ns() / 16).max(1_000)).await;
+        } else if let Err(e) = publish(&ctx, &st, &sh, c, &mut seq, true).await {
+            sh.failures.borrow_mut().push(format!("node {n} worker {wk}: {e}"));
+            return;
+        }
+    }
     if let Some(done) = sh.protocol.coordinator_done(&ctx, &st) {
         done.await;
     }
 }
 
 /// One attempt of `t` under a fresh transaction id (sequence `seq` of coroutine `c`): its
-/// trace slice (`tries` before it), its history entry if it aborted, a conflict counted. Returns how it ended
-/// (a user abort that means stale lookups as a conflict) and whether it ever waited.
+/// trace slice (`tries` before it), its history entry if it aborted, a conflict counted.
+/// `publishes`: it applies the machine's head deferred piece. Returns how it ended (a user
+/// abort that means stale lookups, or a wait the logic asked for, as a conflict) and
+/// whether it ever waited.
+#[allow(clippy::too_many_arguments)]
 async fn one_attempt(
     ctx: &Ctx,
     st: &NodeState,
@@ -237,21 +257,31 @@ async fn one_attempt(
     c: u32,
     seq: &mut u64,
     tries: u32,
+    publishes: bool,
 ) -> (Attempt, bool) {
     let (n, wk) = (st.me, ctx.me().worker);
     *seq += 1;
     let id = txbed_txn::attempt::txn_id(n, st.incarnation, wk, c, *seq);
-    // A piece's attempt is logged before it runs (`run_pieces`).
-    if let Some(l) = st.chopped.borrow_mut().get_mut(&(wk, c)) {
+    // A piece's attempt is logged before it runs (`run_pieces`, `publish`).
+    if publishes {
+        st.deferred.borrow_mut().running = id;
+    } else if let Some(l) = st.chopped.borrow_mut().get_mut(&(wk, c)) {
         (l.running, l.committed) = (id, false);
     }
     let began = ctx.now();
     let resumed = ctx.resumes();
+    st.wait_cause.borrow_mut().remove(&(wk, c));
     let mut outcome = sh.protocol.attempt(ctx, st, t, id).await;
     let waited = ctx.resumes() != resumed;
-    // Answers gone stale by the time the transaction read its rows: a conflict.
-    if outcome == Attempt::UserAbort && st.workload.retry_on_user_abort(t) {
-        outcome = Attempt::Conflict(cause::STALE_LOOKUP);
+    let wait = st.wait_cause.borrow_mut().remove(&(wk, c));
+    if outcome == Attempt::UserAbort {
+        if let Some(why) = wait {
+            // The logic waits out another transaction's pieces (DrTM Sec. 4.4).
+            outcome = Attempt::Conflict(why);
+        } else if st.workload.retry_on_user_abort(t) {
+            // Answers gone stale by the time the transaction read its rows: a conflict.
+            outcome = Attempt::Conflict(cause::STALE_LOOKUP);
+        }
     }
     if ctx.tracing() {
         let how = match outcome {
@@ -285,7 +315,10 @@ async fn one_attempt(
 /// whole transaction's (retried from its lookups); after, the pieces done are visible to
 /// others, so every later piece is retried until it commits, past the run's end if need be
 /// (the chopping lets later pieces only conflict). The pieces left are logged before each
-/// (`NodeState::chopped`), so a restarted coordinator finishes them.
+/// (`NodeState::chopped`), so a restarted coordinator finishes them. Deferred pieces are not
+/// run here: the commit point of the piece before them queues them for publication
+/// (`chop::mark_committed`). `resumed`: the parent's id when finishing a logged transaction
+/// after a restart (a piece of it already wrote).
 #[allow(clippy::too_many_arguments)]
 async fn run_pieces(
     ctx: &Ctx,
@@ -294,10 +327,16 @@ async fn run_pieces(
     pieces: &[TxnSpec],
     c: u32,
     seq: &mut u64,
-    mut wrote: bool,
+    resumed: Option<u64>,
 ) -> (Attempt, bool) {
     let at = (ctx.me().worker, c);
-    let log = Chopped { pieces: pieces.to_vec(), next: 0, running: 0, committed: false, wrote };
+    let mut wrote = resumed.is_some();
+    // The parent's id: a sequence number of the coordinator's no attempt takes.
+    let parent = resumed.unwrap_or_else(|| {
+        *seq += 1;
+        txbed_txn::attempt::txn_id(st.me, st.incarnation, at.0, c, *seq)
+    });
+    let log = Chopped { parent, pieces: pieces.to_vec(), next: 0, running: 0, committed: false, wrote };
     // The record goes to the log area (NVRAM where the logs are durable).
     let bytes: usize = pieces.iter().map(|p| 16 * (p.reads.len() + p.writes.len()) + 8 * p.params.len()).sum();
     let copy_ns = ctx.costs().copy_ns(bytes);
@@ -309,12 +348,15 @@ async fn run_pieces(
         (a, waited)
     };
     for (k, p) in pieces.iter().enumerate() {
+        if st.workload.deferred(p) {
+            break;
+        }
         if let Some(l) = st.chopped.borrow_mut().get_mut(&at) {
             (l.next, l.committed, l.wrote) = (k, false, wrote);
         }
         let mut tries = 0;
         loop {
-            let (a, w) = one_attempt(ctx, st, sh, p, c, seq, tries).await;
+            let (a, w) = one_attempt(ctx, st, sh, p, c, seq, tries, false).await;
             waited |= w;
             match a {
                 Attempt::Committed => {
@@ -339,6 +381,47 @@ async fn run_pieces(
     ended(Attempt::Committed, waited)
 }
 
+/// Publication (DrTM Sec. 4.2): once an epoch boundary has passed since the machine last
+/// published (`all`: at once, at the end of the run), this coordinator applies the deferred
+/// pieces queued so far, oldest first, each a transaction retried until it commits; one
+/// coordinator of the machine at a time, so the queue's order is the order they apply in.
+#[allow(clippy::too_many_arguments)]
+async fn publish(ctx: &Ctx, st: &NodeState, sh: &Shared, c: u32, seq: &mut u64, all: bool) -> Result<(), String> {
+    let epoch = ctx.now() / st.workload.publish_epoch_ns().max(1);
+    let due = {
+        let mut d = st.deferred.borrow_mut();
+        if d.queue.is_empty() || d.publishing || (!all && epoch <= d.epoch) {
+            return Ok(());
+        }
+        (d.publishing, d.epoch) = (true, epoch);
+        d.queue.len()
+    };
+    let mut result = Ok(());
+    for _ in 0..due {
+        let Some((_, piece)) = st.deferred.borrow().queue.front().cloned() else { break };
+        let mut tries = 0;
+        loop {
+            // Its commit point takes it off the queue (`chop::mark_committed`).
+            match one_attempt(ctx, st, sh, &piece, c, seq, tries, true).await.0 {
+                Attempt::Committed => break,
+                Attempt::Conflict(_) => {
+                    tries += 1;
+                    back_off(ctx, sh, tries).await;
+                }
+                other => {
+                    result = Err(format!("publishing a deferred {}: {other:?}", piece.kind));
+                    break;
+                }
+            }
+        }
+        if result.is_err() {
+            break;
+        }
+    }
+    st.deferred.borrow_mut().publishing = false;
+    result
+}
+
 /// What one node contributes to the run's result (plain data: it crosses processes as JSON).
 #[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct NodeResult {
@@ -355,6 +438,9 @@ pub struct NodeResult {
     /// Latency histogram as (value ns, count) pairs.
     pub latency: Vec<(u64, u64)>,
     pub failures: Vec<String>,
+    /// Committed pieces of chopped transactions and their parents (`NodeState::pieces`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pieces: Vec<(u64, u64)>,
     pub stage_ns: [u64; Stage::COUNT],
     pub stage_round_trips: [u64; Stage::COUNT],
     pub stage_bytes: [u64; Stage::COUNT],
@@ -426,6 +512,7 @@ pub fn node_result(
     for st in states {
         r.location.add(&st.cache.borrow().stats);
         r.txns.extend(st.history.borrow().iter().cloned());
+        r.pieces.extend(st.pieces.borrow().iter().copied());
         stats.add(&st.stats.borrow());
         for (&k, v) in st.replica.borrow().iter() {
             let e = replica.entry(k).or_insert(0);

@@ -157,8 +157,10 @@ pub fn assemble(spec: &TxnRunSpec, results: Vec<NodeResult>) -> (History, Report
     let (mut conserved, mut initial) = (0i64, 0i64);
     let mut failures = Vec::new();
     let mut consistency: Vec<Consistency> = Vec::new();
+    let mut pieces = Vec::new();
     for r in results {
         stats.add(&r.stats());
+        pieces.extend(r.pieces);
         h.txns.extend(r.txns);
         h.finals.extend(r.finals);
         conserved += r.conserved;
@@ -199,6 +201,15 @@ pub fn assemble(spec: &TxnRunSpec, results: Vec<NodeResult>) -> (History, Report
             }
         }
         failures.extend(r.failures);
+    }
+    if !pieces.is_empty() {
+        let (checked, violations, first) = txbed_txn::chop::half_done(&h.txns, &pieces);
+        consistency.push(Consistency {
+            name: "DrTM Sec. 4: no transaction saw a chopped transaction half done".into(),
+            checked,
+            violations,
+            first,
+        });
     }
     // Each consistency condition is an invariant: zero violations expected.
     for c in consistency {

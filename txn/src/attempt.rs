@@ -133,9 +133,20 @@ pub fn execute(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, recs: &[Rec]) -> Option
     let reads: Vec<&[u8]> = recs.iter().filter(|r| !r.write).map(|r| r.record()).collect();
     let olds: Vec<&[u8]> = recs.iter().filter(|r| r.write).map(|r| r.record()).collect();
     ctx.compute(spec.compute_ns);
-    match n.workload.execute(spec, &reads, &olds) {
+    logic(ctx, n, spec, &reads, &olds)
+}
+
+/// The workload's logic on `reads` and `olds`: the new values and external delta, or `None`
+/// for an abort by the logic; one that must wait (`Executed::Wait`) leaves its cause in
+/// `NodeState::wait_cause` for the coordinator, which retries it under that cause.
+pub fn logic(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, reads: &[&[u8]], olds: &[&[u8]]) -> Option<(Vec<Vec<u8>>, i64)> {
+    match n.workload.execute(spec, reads, olds) {
         Executed::Commit { new_values, external_delta } => Some((new_values, external_delta)),
         Executed::UserAbort => None,
+        Executed::Wait(why) => {
+            n.wait_cause.borrow_mut().insert((ctx.me().worker, ctx.coroutine()), why);
+            None
+        }
     }
 }
 

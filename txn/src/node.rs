@@ -263,6 +263,15 @@ pub struct NodeState {
     /// Chopped transactions in progress, by coordinator (worker, coroutine): the chopping
     /// information of DrTM Sec. 5.6, kept with the logs (`chop::Chopped`).
     pub chopped: RefCell<std::collections::BTreeMap<(u16, u32), Chopped>>,
+    /// Deferred pieces waiting for publication on this machine (DrTM Sec. 4.2), kept with
+    /// the logs like `chopped` (`chop::publish`).
+    pub deferred: RefCell<Deferred>,
+    /// The parent of every committed piece of a chopped transaction, (piece id, parent id),
+    /// for the check that no transaction saw a parent half done (`chop::half_done`).
+    pub pieces: RefCell<Vec<(u64, u64)>>,
+    /// Why a coordinator's (worker, coroutine) attempt's logic asked to wait
+    /// (`attempt::logic`), until the coordinator takes it.
+    pub wait_cause: RefCell<std::collections::BTreeMap<(u16, u32), &'static str>>,
     /// Committed transactions whose write-back gave up on a home that was down, and those
     /// homes: their write-ahead log records stay until each home's rebuild applied them (with
     /// one replica, nothing else holds the values).
@@ -283,6 +292,8 @@ pub struct NodeState {
 /// coordinator finishes the transaction.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Chopped {
+    /// The parent transaction's id (`chop::half_done` groups its pieces by it).
+    pub parent: u64,
     pub pieces: Vec<txbed_workloads::TxnSpec>,
     /// The piece running, or the next to run.
     pub next: usize,
@@ -307,6 +318,23 @@ impl Chopped {
             &[]
         }
     }
+}
+
+/// A machine's deferred pieces (DrTM Sec. 4.2's publisher results), queued in the step their
+/// parent's previous piece committed, applied in queue order, each as a transaction, once
+/// an epoch boundary passed (`chop::publish`). The queue lives with the logs (NVRAM where
+/// they are durable): a restarted machine publishes what its predecessor queued.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Deferred {
+    /// (parent id, piece), oldest first.
+    pub queue: std::collections::VecDeque<(u64, txbed_workloads::TxnSpec)>,
+    /// The attempt applying the queue's head: its commit point pops the head, so a piece is
+    /// applied exactly once across crashes.
+    pub running: u64,
+    /// The last epoch published (volatile).
+    pub epoch: u64,
+    /// A coordinator is publishing (volatile): one at a time keeps the queue's order.
+    pub publishing: bool,
 }
 
 /// An attempt's reads (the version of each record it observed) and writes (the version each

@@ -198,7 +198,10 @@ impl Tpcc {
             return Err(("history_per_terminal", format!("must be 1..=1048576, got {}", self.history_per_terminal)));
         }
         if !(1_000..=1_000_000_000).contains(&self.publish_epoch_ns) {
-            return Err(("publish_epoch_ns", format!("must be 1000..=1000000000 (1 us to 1 s), got {}", self.publish_epoch_ns)));
+            return Err((
+                "publish_epoch_ns",
+                format!("must be 1000..=1000000000 (1 us to 1 s), got {}", self.publish_epoch_ns),
+            ));
         }
         if let Err(e) = run_chopping(self.chopping) {
             return Err(("chopping", e));
@@ -1295,7 +1298,8 @@ impl Workload for PreparedTpcc {
                     for l in 1..=MAX_LINES {
                         let line = rd(self.order_line(w, d, o, l));
                         ol_rows += (get(&line, OL_O_ID, 4) != 0) as u64;
-                        if let Some(x) = delivered.get_mut(customer).filter(|_| counted && l <= get(&ord, O_OL_CNT, 1)) {
+                        if let Some(x) = delivered.get_mut(customer).filter(|_| counted && l <= get(&ord, O_OL_CNT, 1))
+                        {
                             *x += get32i(&line, OL_AMOUNT);
                         }
                     }
@@ -1325,11 +1329,18 @@ impl Workload for PreparedTpcc {
                 }
                 for (k, &sum) in delivered.iter().enumerate() {
                     let cust = rd(self.customer(w, d, k as u64));
-                    let paid = geti(&cust, C_BALANCE) + geti(&cust, C_YTD_PAYMENT) - (C_BALANCE_INITIAL + C_YTD_INITIAL);
+                    let paid =
+                        geti(&cust, C_BALANCE) + geti(&cust, C_YTD_PAYMENT) - (C_BALANCE_INITIAL + C_YTD_INITIAL);
                     c[4].checked += 1;
                     if paid != sum {
                         let (b, y) = (geti(&cust, C_BALANCE), geti(&cust, C_YTD_PAYMENT));
-                        fail(&mut c[4], format!("{at} customer {}: C_BALANCE {b} + C_YTD_PAYMENT {y} but {sum} delivered (cents)", k + 1));
+                        fail(
+                            &mut c[4],
+                            format!(
+                                "{at} customer {}: C_BALANCE {b} + C_YTD_PAYMENT {y} but {sum} delivered (cents)",
+                                k + 1
+                            ),
+                        );
                     }
                 }
             }
@@ -1605,7 +1616,10 @@ impl PreparedTpcc {
                 // The deferred piece: the order's lines as read, its order and customer.
                 let ols: Vec<&[u8]> = (0..cnt).map(|_| r.next()).collect();
                 let (ord, cust) = (wr.next(), wr.next());
-                if get(ord, O_ID, 4) != o || get(ord, O_UNPUBLISHED, 1) != 1 || ols.iter().any(|v| get(v, OL_O_ID, 4) != o) {
+                if get(ord, O_ID, 4) != o
+                    || get(ord, O_UNPUBLISHED, 1) != 1
+                    || ols.iter().any(|v| get(v, OL_O_ID, 4) != o)
+                {
                     return None;
                 }
                 let mut ov = rec(ORDER, ord);

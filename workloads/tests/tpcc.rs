@@ -693,4 +693,3 @@ fn a_deferred_balance_is_published_later_and_order_status_waits_for_it() {
     assert_eq!(violations(&w, &store), Vec::<String>::new());
     assert_eq!(order_status(&mut store, &mut r), 0);
 }
-

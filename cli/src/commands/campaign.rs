@@ -47,7 +47,7 @@ pub struct Args {
     #[arg(long)]
     pub force: bool,
     /// Plant a bug in every run (a protocol's, or one every protocol has: SkipLog,
-    /// CpuCasOnHca, ForgetWal, GivesUpPiece, ForgetChopping), to see the campaign catch it.
+    /// CpuCasOnHca, ForgetWal, GivesUpPiece, ForgetChopping, ForgetPublication), to see the campaign catch it.
     #[arg(long, value_name = "NAME")]
     pub bug: Option<String>,
     /// Write failing runs as they ran, without shrinking them.

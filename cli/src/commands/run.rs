@@ -80,7 +80,7 @@ pub struct Args {
     /// warm-up plus window; rounded to a thousandth of the run).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub bucket_us: Option<u64>,
-    /// Plant a bug (the protocol's, or SkipLog, CpuCasOnHca, ForgetWal, GivesUpPiece, ForgetChopping; `txbed protocols`
+    /// Plant a bug (the protocol's, or SkipLog, CpuCasOnHca, ForgetWal, GivesUpPiece, ForgetChopping, ForgetPublication; `txbed protocols`
     /// lists them), as `txbed campaign --bug` does; simulator only.
     #[arg(long, value_name = "NAME")]
     pub bug: Option<String>,

@@ -826,7 +826,8 @@ fn execute(ctx: &Ctx, n: &NodeState) -> Result<Vec<Done>, TxnError> {
                 }
                 (COMMITTED, external_delta, writes)
             }
-            Executed::UserAbort => (USER_ABORT, 0, Vec::new()),
+            // A wait (Sec. 4.4) only arises in chopped runs, which CALVIN refuses.
+            Executed::UserAbort | Executed::Wait(_) => (USER_ABORT, 0, Vec::new()),
         };
         let reporter = if t.actives.contains(&t.origin) { t.origin } else { t.actives[0] };
         let result = (reporter == n.me).then(|| wire::encode_result(t.id, status, delta, &versions));
