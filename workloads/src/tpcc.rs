@@ -1,7 +1,7 @@
 //! TPC-C (TPC Benchmark C, revision 5.11): the nine tables with the specification's row
 //! lengths, warehouses partitioned across nodes, the five transactions with NURand, remote
-//! supply warehouses and remote payment customers, and consistency conditions 1-4 (Clause
-//! 3.3.2) checked at the end of every run. docs/workloads.md has the design and every
+//! supply warehouses and remote payment customers, and consistency conditions 1-4 and 10
+//! (Clause 3.3.2) checked at the end of every run. docs/workloads.md has the design and every
 //! deviation; in short:
 //!
 //! - The store cannot insert or delete, so every district has `slots` pre-allocated rows of
