@@ -567,6 +567,8 @@ pub fn run_real_node(
         trace: Vec::new(),
         clocks: None,
         faults,
+        // The delayed links (`real::wan`) do not count messages yet.
+        inter_dc: None,
     }))
 }
 

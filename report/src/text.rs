@@ -207,6 +207,17 @@ fn fault_lines(r: &TxnReport) -> String {
     out
 }
 
+/// The messages between data centers, when the scenario has them.
+fn inter_dc_line(r: &TxnReport) -> String {
+    match &r.inter_dc {
+        Some(d) => format!(
+            "  inter-DC   {} messages ({:.2} per committed transaction), {} retransmitted, {} lost (whole run; requests and responses)\n",
+            d.messages, d.per_committed, d.retransmits, d.lost
+        ),
+        None => String::new(),
+    }
+}
+
 pub fn txn_text(s: &Scenario, r: &TxnReport) -> String {
     let c = &s.cluster;
     let yes = |b: bool| if b { "yes" } else { "NO" };
@@ -271,7 +282,7 @@ pub fn txn_text(s: &Scenario, r: &TxnReport) -> String {
             )
         },
         servers_line(r),
-        htm_line(r),
+        format!("{}{}", htm_line(r), inter_dc_line(r)),
         clock_line(r),
         fault_lines(r),
         if r.backend == "sim" {

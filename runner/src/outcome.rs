@@ -130,6 +130,20 @@ pub struct TxnRunResult {
     /// CPU time each server worker (`Protocol::server_workers`) was busy, by node then worker;
     /// empty on real backends and for protocols without server workers.
     pub server_busy_ns: Vec<u64>,
+    /// Traffic between data centers (simulator, scenarios with `cluster.datacenters`); `None`
+    /// otherwise.
+    pub inter_dc: Option<InterDc>,
+}
+
+/// Messages that crossed a link between data centers, whole run (the simulator's count:
+/// every request and response, including the NIC's and the RPC layer's).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct InterDc {
+    pub messages: u64,
+    /// Transmissions a reliable transport (RC, TCP) repeated.
+    pub retransmits: u64,
+    /// Datagrams lost for good (UD over an RDMA link).
+    pub lost: u64,
 }
 
 impl TxnRunResult {

@@ -163,6 +163,18 @@ pub struct Report {
     pub sim: SimInfo,
 }
 
+/// Messages that crossed a link between data centers, whole run.
+#[derive(Clone, Debug, Serialize)]
+pub struct InterDcReport {
+    /// Requests and responses, the NIC's and the RPC layer's alike.
+    pub messages: u64,
+    /// Per transaction committed over the whole run (pieces and retries included: what the
+    /// committed work cost).
+    pub per_committed: f64,
+    pub retransmits: u64,
+    pub lost: u64,
+}
+
 /// The report of a transactional run (keys as docs/scenarios.md lists them).
 #[derive(Debug, Serialize)]
 pub struct TxnReport {
@@ -207,6 +219,9 @@ pub struct TxnReport {
     pub htm: Option<HtmReport>,
     /// The transaction chopping the run executed (`Workload::chopping`); `None`: none.
     pub chopping: Option<String>,
+    /// Messages between data centers (simulator, with `cluster.datacenters`); `None`
+    /// otherwise.
+    pub inter_dc: Option<InterDcReport>,
     pub sim: SimInfo,
     pub check: CheckReport,
     /// Coordinators that stopped on an error (a failed verb or RPC), with the reason.
@@ -592,6 +607,12 @@ pub fn txn_report(
             }
         }),
         chopping: spec.workload.chopping(),
+        inter_dc: r.inter_dc.map(|d| InterDcReport {
+            messages: d.messages,
+            per_committed: d.messages as f64 / r.stats.committed.max(1) as f64,
+            retransmits: d.retransmits,
+            lost: d.lost,
+        }),
         sim: SimInfo { events: r.events, events_per_s: r.events as f64 / wall.max(1e-9), simulated_ns: r.simulated_ns },
         failures: r.failures.clone(),
         check: CheckReport {

@@ -229,6 +229,10 @@ pub fn run_txns_with(spec: &TxnRunSpec, progress: &mut dyn FnMut(u64, u64)) -> R
         trace,
         clocks: sim.clock_stats(),
         faults: driver.map(|d| d.report),
+        inter_dc: spec.wan.as_ref().map(|_| {
+            let st = sim.stats();
+            crate::outcome::InterDc { messages: st.wan_messages, retransmits: st.wan_retransmits, lost: st.wan_lost }
+        }),
     })
 }
 

@@ -69,3 +69,22 @@ fn same_seed_same_digest() {
     assert_eq!(a.digest, run(&sets, Some(3)).digest);
     assert_ne!(a.digest, run(&sets, Some(4)).digest);
 }
+
+/// The report counts messages between data centers (issue 21 item 4, whole run): none when
+/// every transaction stays on its node and nothing is replicated, some once transactions
+/// span nodes of other DCs; a scenario without data centers has no count.
+#[test]
+fn inter_dc_messages_are_counted() {
+    let local = run(&["protocol.replication=1", "workload.distributed=0.0", "run.measure_us=5000"], None);
+    let d = local.inter_dc.expect("a scenario with data centers counts inter-DC messages");
+    assert_eq!(d.messages, 0, "{d:?}");
+    assert!(local.measured.committed > 50);
+    let spread = run(&["protocol.replication=1", "workload.distributed=1.0", "run.measure_us=5000"], None);
+    let d = spread.inter_dc.unwrap();
+    assert!(d.messages > 0, "{d:?}");
+    assert!(d.messages >= spread.stats.committed / 10, "{d:?} for {} committed", spread.stats.committed);
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scenarios/quickstart.ron");
+    let (s, profile) = Scenario::load_with(&path, &[]).unwrap();
+    let r = txbed_runner::run_txn(&s, &profile, 1, false, &mut |_, _| {}).unwrap().result;
+    assert_eq!(r.inter_dc, None);
+}
