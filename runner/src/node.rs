@@ -59,6 +59,8 @@ pub fn node_state(spec: &TxnRunSpec, me: u16, catalog: &Rc<Catalog>) -> Rc<NodeS
         aborted_accesses: RefCell::default(),
         stats: RefCell::new(TxnStats::default()),
         pending_lookups: RefCell::default(),
+        dc_of: spec.wan.as_ref().map(|w| w.dc_of.clone()).unwrap_or_default(),
+        pending_inter_dc: RefCell::default(),
         replication: spec.replication,
         bug: spec.bug,
         rings: RefCell::new(Vec::new()),
@@ -450,6 +452,10 @@ pub struct NodeResult {
     /// Record accesses served on the local path, per stage.
     #[serde(default)]
     pub stage_local: [u64; Stage::COUNT],
+    #[serde(default)]
+    pub stage_inter_dc_messages: [u64; Stage::COUNT],
+    #[serde(default)]
+    pub stage_inter_dc_round_trips: [u64; Stage::COUNT],
     /// HTM regions and how they ended (`TxnStats::htm`).
     #[serde(default)]
     pub htm: HtmCounters,
@@ -574,6 +580,8 @@ impl NodeResult {
             stage_calls: self.stage_calls,
             stage_lookup_reads: self.stage_lookup_reads,
             stage_local: self.stage_local,
+            stage_inter_dc_messages: self.stage_inter_dc_messages,
+            stage_inter_dc_round_trips: self.stage_inter_dc_round_trips,
             htm: txbed_txn::node::HtmStats {
                 regions: self.htm.regions,
                 committed: self.htm.committed,
@@ -600,6 +608,8 @@ impl NodeResult {
         self.stage_calls = s.stage_calls;
         self.stage_lookup_reads = s.stage_lookup_reads;
         self.stage_local = s.stage_local;
+        self.stage_inter_dc_messages = s.stage_inter_dc_messages;
+        self.stage_inter_dc_round_trips = s.stage_inter_dc_round_trips;
         self.nvram_log_records = s.nvram_log_records;
         self.nvram_log_bytes = s.nvram_log_bytes;
         self.htm = HtmCounters {

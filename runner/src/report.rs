@@ -379,6 +379,12 @@ pub struct StageReport {
     /// Time in this stage per committed transaction, us: every execution over the run,
     /// aborted attempts included, divided by `run_committed`.
     pub per_committed_us: f64,
+    /// Messages to and from other data centers per committed transaction (a request and its
+    /// reply are two), every execution over the run included; 0 without data centers.
+    pub inter_dc_messages_per_committed: f64,
+    /// Executions that waited for another data center, per committed transaction (inter-DC
+    /// round trips, RedT's Table 1).
+    pub inter_dc_round_trips_per_committed: f64,
 }
 
 #[derive(Debug, Serialize)]
@@ -479,6 +485,10 @@ pub fn txn_report(
                     executions: n,
                     lookup_reads: r.stats.stage_lookup_reads[i] as f64 / n as f64,
                     per_committed_us: r.stats.stage_ns[i] as f64 / r.stats.committed.max(1) as f64 / 1000.0,
+                    inter_dc_messages_per_committed: r.stats.stage_inter_dc_messages[i] as f64
+                        / r.stats.committed.max(1) as f64,
+                    inter_dc_round_trips_per_committed: r.stats.stage_inter_dc_round_trips[i] as f64
+                        / r.stats.committed.max(1) as f64,
                 },
             );
         }

@@ -83,8 +83,16 @@ fn inter_dc_messages_are_counted() {
     let d = spread.inter_dc.unwrap();
     assert!(d.messages > 0, "{d:?}");
     assert!(d.messages >= spread.stats.committed / 10, "{d:?} for {} committed", spread.stats.committed);
+    // The coordinators' count by stage (requests and replies) accounts for the simulator's
+    // count but for retransmissions and messages still in flight at the end.
+    let by_stage: u64 = spread.stats.stage_inter_dc_messages.iter().sum();
+    let ratio = by_stage as f64 / d.messages as f64;
+    assert!((0.9..=1.0).contains(&ratio), "{by_stage} counted by stage, {d:?}");
+    assert!(spread.stats.stage_inter_dc_round_trips.iter().sum::<u64>() > 0);
+    assert_eq!(local.stats.stage_inter_dc_messages.iter().sum::<u64>(), 0);
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scenarios/quickstart.ron");
     let (s, profile) = Scenario::load_with(&path, &[]).unwrap();
     let r = txbed_runner::run_txn(&s, &profile, 1, false, &mut |_, _| {}).unwrap().result;
     assert_eq!(r.inter_dc, None);
+    assert_eq!(r.stats.stage_inter_dc_messages.iter().sum::<u64>(), 0);
 }

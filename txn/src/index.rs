@@ -125,6 +125,7 @@ pub async fn lookup(ctx: &Ctx, n: &NodeState, lookups: &[Lookup]) -> Result<Vec<
                 ctx.clear_replies();
                 return Err(e);
             }
+            n.note_send((ctx.me().worker, ctx.coroutine()), home, true);
             calls.push((i, ctx.call(endpoint(ctx, home), H_LOOKUP, &encode_ints(&l.args))));
         }
     }

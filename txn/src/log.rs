@@ -153,6 +153,7 @@ async fn wait_for_room(ctx: &Ctx, n: &NodeState, backup: u16, len: u64) -> Resul
             return Err(TxnError::LogStalled { backup, worker, ms: RECLAIM_PATIENCE_NS / 1_000_000 });
         }
         let req = ReclaimReq { sender: n.me, worker, notify: false }.encode();
+        n.note_send((ctx.me().worker, ctx.coroutine()), backup, true);
         let call = if n.local(backup) {
             ctx.call_local(H_RECLAIM, &req)
         } else {
@@ -285,6 +286,7 @@ async fn append_rpc_robust(
         let calls: Vec<((usize, u16), _)> = todo
             .iter()
             .map(|&(p, b)| {
+                n.note_send((ctx.me().worker, ctx.coroutine()), b, true);
                 let c = if n.local(b) {
                     ctx.call_local(H_LOG, &pieces[p])
                 } else {
@@ -435,6 +437,7 @@ async fn append_rpc(ctx: &Ctx, n: &NodeState, backups: &[u16], pieces: &[Vec<u8>
     let mut calls = Vec::with_capacity(pieces.len() * backups.len());
     for p in pieces {
         for &b in backups {
+            n.note_send((ctx.me().worker, ctx.coroutine()), b, true);
             let c = if n.local(b) {
                 ctx.call_local(H_LOG, p)
             } else {
@@ -532,6 +535,7 @@ async fn append_onesided(ctx: &Ctx, n: &NodeState, backups: &[u16], record: &[u8
         if local {
             crate::local::on_cpu(ctx, &ops)?;
         } else {
+            n.note_send((ctx.me().worker, ctx.coroutine()), b, true);
             ctx.post(q, ops)?;
         }
         if t.reclaim {

@@ -79,6 +79,11 @@ pub struct TxnStats {
     /// Per stage: record accesses served on the local path (the CPU on the coordinator's own
     /// node: no round trip, no wire bytes).
     pub stage_local: [u64; Stage::COUNT],
+    /// Per stage: messages its executions sent to nodes of other data centers, counting a
+    /// request that is answered as two (request and reply; RedT's Table 1 counts so), and
+    /// the executions that waited for at least one such reply (inter-DC round trips).
+    pub stage_inter_dc_messages: [u64; Stage::COUNT],
+    pub stage_inter_dc_round_trips: [u64; Stage::COUNT],
     /// HTM regions (`crate::htm`): what ran, and how regions ended.
     pub htm: HtmStats,
     /// Records and bytes written to the node's own NVRAM logs (DrTM's cooperative logging,
@@ -135,6 +140,8 @@ impl TxnStats {
             self.stage_calls[i] += o.stage_calls[i];
             self.stage_lookup_reads[i] += o.stage_lookup_reads[i];
             self.stage_local[i] += o.stage_local[i];
+            self.stage_inter_dc_messages[i] += o.stage_inter_dc_messages[i];
+            self.stage_inter_dc_round_trips[i] += o.stage_inter_dc_round_trips[i];
         }
     }
 }
@@ -238,6 +245,11 @@ pub struct NodeState {
     /// Location-lookup READs a coroutine (worker, coroutine) issued that no stage has counted
     /// yet: the next stage it accounts takes them.
     pub pending_lookups: RefCell<std::collections::BTreeMap<(u16, u32), u64>>,
+    /// The data center of each node (empty: one data center).
+    pub dc_of: Vec<u16>,
+    /// Messages to other data centers a coroutine sent that no stage has counted yet, and
+    /// how many of them are answered: the next stage it accounts takes them.
+    pub pending_inter_dc: RefCell<std::collections::BTreeMap<(u16, u32), (u64, u64)>>,
     /// Replicas including the primary (log to `replication - 1` backups).
     pub replication: u16,
     /// A planted bug (the protocol's, `log::SKIP_LOG` or `local::CPU_CAS_ON_HCA`), for the
@@ -423,13 +435,33 @@ impl NodeState {
     pub fn account(&self, who: (u16, u32), s: Stage, ns: u64, round_trips: u64, bytes: u64, local: u64) {
         let i = stage_index(s);
         let lookups = self.pending_lookups.borrow_mut().remove(&who).unwrap_or(0);
+        let (messages, answered) = self.pending_inter_dc.borrow_mut().remove(&who).unwrap_or((0, 0));
         let mut st = self.stats.borrow_mut();
+        st.stage_inter_dc_messages[i] += messages + answered;
+        st.stage_inter_dc_round_trips[i] += (answered > 0) as u64;
         st.stage_lookup_reads[i] += lookups;
         st.stage_ns[i] += ns;
         st.stage_round_trips[i] += round_trips;
         st.stage_bytes[i] += bytes;
         st.stage_calls[i] += 1;
         st.stage_local[i] += local;
+    }
+
+    /// Whether `node` is in another data center than this one.
+    pub fn other_dc(&self, node: u16) -> bool {
+        let dc = |x: u16| self.dc_of.get(x as usize).copied().unwrap_or(0);
+        dc(node) != dc(self.me)
+    }
+
+    /// Coroutine `who` sends a message to `node` (`answered`: one whose reply it will wait
+    /// for): counted against its next stage when `node` is in another data center.
+    pub fn note_send(&self, who: (u16, u32), node: u16, answered: bool) {
+        if self.other_dc(node) {
+            let mut p = self.pending_inter_dc.borrow_mut();
+            let e = p.entry(who).or_default();
+            e.0 += 1;
+            e.1 += answered as u64;
+        }
     }
 
     /// Whether requests about records homed on `node` take the local path.

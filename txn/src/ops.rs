@@ -168,6 +168,9 @@ pub async fn issue(ctx: &Ctx, n: &NodeState, r: &Rec, ops: Vec<(Op, bool)>) -> R
     }
     let q = rec_qp(ctx, r)?;
     room(ctx, q, ops.len() as u32).await?;
+    for _ in &ops {
+        n.note_send((ctx.me().worker, ctx.coroutine()), r.home, true);
+    }
     if n.rdma.doorbell {
         ctx.post(q, ops)?;
     } else {
@@ -188,6 +191,9 @@ pub fn issue_now(ctx: &Ctx, n: &NodeState, r: &Rec, ops: Vec<(Op, bool)>) -> Res
         on_cpu(ctx, &ops)?;
         return Ok(Path::Local);
     }
+    for _ in &ops {
+        n.note_send((ctx.me().worker, ctx.coroutine()), r.home, true);
+    }
     ctx.post(rec_qp(ctx, r)?, ops)?;
     Ok(Path::Nic)
 }
@@ -196,6 +202,7 @@ pub fn issue_now(ctx: &Ctx, n: &NodeState, r: &Rec, ops: Vec<(Op, bool)>) -> Res
 /// path a direct call of this worker's handler (which charges its own memory accesses, as
 /// when it serves a datagram); otherwise an RPC to the same worker there.
 pub fn send(ctx: &Ctx, n: &NodeState, node: u16, handler: u16, req: &[u8]) -> CallId {
+    n.note_send((ctx.me().worker, ctx.coroutine()), node, true);
     if n.local(node) {
         ctx.call_local(handler, req)
     } else {
@@ -205,6 +212,7 @@ pub fn send(ctx: &Ctx, n: &NodeState, node: u16, handler: u16, req: &[u8]) -> Ca
 
 /// [`send`] without a reply.
 pub fn send_oneway(ctx: &Ctx, n: &NodeState, node: u16, handler: u16, req: &[u8]) {
+    n.note_send((ctx.me().worker, ctx.coroutine()), node, false);
     if n.local(node) {
         ctx.call_local_oneway(handler, req);
     } else {

@@ -286,6 +286,8 @@ mod tests {
             aborted_accesses: RefCell::default(),
             stats: RefCell::default(),
             pending_lookups: RefCell::default(),
+            dc_of: Vec::new(),
+            pending_inter_dc: RefCell::default(),
             replication: 1,
             bug: None,
             rings: RefCell::default(),
