@@ -13,6 +13,7 @@
 //!   owns the rows from its records and ordered index.
 //! - [`retry`]: what a coordinator does after a conflict ([`retry::Retry`]).
 //! - [`log`]: the LOG stage (ring buffers on backups, or RPC).
+//! - [`placement`]: where a partition's copies live across data centers, and RedT's quorums.
 //! - [`ops`]: the operations protocols are built from, each in RPC and one-sided form.
 //! - [`msg`]: the shared handlers' request and reply messages; [`wire`]: reading and writing
 //!   message fields; [`error`]: why an operation failed ([`TxnError`]).
@@ -35,6 +36,7 @@ pub mod msg;
 pub mod node;
 pub mod ops;
 pub mod participant;
+pub mod placement;
 pub mod post;
 pub mod protocol;
 pub mod recovery;
