@@ -671,7 +671,7 @@ fn a_deferred_balance_is_published_later_and_order_status_waits_for_it() {
     let v = violations(&w, &store);
     assert!(v.iter().any(|x| x.contains("never published")), "{v:?}");
     let customers: Vec<Key> = spec.writes.iter().copied().filter(|k| k.table == CUSTOMER).collect();
-    let mut order_status = |store: &mut SerialStore, r: &mut ChaCha8Rng| {
+    let order_status = |store: &mut SerialStore, r: &mut ChaCha8Rng| {
         let mut waited = 0;
         for seq in 0..3000 {
             let t = os.generate_at(r, 0, NODES, Terminal { worker: 0, coroutine: 0, seq });
