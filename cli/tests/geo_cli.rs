@@ -108,4 +108,6 @@ fn sockets_emulates_constant_inter_dc_delays() {
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no p50 in\n{report}"));
     assert!(p50_us >= 6000.0, "p50 {p50_us} us with 3 ms links\n{report}");
+    // The nodes know their data centers: the stages count what crossed between them.
+    assert!(report.contains("inter-DC   by stage") && report.contains(" RTT / "), "{report}");
 }

@@ -761,6 +761,7 @@ struct SpecForThread {
     options: Rdma,
     bug: Option<Bug>,
     link_delay_ns: Vec<u64>,
+    wan: Option<txbed_sim::wan::Wan>,
     retry: Retry,
     clocks: txbed_runner::spec::ClockSpec,
     isolation: Option<txbed_checker::Level>,
@@ -788,6 +789,7 @@ impl SpecForThread {
             options: s.options,
             bug: s.bug,
             link_delay_ns: s.link_delay_ns.clone(),
+            wan: s.wan.clone(),
             retry: s.retry,
             clocks: s.clocks.clone(),
             isolation: s.isolation,
@@ -815,8 +817,9 @@ impl SpecForThread {
             bug: self.bug,
             allow_unsafe_atomics: true,
             link_delay_ns: self.link_delay_ns,
-            // `crate::run` turned what sockets can emulate into link delays, or refused.
-            wan: None,
+            // `crate::run` turned what sockets can emulate into link delays, or refused; the
+            // data centers stay for the nodes to know theirs (`NodeState::dc_of`).
+            wan: self.wan,
             retry: self.retry,
             trace: false,
             clocks: self.clocks,

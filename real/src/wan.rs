@@ -10,9 +10,11 @@ use txbed_sim::wan::{Delay, WanTransport};
 const ON_SIM: &str = "run this scenario on the simulator (--backend sim)";
 
 /// Folds the scenario's data centers into `spec.link_delay_ns` for sockets (`verbs`:
-/// false), or says which field cannot be emulated.
+/// false), or says which field cannot be emulated. `spec.wan` stays: nodes still learn which
+/// data center each node is in (`NodeState::dc_of`, the stages' inter-DC counts); only the
+/// simulator applies its link model.
 pub fn emulate(s: &Scenario, spec: &mut TxnRunSpec, verbs: bool) -> Result<(), String> {
-    let Some(wan) = spec.wan.take() else {
+    let Some(wan) = spec.wan.clone() else {
         return Ok(());
     };
     let Some(inter) = &s.cluster.inter_dc else {

@@ -208,27 +208,35 @@ fn fault_lines(r: &TxnReport) -> String {
 }
 
 /// The messages between data centers, when the scenario has them: the simulator's count,
-/// then the coordinators' by stage.
+/// then the coordinators' by stage (also on sockets, which counts no whole-run total).
 fn inter_dc_line(r: &TxnReport) -> String {
-    match &r.inter_dc {
-        Some(d) => {
-            let stages: Vec<String> = r
-                .stages
-                .iter()
-                .filter(|(_, v)| v.inter_dc_messages_per_committed > 0.0)
-                .map(|(k, v)| {
-                    format!(
-                        "{k} {:.2} RTT / {:.2} msgs",
-                        v.inter_dc_round_trips_per_committed, v.inter_dc_messages_per_committed
-                    )
-                })
-                .collect();
-            let stages = if stages.is_empty() { "none".to_string() } else { stages.join(" | ") };
+    let stages: Vec<String> = r
+        .stages
+        .iter()
+        .filter(|(_, v)| v.inter_dc_messages_per_committed > 0.0)
+        .map(|(k, v)| {
             format!(
-                "  inter-DC   {} messages ({:.2} per committed transaction), {} retransmitted, {} lost (whole run; requests and responses)\n  inter-DC   by stage, per committed transaction (coordinators' requests and their replies): {stages}\n",
-                d.messages, d.per_committed, d.retransmits, d.lost
+                "{k} {:.2} RTT / {:.2} msgs",
+                v.inter_dc_round_trips_per_committed, v.inter_dc_messages_per_committed
             )
-        }
+        })
+        .collect();
+    let by_stage = |stages: Vec<String>| {
+        let stages = if stages.is_empty() { "none".to_string() } else { stages.join(" | ") };
+        format!(
+            "  inter-DC   by stage, per committed transaction (coordinators' requests and their replies): {stages}\n"
+        )
+    };
+    match &r.inter_dc {
+        Some(d) => format!(
+            "  inter-DC   {} messages ({:.2} per committed transaction), {} retransmitted, {} lost (whole run; requests and responses)\n{}",
+            d.messages,
+            d.per_committed,
+            d.retransmits,
+            d.lost,
+            by_stage(stages)
+        ),
+        None if !stages.is_empty() => by_stage(stages),
         None => String::new(),
     }
 }
