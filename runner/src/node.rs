@@ -387,7 +387,6 @@ async fn run_pieces(
 /// published (`all`: at once, at the end of the run), this coordinator applies the deferred
 /// pieces queued so far, oldest first, each a transaction retried until it commits; one
 /// coordinator of the machine at a time, so the queue's order is the order they apply in.
-#[allow(clippy::too_many_arguments)]
 async fn publish(ctx: &Ctx, st: &NodeState, sh: &Shared, c: u32, seq: &mut u64, all: bool) -> Result<(), String> {
     let epoch = ctx.now() / st.workload.publish_epoch_ns().max(1);
     let due = {
