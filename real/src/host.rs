@@ -139,8 +139,10 @@ impl Handler<Start> for WorkerActor {
             self.w.core().spawn(move |cx| coordinator(cx, st, sh, c));
         }
         if let Some(background) = self.spec.protocol.background() {
-            let (st, sh) = (self.st.clone(), self.sh.clone());
-            self.w.core().spawn(move |cx| run_background(background, cx, st, sh));
+            for _ in 0..self.spec.protocol.background_coroutines(&self.spec.protocol_options) {
+                let (st, sh) = (self.st.clone(), self.sh.clone());
+                self.w.core().spawn(move |cx| run_background(background, cx, st, sh));
+            }
         }
         self.running = true;
         ctx.notify(Poll);
@@ -631,7 +633,7 @@ fn connect(
                 mem = mem.with_htm_lock(std::sync::Arc::default());
             }
             let regions = mem.regions();
-            load_partition(&mem, regions[1], layout, node, &*spec.workload)?;
+            load_partition(&mem, regions[1], layout, node, spec)?;
             let routes = NicRoutes::default();
             let nic =
                 start_nic(mem.clone(), routes.clone(), SocketAddr::new(bind, 0)).map_err(|e| format!("NIC: {e}"))?;
@@ -657,7 +659,7 @@ fn connect(
             use crate::verbs::transport::{NodeDescriptor, VerbsMemory, VerbsNode};
             let mem = VerbsMemory::new(keys);
             let regions = mem.regions();
-            load_partition(&mem, regions[1], layout, node, &*spec.workload)?;
+            load_partition(&mem, regions[1], layout, node, spec)?;
             let mut dev = VerbsNode::open(device.as_deref(), gid_index, mem, spec.nodes, spec.workers, 128)
                 .map_err(|e| e.to_string())?;
             let mut blob = encode_region(regions[1]);

@@ -495,7 +495,7 @@ impl Driver {
             recovery::reset_store(protocol, &st, &*mem, &floor, &held_by, w.spec.workers);
         } else {
             let region = w.catalog.regions[node as usize];
-            if let Err(e) = load_partition(&*mem, region, &w.catalog.layout, node, &*w.spec.workload) {
+            if let Err(e) = load_partition(&*mem, region, &w.catalog.layout, node, w.spec) {
                 w.sh.failures.borrow_mut().push(format!("recovery of node {node}: {e}"));
             }
             // The protocol's metadata (timestamps, leases) was lost with the memory too.
@@ -652,8 +652,10 @@ impl Driver {
                 w.sim.spawn(node, wk, move |ctx| coordinator(ctx, st, sh, c));
             }
             if let Some(background) = w.spec.protocol.background() {
-                let (st, sh) = (st.clone(), w.sh.clone());
-                w.sim.spawn(node, wk, move |ctx| run_background(background, ctx, st, sh));
+                for _ in 0..w.spec.protocol.background_coroutines(&w.spec.protocol_options) {
+                    let (st, sh) = (st.clone(), w.sh.clone());
+                    w.sim.spawn(node, wk, move |ctx| run_background(background, ctx, st, sh));
+                }
             }
         }
     }

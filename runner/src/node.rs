@@ -18,28 +18,38 @@ use txbed_txn::retry::Retry;
 use txbed_txn::stage::Stage;
 use txbed_txn::store::{self, split_version_word, Layout, VERSION};
 use txbed_txn::Attempt;
-use txbed_workloads::{Consistency, Key, Terminal, TxnSpec, Workload};
+use txbed_workloads::{Consistency, Key, Terminal, TxnSpec};
 
 use crate::outcome::Measured;
 use crate::spec::TxnRunSpec;
 
-/// Loads `node`'s partition of every table into its store region.
+/// Loads `node`'s partition of every table into its store region, and the copies of other
+/// partitions it holds for a protocol that keeps replicas there (`spec::copies_held`).
 pub fn load_partition(
     mem: &dyn HostMemory,
     mr: MemoryRegion,
     layout: &Layout,
     node: u16,
-    w: &dyn Workload,
+    spec: &TxnRunSpec,
 ) -> Result<(), String> {
-    for place in &layout.tables {
-        let per = place.spec.rows_per_node;
-        let keys: Vec<u64> = (node as u64 * per..(node as u64 + 1) * per).collect();
-        let table = place.spec.id;
+    let w = &*spec.workload;
+    let load = |place: &store::TablePlace, table: u16, homes: &[u16], per: u64| {
+        let keys: Vec<u64> = homes.iter().flat_map(|&h| h as u64 * per..(h as u64 + 1) * per).collect();
         let init = |row: u64| w.initial(Key { table, row });
         match store::load_table(mem, mr, place, &keys, &init) {
-            Ok(Some(_)) => {}
-            Ok(None) => return Err("the index's overflow pool is too small for this table".into()),
-            Err(e) => return Err(e.to_string()),
+            Ok(Some(_)) => Ok(()),
+            Ok(None) => Err("the index's overflow pool is too small for this table".to_string()),
+            Err(e) => Err(e.to_string()),
+        }
+    };
+    for place in &layout.tables {
+        load(place, place.spec.id, &[node], place.spec.rows_per_node)?;
+    }
+    for (k, homes) in crate::spec::copies_held(spec, node).iter().enumerate() {
+        for place in &layout.tables {
+            let id = store::copy_table(place.spec.id, k as u16 + 1).ok_or("a table id too large for copies")?;
+            let copy = layout.table(id).ok_or("a copy missing from the layout")?;
+            load(copy, place.spec.id, homes, place.spec.rows_per_node)?;
         }
     }
     Ok(())
@@ -536,6 +546,24 @@ pub fn node_result(
             r.initial += w.conserved(key, &w.initial(key));
             if version > 0 {
                 r.finals.push(Final { replica: "primary".into(), key: history_key(key.table, row), version });
+            }
+        }
+    }
+    // Copies in registered memory (`Protocol::stores_replicas`): replica k of every
+    // partition makes up the store `replicaK`.
+    for (k, homes) in crate::spec::copies_held(spec, node).iter().enumerate() {
+        for place in &layout.tables {
+            let Some(copy) = store::copy_table(place.spec.id, k as u16 + 1).and_then(|id| layout.table(id)) else {
+                continue;
+            };
+            let per = place.spec.rows_per_node;
+            for row in homes.iter().flat_map(|&h| h as u64 * per..(h as u64 + 1) * per) {
+                let Some(off) = store::find_local(mem, base, copy, row) else { continue };
+                let version = split_version_word(mem.load_u64(base + off + VERSION).unwrap_or(0)).1;
+                if version > 0 {
+                    let key = history_key(place.spec.id, row);
+                    r.finals.push(Final { replica: format!("replica{}", k + 1), key, version });
+                }
             }
         }
     }

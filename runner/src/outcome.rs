@@ -162,7 +162,10 @@ impl TxnRunResult {
 pub fn assemble(spec: &TxnRunSpec, results: Vec<NodeResult>) -> (History, Report, TxnStats, Measured, Vec<String>) {
     let mut h = History::default();
     let names: Vec<serde_json::Value> = std::iter::once("primary".to_string())
-        .chain((1..spec.replication).map(|k| format!("backup{k}")))
+        .chain((1..spec.replication).map(|k| match spec.protocol.stores_replicas() {
+            true => format!("replica{k}"),
+            false => format!("backup{k}"),
+        }))
         .map(serde_json::Value::from)
         .collect();
     h.meta.insert("replicas".into(), serde_json::Value::Array(names));

@@ -55,7 +55,7 @@ pub fn run_txns_with(spec: &TxnRunSpec, progress: &mut dyn FnMut(u64, u64)) -> R
     let mut regions = Vec::new();
     for n in 0..spec.nodes {
         let mr = sim.register_region(n, layout.bytes);
-        load_partition(&*sim.memory(n), mr, &layout, n, &*spec.workload)?;
+        load_partition(&*sim.memory(n), mr, &layout, n, spec)?;
         regions.push(mr);
     }
     let catalog = Rc::new(Catalog { layout: layout.clone(), regions });
@@ -97,8 +97,10 @@ pub fn run_txns_with(spec: &TxnRunSpec, progress: &mut dyn FnMut(u64, u64)) -> R
                 sim.spawn(n, wk, move |ctx| coordinator(ctx, st, sh, c));
             }
             if let Some(background) = spec.protocol.background() {
-                let (st, sh) = (states[n as usize].clone(), sh.clone());
-                sim.spawn(n, wk, move |ctx| run_background(background, ctx, st, sh));
+                for _ in 0..spec.protocol.background_coroutines(&spec.protocol_options) {
+                    let (st, sh) = (states[n as usize].clone(), sh.clone());
+                    sim.spawn(n, wk, move |ctx| run_background(background, ctx, st, sh));
+                }
             }
         }
     }

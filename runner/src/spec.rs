@@ -33,12 +33,28 @@ pub fn local_path(spec: &TxnRunSpec) -> LocalPath {
     LocalPath { on: spec.local_path, cpu_atomics: spec.local_path && (glob || planted) }
 }
 
-/// Coroutines each worker runs: the coordinators, plus the protocol's background one.
+/// Room for copies in each node's store (`Layout::try_with_copies`).
+fn copy_load(spec: &TxnRunSpec) -> Vec<u64> {
+    if !spec.protocol.stores_replicas() {
+        return Vec::new();
+    }
+    placement(spec).copy_load(spec.replication).expect("checked: the replicas fit (check_spec)")
+}
+
+/// Coroutines each worker runs: the coordinators, plus the protocol's background ones.
 pub fn coroutines_per_worker(spec: &TxnRunSpec) -> u32 {
     // The clock sync service's coroutine on worker 0 (docs/clocks.md); a restarted node
     // spawns it before its coordinators, so its room is reserved.
     let sync = spec.clocks.sim.as_ref().is_some_and(|c| c.sync.is_some());
-    spec.coroutines + spec.protocol.background().is_some() as u32 + sync as u32
+    spec.coroutines + background_coroutines(spec) + sync as u32
+}
+
+/// The protocol's background coroutines per worker.
+pub fn background_coroutines(spec: &TxnRunSpec) -> u32 {
+    match spec.protocol.background() {
+        Some(_) => spec.protocol.background_coroutines(&spec.protocol_options),
+        None => 0,
+    }
 }
 
 #[derive(Clone)]
@@ -184,6 +200,12 @@ pub fn check_spec(spec: &TxnRunSpec) -> Result<(), String> {
     if spec.replication == 0 || spec.replication > spec.nodes {
         return Err(format!("replication {} must be 1..={} (the number of nodes)", spec.replication, spec.nodes));
     }
+    if spec.protocol.stores_replicas() {
+        if spec.replication - 1 > txbed_txn::store::MAX_COPIES {
+            return Err(format!("{} keeps at most {} replicas", spec.protocol.name(), txbed_txn::store::MAX_COPIES + 1));
+        }
+        placement(spec).copy_load(spec.replication).map_err(|e| format!("replica placement: {e}"))?;
+    }
     if spec.faults.is_some() && spec.options.passive_ack {
         return Err(
             "faults need every write-back confirmed, and passive ACK (protocol.rdma.passive_ack, or a preset's) leaves them unconfirmed: a write-back lost to a fault would leave its lock held; run this protocol without it under faults".into(),
@@ -193,6 +215,21 @@ pub fn check_spec(spec: &TxnRunSpec) -> Result<(), String> {
         return Err(format!("faults need at most 256 workers per node (transaction ids), got {}", spec.workers));
     }
     Ok(())
+}
+
+/// Where replicas live (`txbed_txn::placement`): by data center when the run has them.
+pub fn placement(spec: &TxnRunSpec) -> txbed_txn::placement::Placement {
+    let dc_of = spec.wan.as_ref().map(|w| w.dc_of.clone()).unwrap_or_default();
+    txbed_txn::placement::Placement::new(&dc_of, spec.nodes)
+}
+
+/// For a protocol that keeps replicas in registered memory: for each copy k = 1.., the
+/// homes whose copy k `node` holds (empty otherwise). The spec is checked (`check`).
+pub fn copies_held(spec: &TxnRunSpec, node: u16) -> Vec<Vec<u16>> {
+    if !spec.protocol.stores_replicas() {
+        return Vec::new();
+    }
+    placement(spec).copies_held(node, spec.replication).expect("checked: the replicas fit (check_spec)")
 }
 
 /// The store layout every node uses.
@@ -210,6 +247,7 @@ pub fn layout(spec: &TxnRunSpec) -> Layout {
         spec.workers,
         spec.coroutines,
         spec.options.log_ring_bytes,
+        &copy_load(spec),
     )
     .expect("a store region of at most 2^64 bytes (Scenario::validate estimates it)")
 }

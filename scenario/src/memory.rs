@@ -79,8 +79,18 @@ pub fn estimate(s: &Scenario, profile: &NicProfile) -> Result<Estimate, (String,
             .map(|t| TableSpec { id: t.id, record_bytes: t.record_bytes, rows_per_node: t.rows_per_node })
             .collect();
         let proto = p.name.protocol();
+        // A protocol keeping replicas in registered memory holds copies of other partitions
+        // (a placement that does not fit is refused where the run is checked).
+        let copies = match proto.stores_replicas() {
+            true => {
+                let dc_of = c.wan().map(|w| w.dc_of).unwrap_or_default();
+                let placement = txbed_txn::placement::Placement::new(&dc_of, c.nodes);
+                placement.copy_load(p.replication).unwrap_or_default()
+            }
+            false => Vec::new(),
+        };
         let store =
-            txbed_txn::protocol::run_layout(&specs, proto, c.nodes, c.workers, c.coroutines, p.log_ring_kib << 10)
+            txbed_txn::protocol::run_layout(&specs, proto, c.nodes, c.workers, c.coroutines, p.log_ring_kib << 10, &copies)
                 .ok_or_else(|| {
                     let rows: Vec<String> = tables
                         .iter()
@@ -99,7 +109,9 @@ pub fn estimate(s: &Scenario, profile: &NicProfile) -> Result<Estimate, (String,
                 ("protocol.cache_mb".to_string(), format!("{} MiB is more than 2^64 bytes", p.cache_mb))
             })?;
         per_node.push(("location cache", cache, "protocol.cache_mb"));
-        coroutines += proto.background().is_some() as u64;
+        if proto.background().is_some() {
+            coroutines += proto.background_coroutines(&p.options) as u64;
+        }
     }
     per_node.push(("coroutines", workers * coroutines * SCRATCH_FLOOR, "cluster.coroutines"));
     per_node.push(("QPs", qps, "cluster.nodes"));

@@ -58,6 +58,33 @@ impl Placement {
     }
 }
 
+impl Placement {
+    /// For each copy k = 1..replicas, the homes whose copy k is on `node` (in node order).
+    pub fn copies_held(&self, node: u16, replicas: u16) -> Result<Vec<Vec<u16>>, String> {
+        let mut held = vec![Vec::new(); replicas.saturating_sub(1) as usize];
+        for home in 0..self.dc_of.len() as u16 {
+            for (k, &at) in self.replicas(home, replicas)?.iter().enumerate().skip(1) {
+                if at == node {
+                    held[k - 1].push(home);
+                }
+            }
+        }
+        Ok(held)
+    }
+
+    /// For each copy k = 1..replicas, the most partitions' copy k one node holds (room the
+    /// store reserves: 1 when data centers are the same size).
+    pub fn copy_load(&self, replicas: u16) -> Result<Vec<u64>, String> {
+        let mut most = vec![0u64; replicas.saturating_sub(1) as usize];
+        for node in 0..self.dc_of.len() as u16 {
+            for (k, homes) in self.copies_held(node, replicas)?.iter().enumerate() {
+                most[k] = most[k].max(homes.len() as u64);
+            }
+        }
+        Ok(most.into_iter().map(|m| m.max(1)).collect())
+    }
+}
+
 /// The fewest votes that are more than 3/4 of `replicas` (RedT's commit rule).
 pub fn commit_quorum(replicas: u16) -> u16 {
     3 * replicas / 4 + 1
@@ -85,6 +112,25 @@ mod tests {
             dcs.dedup();
             assert_eq!(dcs.len(), 3, "{home}: {r:?}");
         }
+    }
+
+    /// Each node holds exactly one partition's copy k when data centers are the same size,
+    /// and a small data center takes several when they are not.
+    #[test]
+    fn copies_held_are_the_inverse_of_placement() {
+        let p = Placement::new(&[0, 0, 1, 1, 2, 2, 3, 3], 8);
+        assert_eq!(p.copies_held(0, 3).unwrap(), [vec![6], vec![4]]);
+        assert_eq!(p.copy_load(3).unwrap(), [1, 1]);
+        let q = Placement::new(&[0, 0, 0, 1], 4);
+        for node in 0..4 {
+            for (k, homes) in q.copies_held(node, 2).unwrap().iter().enumerate() {
+                for &h in homes {
+                    assert_eq!(q.replicas(h, 2).unwrap()[k + 1], node);
+                }
+            }
+        }
+        assert_eq!(q.copies_held(3, 2).unwrap(), [vec![0, 1, 2]]);
+        assert_eq!(q.copy_load(2).unwrap(), [3]);
     }
 
     /// More replicas than data centers: groups, the extra copies on the next node of a DC.

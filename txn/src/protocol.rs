@@ -212,6 +212,21 @@ pub trait Protocol: Sync {
         None
     }
 
+    /// How many copies of `background` each worker runs with these options (each its own
+    /// coroutine, with its own scratch buffer: a protocol whose servers post verbs for many
+    /// requests at once, as RedT's executors).
+    fn background_coroutines(&self, _options: &OptionValues) -> u32 {
+        1
+    }
+
+    /// Whether every replica of a partition lives in registered memory, reachable by
+    /// one-sided verbs (`store::Layout::copies`, placed by `placement::Placement`): RedT's
+    /// executors lock and write each replica of their data center directly. Otherwise
+    /// backups keep what the shared log ships them.
+    fn stores_replicas(&self) -> bool {
+        false
+    }
+
     /// Runs one attempt of `spec` as transaction `id` (nonzero, unique).
     fn attempt<'a>(&self, ctx: &'a Ctx, n: &'a NodeState, spec: &'a TxnSpec, id: u64) -> LocalBoxFuture<'a, Attempt>;
 
@@ -293,7 +308,9 @@ pub const fn handler_id(i: usize) -> u16 {
 /// A name as scenarios may spell it: lower case, letters and digits only (`DrTM+H` and
 /// `drtmh`, `WAIT-DIE` and `waitdie` are the same).
 /// The store layout a run of `protocol` uses (the runner's, and memory estimates'): tuples
-/// with its metadata, log rings for every sender, its own area. None if a size overflows.
+/// with its metadata, the copies of other partitions it keeps (`copies`, as
+/// `Layout::try_with_copies` takes them; empty unless it `stores_replicas`), log rings for
+/// every sender, its own area. None if a size overflows.
 pub fn run_layout(
     tables: &[crate::store::TableSpec],
     protocol: ProtocolRef,
@@ -301,8 +318,11 @@ pub fn run_layout(
     workers: u16,
     coroutines: u32,
     log_ring_bytes: u64,
+    copies: &[u64],
 ) -> Option<crate::store::Layout> {
-    crate::store::Layout::try_with_ext(tables, crate::store::LOAD_FACTOR, &|r| protocol.ext_bytes(r))?
+    let ext = |r| protocol.ext_bytes(r);
+    crate::store::Layout::try_with_ext(tables, crate::store::LOAD_FACTOR, &ext)?
+        .try_with_copies(copies, &ext)?
         .try_with_log(nodes, workers, log_ring_bytes)?
         .try_with_area(protocol.area_bytes(nodes, workers, coroutines))
 }

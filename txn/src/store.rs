@@ -85,7 +85,12 @@ pub struct TablePlace {
 /// The layout of the store region, identical on every node.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Layout {
+    /// The node's own partition of each table.
     pub tables: Vec<TablePlace>,
+    /// Copies of other nodes' partitions kept in registered memory, for a protocol whose
+    /// executors reach every replica with one-sided verbs (RedT; `Protocol::stores_replicas`):
+    /// copy k of table t is table [`copy_table`]`(t, k)`, after the own tables.
+    pub copies: Vec<TablePlace>,
     /// Log ring buffers: one per (sender node, sender worker), `ring_bytes` each, from
     /// `log_at` (DrTM+H Sec. 5.4).
     pub log_at: u64,
@@ -168,6 +173,7 @@ impl Layout {
         }
         Some(Layout {
             tables: places,
+            copies: Vec::new(),
             log_at: at,
             ring_bytes: 0,
             log_workers: 0,
@@ -175,6 +181,33 @@ impl Layout {
             area_bytes: 0,
             bytes: at.max(8),
         })
+    }
+
+    /// Adds copies of other partitions: `rows_times[k - 1]` is how many partitions' copy k
+    /// one node holds at most (1 when data centers are the same size), so copy k of each
+    /// table has room for that many times its rows. Call before `with_log`.
+    pub fn try_with_copies(mut self, rows_times: &[u64], ext: &dyn Fn(u64) -> u64) -> Option<Layout> {
+        if rows_times.is_empty() {
+            return Some(self);
+        }
+        let mut specs = Vec::new();
+        for (i, &times) in rows_times.iter().enumerate() {
+            for t in &self.tables {
+                let rows_per_node = t.spec.rows_per_node.checked_mul(times)?;
+                specs.push(TableSpec { id: copy_table(t.spec.id, i as u16 + 1)?, rows_per_node, ..t.spec.clone() });
+            }
+        }
+        let copies = Layout::try_with_ext(&specs, LOAD_FACTOR, ext)?;
+        let at = checked_align8(self.bytes)?;
+        for mut place in copies.tables {
+            place.buckets_at = place.buckets_at.checked_add(at)?;
+            place.pool_at = place.pool_at.checked_add(at)?;
+            place.tuples_at = place.tuples_at.checked_add(at)?;
+            self.copies.push(place);
+        }
+        self.bytes = at.checked_add(copies.bytes)?;
+        self.log_at = self.bytes;
+        Some(self)
     }
 
     /// Adds log rings for `nodes` x `workers` senders.
@@ -213,9 +246,26 @@ impl Layout {
         Some(self)
     }
 
+    /// A table by id: an own partition's, or a copy's ([`copy_table`]).
     pub fn table(&self, id: u16) -> Option<&TablePlace> {
-        self.tables.iter().find(|t| t.spec.id == id)
+        self.tables.iter().chain(&self.copies).find(|t| t.spec.id == id)
     }
+}
+
+/// Copies of a table are numbered from 1 in the id's top bits (workloads' table ids stay
+/// below this).
+pub const COPY_SHIFT: u32 = 11;
+/// The most copies a table can have (besides the home's).
+pub const MAX_COPIES: u16 = (u16::MAX >> COPY_SHIFT) as u16;
+
+/// The id of copy `k` (1..=MAX_COPIES) of table `table`; copy 0 is the table itself.
+pub fn copy_table(table: u16, k: u16) -> Option<u16> {
+    (table >> COPY_SHIFT == 0 && k <= MAX_COPIES).then_some(table | (k << COPY_SHIFT))
+}
+
+/// (table, copy) of a table id.
+pub fn copy_of(id: u16) -> (u16, u16) {
+    (id & ((1 << COPY_SHIFT) - 1), id >> COPY_SHIFT)
 }
 
 /// A decoded index slot.
