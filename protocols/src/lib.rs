@@ -6,7 +6,8 @@
 //!   DrTM+H (Sec. 5-6), with its presets emulating prior systems; [`mvcc`]: MVCC (4.4);
 //!   [`sundial`]: SUNDIAL (4.5); [`calvin`]: CALVIN (4.6); [`locktable`]: the distributed
 //!   lock table (strict 2PL with multi-granularity locks, or TO, and 2PC, at thousands of
-//!   agents); [`drtm`]: DrTM (HTM for local records glued to RDMA 2PL with leases).
+//!   agents); [`drtm`]: DrTM (HTM for local records glued to RDMA 2PL with leases);
+//!   [`redt`]: RedT (one executor per data center, pre-written redo logs, 3/4 quorums).
 //!
 //! Adding a protocol: a module (a folder when big) implementing `txbed_txn::Protocol`, and
 //! one line in `REGISTRY` (docs/writing-a-protocol.md).
@@ -17,6 +18,7 @@ pub mod locktable;
 pub mod mvcc;
 pub mod nowait;
 pub mod occ;
+pub mod redt;
 pub mod sundial;
 pub mod waitdie;
 
@@ -32,6 +34,7 @@ pub static REGISTRY: &[ProtocolRef] = &[
     &calvin::Calvin,
     &locktable::LockTable,
     &drtm::Drtm,
+    &redt::RedT,
 ];
 
 /// The protocol a scenario names, matched ignoring case and punctuation (`occ`, `WAIT-DIE`).

@@ -59,6 +59,7 @@ pub fn node_state(spec: &TxnRunSpec, me: u16, catalog: &Rc<Catalog>) -> Rc<NodeS
     Rc::new(NodeState {
         me,
         nodes: spec.nodes,
+        coroutines: spec.coroutines,
         catalog: catalog.clone(),
         cache: RefCell::new(LocationCache::new(spec.cache_bytes)),
         workload: spec.workload.clone(),

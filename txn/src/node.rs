@@ -230,6 +230,9 @@ pub struct NodeIndex(pub RefCell<OrderedIndex>);
 pub struct NodeState {
     pub me: u16,
     pub nodes: u16,
+    /// Coordinator coroutines per worker (every node runs as many): a protocol whose servers
+    /// wait for every coordinator to be done counts on it.
+    pub coroutines: u32,
     pub catalog: Rc<Catalog>,
     pub cache: RefCell<LocationCache>,
     pub workload: Arc<dyn Workload>,

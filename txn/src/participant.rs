@@ -276,6 +276,7 @@ mod tests {
         let n = NodeState {
             me: 0,
             nodes: 1,
+            coroutines: 1,
             catalog: Rc::new(Catalog { layout, regions: vec![region] }),
             cache: RefCell::new(LocationCache::new(0)),
             workload: Arc::new(SmallBank::default()),

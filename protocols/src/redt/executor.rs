@@ -1,0 +1,596 @@
+//! The executor of a data center (RedT Sec. 4.2): Algorithm 1's locking over every replica
+//! of the data center with one-sided verbs (latch by CAS, lock read and written back, No-Wait),
+//! Algorithm 2's redo-log writes into the replicas' nodes' circular buffers (FAA on the tail,
+//! lazy head, WRITE of the entry), the vote, and the commit phase (commit/abort log, writes
+//! installed by the Thomas write rule, locks released). And the log replay each node runs.
+
+use std::collections::BTreeMap;
+
+use txbed_transport::{Ctx, LocalBuf, Op, Payload};
+use txbed_txn::node::NodeState;
+use txbed_txn::ops::{self, Path, Rec};
+use txbed_txn::store::{self, split_version_word, version_word, LOCK, META_BYTES, VERSION, WRITER};
+use txbed_txn::wire::{put_u64_at, u64_at, WireError};
+use txbed_txn::TxnError;
+
+use super::item::{ext_image, Item, LockType};
+use super::logbuf::{self, Change, Entry};
+use super::wire::{Decision, Seen, SubTxn, Vote};
+use super::{part, Sub, IGNORE_THOMAS_RULE};
+
+/// Rounds an executor retries a latch held by another executor before its sub-transaction
+/// votes no (Algorithm 1 spins on it; a latch is held for one round trip).
+const LATCH_ROUNDS: u32 = 64;
+/// Between those rounds.
+const LATCH_PAUSE_NS: u64 = 200;
+/// How long a writer waits for the replay to free a slot before it gives up.
+const LOG_FULL_BOUND_NS: u64 = 100_000_000;
+
+/// One replica a sub-transaction accesses.
+#[derive(Clone, Debug)]
+pub struct Copy {
+    /// The operation (index in the sub-transaction).
+    pub op: usize,
+    pub node: u16,
+    pub copy: u16,
+    /// The copy's table id (`store::copy_table`).
+    pub table: u16,
+    pub key: u64,
+    pub write: bool,
+    pub offset: u64,
+    pub ext_at: usize,
+    /// The tuple as read under the latch (with the lock this transaction took).
+    pub tuple: Vec<u8>,
+    pub locked: bool,
+}
+
+impl Copy {
+    fn rec(&self) -> Rec {
+        Rec {
+            table: self.table,
+            key: self.key,
+            home: self.node,
+            write: self.write,
+            offset: self.offset,
+            locked: false,
+            asked: false,
+            tuple: Vec::new(),
+        }
+    }
+
+    pub fn item(&self) -> Item {
+        Item::read(&self.tuple, self.ext_at)
+    }
+
+    pub fn version(&self) -> u64 {
+        split_version_word(u64_at(&self.tuple, VERSION as usize)).1
+    }
+
+    pub fn record(&self) -> &[u8] {
+        let len = self.ext_at - META_BYTES as usize;
+        &self.tuple[META_BYTES as usize..META_BYTES as usize + len]
+    }
+}
+
+/// The replicas of `sub`'s operations, located (location cache, then index READs).
+pub async fn copies_of(ctx: &Ctx, n: &NodeState, sub: &SubTxn) -> Result<Vec<Copy>, TxnError> {
+    let mut out = Vec::new();
+    for (i, o) in sub.ops.iter().enumerate() {
+        for &(node, copy) in &o.replicas {
+            let table = match copy {
+                0 => o.table,
+                k => store::copy_table(o.table, k).ok_or(TxnError::UnknownTable(o.table))?,
+            };
+            let place = n.catalog.layout.table(table).ok_or(TxnError::UnknownTable(table))?;
+            out.push(Copy {
+                op: i,
+                node,
+                copy,
+                table,
+                key: o.key,
+                write: o.write,
+                offset: 0,
+                ext_at: place.ext_at as usize,
+                tuple: Vec::new(),
+                locked: false,
+            });
+        }
+    }
+    let mut recs: Vec<Rec> = out.iter().map(Copy::rec).collect();
+    ops::locate_all(ctx, n, &mut recs, |_| true).await?;
+    for (c, r) in out.iter_mut().zip(recs) {
+        c.offset = r.offset;
+    }
+    Ok(out)
+}
+
+/// Posts `list` about copy `c` (the local path where it is this node's).
+async fn post(ctx: &Ctx, n: &NodeState, c: &Copy, list: Vec<(Op, bool)>) -> Result<Path, TxnError> {
+    ops::issue(ctx, n, &c.rec(), list).await
+}
+
+fn tuple_len(n: &NodeState, c: &Copy) -> u64 {
+    n.catalog.layout.table(c.table).map_or(0, |p| p.tuple_bytes)
+}
+
+/// Round 1 of AcqLock and RlsLock for the copies `which` (lines 7-8, 17-18): CAS the latch
+/// from 0 to `tid` and READ the tuple, back to back on one QP, as many at once as the
+/// scratch's first half holds. Returns, per copy, the tuple if the latch was won.
+async fn latch_and_read(
+    ctx: &Ctx,
+    n: &NodeState,
+    copies: &[Copy],
+    which: &[usize],
+    tid: u64,
+) -> Result<Vec<(usize, Option<Vec<u8>>)>, TxnError> {
+    let scratch = ctx.scratch();
+    let end = ops::buffers_end(ctx);
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < which.len() {
+        let mut at = scratch.addr;
+        let mut batch = Vec::new();
+        while i < which.len() {
+            let c = &copies[which[i]];
+            let len = tuple_len(n, c);
+            if at + 8 + len > end {
+                if batch.is_empty() {
+                    return Err(TxnError::TooBig { what: "a RedT tuple", bytes: 8 + len, limit: end - scratch.addr, within: "scratch half" });
+                }
+                break;
+            }
+            let cas_buf = LocalBuf { lkey: scratch.lkey, addr: at, len: 8 };
+            let tuple_buf = LocalBuf { lkey: scratch.lkey, addr: at + 8, len: len as u32 };
+            ctx.store_local(at, u64::MAX)?;
+            let cas = Op::Cas { local: cas_buf, remote: n.catalog.remote(c.node, c.offset + LOCK, 8), compare: 0, swap: tid };
+            let read = Op::Read { local: tuple_buf, remote: n.catalog.remote(c.node, c.offset, len as u32) };
+            post(ctx, n, c, vec![(cas, false), (read, true)]).await?;
+            batch.push((which[i], at, len));
+            at += 8 + len;
+            i += 1;
+        }
+        ctx.wait().await?;
+        for (k, at, len) in batch {
+            let won = ctx.load_local(at)? == 0;
+            let tuple = if won {
+                let mut t = vec![0u8; len as usize];
+                ctx.read_local(at + 8, &mut t)?;
+                let ns = ctx.costs().copy_ns(t.len());
+                ctx.compute(ns);
+                Some(t)
+            } else {
+                None
+            };
+            out.push((k, tuple));
+        }
+    }
+    Ok(out)
+}
+
+/// A WRITE's payload: inline up to 64 bytes, else staged at `*at` in the scratch's second
+/// half; `None` when the staging area is full (wait for what was posted, then start over).
+fn stage(ctx: &Ctx, bytes: &[u8], at: &mut u64) -> Result<Option<Payload>, TxnError> {
+    if bytes.len() <= 64 {
+        return Ok(Some(Payload::Inline(bytes.to_vec())));
+    }
+    let s = ctx.scratch();
+    if *at + bytes.len() as u64 > s.addr + s.len as u64 {
+        return Ok(None);
+    }
+    ops::inline_or_staged(ctx, bytes, at).map(Some)
+}
+
+/// AcqLock over every copy (Algorithm 1, lines 5-14), No-Wait: a conflicting lock or a full
+/// owner list makes the sub-transaction vote no. Returns `Err(cause)` then, with the copies
+/// it did lock marked `locked`.
+pub async fn lock_all(ctx: &Ctx, n: &NodeState, tid: u64, copies: &mut [Copy]) -> Result<Result<(), &'static str>, TxnError> {
+    let mut pending: Vec<usize> = (0..copies.len()).collect();
+    let mut conflict = None;
+    for round in 0.. {
+        let got = latch_and_read(ctx, n, copies, &pending, tid).await?;
+        pending.clear();
+        for (k, tuple) in got {
+            let Some(mut tuple) = tuple else {
+                pending.push(k);
+                continue;
+            };
+            let c = &mut copies[k];
+            let kind = if c.write { LockType::Ex } else { LockType::Sh };
+            let unlatch = Op::Write { src: Payload::Inline(0u64.to_le_bytes().to_vec()), remote: n.catalog.remote(c.node, c.offset + LOCK, 8) };
+            match Item::read(&tuple, c.ext_at).acquire(kind, tid) {
+                Some(next) => {
+                    next.write(&mut tuple, c.ext_at);
+                    let lock = Op::Write {
+                        src: Payload::Inline(ext_image(&next)),
+                        remote: n.catalog.remote(c.node, c.offset + c.ext_at as u64, super::item::EXT_BYTES as u32),
+                    };
+                    put_u64_at(&mut tuple, LOCK as usize, 0);
+                    c.tuple = tuple;
+                    c.locked = true;
+                    let c = &copies[k];
+                    post(ctx, n, c, vec![(lock, false), (unlatch, true)]).await?;
+                }
+                None => {
+                    conflict = Some(super::cause::LOCK_CONFLICT);
+                    post(ctx, n, &copies[k], vec![(unlatch, true)]).await?;
+                }
+            }
+        }
+        ctx.wait().await?;
+        if conflict.is_some() {
+            break;
+        }
+        if pending.is_empty() {
+            return Ok(Ok(()));
+        }
+        if round >= LATCH_ROUNDS {
+            conflict = Some(super::cause::LATCH_BUSY);
+            break;
+        }
+        ctx.sleep(LATCH_PAUSE_NS).await;
+    }
+    Ok(Err(conflict.unwrap_or(super::cause::LOCK_CONFLICT)))
+}
+
+/// RlsLock over the locked copies (lines 15-24): the lock and the owner entry go, and with a
+/// commit each written copy takes its new value if `x.wts < cts` (the Thomas write rule).
+/// `installs`: per operation, (new version, new record).
+pub async fn release_all(
+    ctx: &Ctx,
+    n: &NodeState,
+    tid: u64,
+    copies: &[Copy],
+    commit: Option<(u64, &BTreeMap<usize, (u64, Vec<u8>)>)>,
+) -> Result<(), TxnError> {
+    let mut pending: Vec<usize> = (0..copies.len()).filter(|&k| copies[k].locked).collect();
+    let half = ops::log_area(ctx).0;
+    let began = ctx.now();
+    while !pending.is_empty() {
+        let got = latch_and_read(ctx, n, copies, &pending, tid).await?;
+        pending.clear();
+        let mut at = half;
+        for (k, tuple) in got {
+            let Some(mut tuple) = tuple else {
+                pending.push(k);
+                continue;
+            };
+            let c = &copies[k];
+            let item = Item::read(&tuple, c.ext_at);
+            let mut next = item.release(tid);
+            let install = commit.and_then(|(cts, w)| Some((cts, w.get(&c.op)?)));
+            let unlatch = Op::Write { src: Payload::Inline(0u64.to_le_bytes().to_vec()), remote: n.catalog.remote(c.node, c.offset + LOCK, 8) };
+            let mut list = Vec::new();
+            match install {
+                Some((cts, (version, value))) if item.wts < cts || n.bug == Some(IGNORE_THOMAS_RULE) => {
+                    next.wts = cts;
+                    install_into(&mut tuple, c.ext_at, *version, tid, value);
+                    next.write(&mut tuple, c.ext_at);
+                    let body = &tuple[VERSION as usize..];
+                    let src = match stage(ctx, body, &mut at)? {
+                        Some(p) => p,
+                        None => {
+                            ctx.wait().await?;
+                            at = half;
+                            stage(ctx, body, &mut at)?.ok_or(TxnError::TooBig {
+                                what: "a RedT tuple",
+                                bytes: body.len() as u64,
+                                limit: ctx.scratch().len as u64 / 2,
+                                within: "scratch half",
+                            })?
+                        }
+                    };
+                    list.push((Op::Write { src, remote: n.catalog.remote(c.node, c.offset + VERSION, body.len() as u32) }, false));
+                }
+                _ => {
+                    let lock = Op::Write {
+                        src: Payload::Inline(ext_image(&next)),
+                        remote: n.catalog.remote(c.node, c.offset + c.ext_at as u64, super::item::EXT_BYTES as u32),
+                    };
+                    list.push((lock, false));
+                }
+            }
+            list.push((unlatch, true));
+            post(ctx, n, c, list).await?;
+        }
+        ctx.wait().await?;
+        if !pending.is_empty() {
+            if ctx.now() - began > LOG_FULL_BOUND_NS {
+                return Err(TxnError::Unsupported("a RedT latch stayed held for 100 ms"));
+            }
+            ctx.sleep(LATCH_PAUSE_NS).await;
+        }
+    }
+    Ok(())
+}
+
+/// Puts a new version, its writer and its record into a tuple image.
+fn install_into(tuple: &mut [u8], ext_at: usize, version: u64, writer: u64, value: &[u8]) {
+    let (inc, _) = split_version_word(u64_at(tuple, VERSION as usize));
+    put_u64_at(tuple, VERSION as usize, version_word(inc, version));
+    put_u64_at(tuple, WRITER as usize, writer);
+    let room = ext_at - META_BYTES as usize;
+    let len = value.len().min(room);
+    tuple[META_BYTES as usize..META_BYTES as usize + len].copy_from_slice(&value[..len]);
+}
+
+/// WriteLog (Algorithm 2, lines 9-21): the changes go to the nodes holding the written
+/// copies, one entry (or several, a slot each) per node: FAA on the node's tail for a slot,
+/// the lazy head check, a WRITE of the entry. Returns (node, slot, entry) of each.
+pub async fn write_log(
+    ctx: &Ctx,
+    n: &NodeState,
+    tid: u64,
+    cts: u64,
+    status: u64,
+    changes: BTreeMap<u16, Vec<Change>>,
+) -> Result<Vec<(u16, u64, Entry)>, TxnError> {
+    let mut entries = Vec::new();
+    for (node, chs) in changes {
+        for part in logbuf::split(chs)? {
+            entries.push((node, Entry { tid, cts, status, changes: part }));
+        }
+    }
+    let area = n.catalog.layout.area_at;
+    let scratch = ctx.scratch();
+    // The FAAs, all at once; their old values land in the scratch's first half.
+    let mut slots = Vec::with_capacity(entries.len());
+    for chunk in entries.chunks((ctx.scratch().len as usize / 16).max(1)) {
+        for (i, (node, _)) in chunk.iter().enumerate() {
+            let local = LocalBuf { lkey: scratch.lkey, addr: scratch.addr + 8 * i as u64, len: 8 };
+            let faa = Op::Faa { local, remote: n.catalog.remote(*node, area + logbuf::TAIL, 8), add: 1 };
+            ops::issue(ctx, n, &log_rec(*node), vec![(faa, true)]).await?;
+        }
+        ctx.wait().await?;
+        for i in 0..chunk.len() {
+            slots.push(ctx.load_local(scratch.addr + 8 * i as u64)?);
+        }
+    }
+    let half = ops::log_area(ctx).0;
+    let mut at = half;
+    let mut out = Vec::with_capacity(entries.len());
+    for ((node, entry), idx) in entries.into_iter().zip(slots) {
+        wait_for_room(ctx, n, node, idx).await?;
+        let bytes = entry.encode();
+        let src = match stage(ctx, &bytes, &mut at)? {
+            Some(p) => p,
+            None => {
+                ctx.wait().await?;
+                at = half;
+                stage(ctx, &bytes, &mut at)?.ok_or(WireError::Invalid("a RedT log entry larger than the scratch"))?
+            }
+        };
+        let write = Op::Write { src, remote: n.catalog.remote(node, area + logbuf::slot_at(idx), bytes.len() as u32) };
+        ops::issue(ctx, n, &log_rec(node), vec![(write, true)]).await?;
+        out.push((node, idx, entry));
+    }
+    ctx.wait().await?;
+    Ok(out)
+}
+
+/// The lazy head check (lines 16-18): only when slot `idx` is a whole buffer ahead of the
+/// head last seen on `node`, READ the head again, until the replay there freed the slot.
+async fn wait_for_room(ctx: &Ctx, n: &NodeState, node: u16, idx: u64) -> Result<(), TxnError> {
+    let began = ctx.now();
+    let seen = |n: &NodeState| part(n).log_head.borrow().get(&node).copied().unwrap_or(0);
+    while idx >= seen(n) + logbuf::SLOTS {
+        let scratch = ctx.scratch();
+        let local = LocalBuf { lkey: scratch.lkey, addr: scratch.addr, len: 8 };
+        let read = Op::Read { local, remote: n.catalog.remote(node, n.catalog.layout.area_at + logbuf::HEAD, 8) };
+        ops::issue(ctx, n, &log_rec(node), vec![(read, true)]).await?;
+        ctx.wait().await?;
+        let head = ctx.load_local(scratch.addr)?;
+        part(n).log_head.borrow_mut().insert(node, head);
+        if idx >= head + logbuf::SLOTS {
+            if ctx.now() - began > LOG_FULL_BOUND_NS {
+                return Err(TxnError::Unsupported("a RedT log buffer stayed full for 100 ms (its replay stalled)"));
+            }
+            ctx.sleep(1_000).await;
+        }
+    }
+    Ok(())
+}
+
+/// What log verbs are posted as: a record of `node` (its QP, the local path on this node).
+fn log_rec(node: u16) -> Rec {
+    Rec { table: 0, key: 0, home: node, write: true, offset: 0, locked: false, asked: false, tuple: Vec::new() }
+}
+
+/// CommitLog (lines 22-25): each entry takes the commit timestamp and status; on a commit the
+/// changes' contents too (the decision carries the values: docs/protocols.md, "RedT"). The
+/// entry's body goes before its status word, on one QP, so the replay never sees a
+/// committed entry without its contents.
+pub async fn commit_log(
+    ctx: &Ctx,
+    n: &NodeState,
+    slots: &mut [(u16, u64, Entry)],
+    cts: u64,
+    status: u64,
+    installs: &BTreeMap<(u16, u64), (u64, Vec<u8>)>,
+) -> Result<(), TxnError> {
+    let area = n.catalog.layout.area_at;
+    let half = ops::log_area(ctx).0;
+    let mut at = half;
+    for (node, idx, entry) in slots.iter_mut() {
+        let at_slot = area + logbuf::slot_at(*idx);
+        let mut list = Vec::new();
+        if status == logbuf::COMMITTED {
+            entry.cts = cts;
+            for c in entry.changes.iter_mut() {
+                let (t, _) = store::copy_of(c.table);
+                if let Some((version, value)) = installs.get(&(t, c.key)) {
+                    c.version = *version;
+                    c.content = value.clone();
+                }
+            }
+            let bytes = entry.encode();
+            let src = match stage(ctx, &bytes, &mut at)? {
+                Some(p) => p,
+                None => {
+                    ctx.wait().await?;
+                    at = half;
+                    stage(ctx, &bytes, &mut at)?.ok_or(WireError::Invalid("a RedT log entry larger than the scratch"))?
+                }
+            };
+            list.push((Op::Write { src, remote: n.catalog.remote(*node, at_slot, bytes.len() as u32) }, false));
+        }
+        entry.status = status;
+        let word = Payload::Inline(status.to_le_bytes().to_vec());
+        list.push((Op::Write { src: word, remote: n.catalog.remote(*node, at_slot + logbuf::STATUS_AT, 8) }, true));
+        ops::issue(ctx, n, &log_rec(*node), list).await?;
+    }
+    ctx.wait().await?;
+    Ok(())
+}
+
+/// The execution phase of a sub-transaction at its executor: lock every copy in the data
+/// center, pre-write the redo log to the nodes of the written copies, vote. The state the
+/// commit phase needs stays with the node (`Sub`).
+pub async fn execute(ctx: &Ctx, n: &NodeState, sub: &SubTxn) -> Result<Vote, TxnError> {
+    let tid = sub.tid;
+    let mut copies = copies_of(ctx, n, sub).await?;
+    let locked = lock_all(ctx, n, tid, &mut copies).await?;
+    if let Err(cause) = locked {
+        release_all(ctx, n, tid, &copies, None).await?;
+        copies.iter_mut().for_each(|c| c.locked = false);
+        part(n).subs.borrow_mut().insert(tid, Sub { ops: sub.ops.clone(), copies, slots: Vec::new(), yes: false });
+        return Ok(Vote { yes: false, cause: super::cause::code(cause), ops: Vec::new() });
+    }
+    // Redo log replication (Sec. 4.2.2): an entry per node of the written copies, its
+    // contents filled in with the decision.
+    let mut changes: BTreeMap<u16, Vec<Change>> = BTreeMap::new();
+    for c in copies.iter().filter(|c| c.write) {
+        let content = vec![0u8; c.record().len()];
+        changes.entry(c.node).or_default().push(Change { table: c.table, key: c.key, version: 0, content });
+    }
+    let slots = write_log(ctx, n, tid, 0, logbuf::LOGGED, changes).await?;
+    let mut ops_seen: Vec<(u16, Vec<Seen>, Vec<u8>)> = Vec::new();
+    for (i, _) in sub.ops.iter().enumerate() {
+        let mine: Vec<&Copy> = copies.iter().filter(|c| c.op == i).collect();
+        let seen = mine.iter().map(|c| Seen { node: c.node, copy: c.copy, wts: c.item().wts, version: c.version() }).collect();
+        let freshest = mine.iter().max_by_key(|c| (c.item().wts, c.version())).map(|c| c.record().to_vec()).unwrap_or_default();
+        ops_seen.push((i as u16, seen, freshest));
+    }
+    part(n).subs.borrow_mut().insert(tid, Sub { ops: sub.ops.clone(), copies, slots, yes: true });
+    Ok(Vote { yes: true, cause: 0, ops: ops_seen })
+}
+
+/// The commit phase at an executor (Sec. 4.2.2): on a commit, the commit log and the writes
+/// (a sub-transaction that voted no writes fresh redo entries, committed, for the replay to
+/// install); on an abort, the abort log; then the locks go.
+pub async fn decide(ctx: &Ctx, n: &NodeState, d: &Decision) -> Result<(), TxnError> {
+    let Some(mut sub) = part(n).subs.borrow_mut().remove(&d.tid) else { return Ok(()) };
+    let sub_ops = std::mem::take(&mut sub.ops);
+    // New values by operation of this sub-transaction, and by (table, key) for log entries.
+    let mut by_op: BTreeMap<usize, (u64, Vec<u8>)> = BTreeMap::new();
+    let mut by_key: BTreeMap<(u16, u64), (u64, Vec<u8>)> = BTreeMap::new();
+    for (i, o) in sub_ops.iter().enumerate() {
+        if let Some((_, v, value)) = d.writes.iter().find(|(idx, _, _)| *idx == o.idx) {
+            by_op.insert(i, (*v, value.clone()));
+            by_key.insert((o.table, o.key), (*v, value.clone()));
+        }
+    }
+    match (d.commit, sub.yes) {
+        (true, true) => {
+            commit_log(ctx, n, &mut sub.slots, d.cts, logbuf::COMMITTED, &by_key).await?;
+            release_all(ctx, n, d.tid, &sub.copies, Some((d.cts, &by_op))).await?;
+        }
+        (true, false) => {
+            let mut changes: BTreeMap<u16, Vec<Change>> = BTreeMap::new();
+            for c in sub.copies.iter().filter(|c| c.write) {
+                if let Some((version, value)) = by_op.get(&c.op) {
+                    let ch = Change { table: c.table, key: c.key, version: *version, content: value.clone() };
+                    changes.entry(c.node).or_default().push(ch);
+                }
+            }
+            write_log(ctx, n, d.tid, d.cts, logbuf::COMMITTED, changes).await?;
+        }
+        (false, true) => {
+            commit_log(ctx, n, &mut sub.slots, 0, logbuf::ABORTED, &by_key).await?;
+            release_all(ctx, n, d.tid, &sub.copies, None).await?;
+        }
+        (false, false) => {}
+    }
+    Ok(())
+}
+
+/// One scan of this node's buffer (ReplayLog, lines 26-37): committed entries' changes are
+/// applied by the Thomas write rule, finished entries become Flushed, and the head moves over
+/// the finished prefix. Returns whether the buffer is empty (head = tail).
+pub async fn replay_once(ctx: &Ctx, n: &NodeState) -> Result<bool, TxnError> {
+    let area = n.base() + n.catalog.layout.area_at;
+    let head = ctx.load_local(area + logbuf::HEAD)?;
+    let tail = ctx.load_local(area + logbuf::TAIL)?;
+    let stop = tail.min(head + logbuf::SLOTS);
+    let mut moving = true;
+    let mut new_head = head;
+    for idx in head..stop {
+        let at = area + logbuf::slot_at(idx);
+        let status = ctx.load_local(at + logbuf::STATUS_AT)?;
+        ctx.memory_misses(1);
+        if status == logbuf::COMMITTED {
+            let mut slot = vec![0u8; logbuf::SLOT_BYTES as usize];
+            ctx.read_local(at, &mut slot)?;
+            let entry = Entry::decode(&slot)?;
+            if !apply(ctx, n, &entry).await? {
+                // A latch held by an executor: leave this entry (and the head) for the next scan.
+                moving = false;
+                continue;
+            }
+        }
+        match status {
+            logbuf::COMMITTED | logbuf::ABORTED | logbuf::FLUSHED => {
+                ctx.store_local(at + logbuf::STATUS_AT, logbuf::FLUSHED)?;
+                if moving {
+                    ctx.store_local(at + logbuf::STATUS_AT, logbuf::INITED)?;
+                    new_head += 1;
+                }
+            }
+            _ => moving = false,
+        }
+    }
+    if new_head != head {
+        ctx.store_local(area + logbuf::HEAD, new_head)?;
+    }
+    Ok(new_head == tail)
+}
+
+/// Applies a committed entry's changes to this node's copies, each under its latch, by the
+/// Thomas write rule (a change is applied only if its cts is larger than the item's wts).
+/// False if a latch was busy (nothing of the entry is lost: applying again is idempotent).
+async fn apply(ctx: &Ctx, n: &NodeState, e: &Entry) -> Result<bool, TxnError> {
+    let me = n.me;
+    for ch in &e.changes {
+        let place = n.catalog.layout.table(ch.table).ok_or(TxnError::UnknownTable(ch.table))?;
+        let Some(off) = ctx.with_memory(|m| store::find_local(m, n.base(), place, ch.key)) else {
+            return Err(TxnError::NotFound { node: me, table: ch.table, key: ch.key });
+        };
+        ctx.memory_misses(2);
+        let c = Copy {
+            op: 0,
+            node: me,
+            copy: store::copy_of(ch.table).1,
+            table: ch.table,
+            key: ch.key,
+            write: true,
+            offset: off,
+            ext_at: place.ext_at as usize,
+            tuple: Vec::new(),
+            locked: false,
+        };
+        let got = latch_and_read(ctx, n, std::slice::from_ref(&c), &[0], e.tid).await?;
+        let Some(Some(mut tuple)) = got.into_iter().next().map(|(_, t)| t) else { return Ok(false) };
+        let mut item = Item::read(&tuple, c.ext_at);
+        let unlatch = Op::Write { src: Payload::Inline(0u64.to_le_bytes().to_vec()), remote: n.catalog.remote(me, off + LOCK, 8) };
+        if item.wts < e.cts || n.bug == Some(IGNORE_THOMAS_RULE) {
+            item.wts = e.cts;
+            install_into(&mut tuple, c.ext_at, ch.version, e.tid, &ch.content);
+            item.write(&mut tuple, c.ext_at);
+            ctx.write_local(n.base() + off + VERSION, &tuple[VERSION as usize..])?;
+            let ns = ctx.costs().copy_ns(tuple.len());
+                ctx.compute(ns);
+        }
+        post(ctx, n, &c, vec![(unlatch, true)]).await?;
+        ctx.wait().await?;
+    }
+    Ok(true)
+}

@@ -1,0 +1,307 @@
+//! RedT (Zhang et al., PVLDB 16(6), 2023): distributed transactions over heterogeneous
+//! networks, RDMA inside a data center and slow links between them. A transaction becomes
+//! one sub-transaction per data center holding a replica of what it touches; one executor
+//! per data center runs it over every replica there with one-sided verbs (latch by CAS, lock
+//! read and written back, No-Wait: `executor`), pre-writes the redo log into the replicas'
+//! nodes' circular buffers (`logbuf`) and votes; the coordinator commits when more than 3/4
+//! of each partition's replicas are up to date and voted yes, with a commit timestamp; the
+//! executors then log the decision, install writes by the Thomas write rule and release
+//! their locks; each node replays its log buffer asynchronously. Two inter-DC round trips
+//! per transaction (Sec. 4.3, Table 1).
+//!
+//! Replicas live in registered memory (`Protocol::stores_replicas`), placed by
+//! `txbed_txn::placement` from the scenario's data centers and `protocol.replication`.
+
+mod coordinator;
+mod executor;
+pub mod item;
+pub mod logbuf;
+pub mod wire;
+
+use std::cell::{Cell, OnceCell, RefCell};
+use std::collections::{BTreeMap, VecDeque};
+use std::rc::Rc;
+
+use serde::{Deserialize, Serialize};
+use txbed_transport::{Ctx, Handled, HandlerCtx, HandlerFn, ReplyToken};
+use txbed_txn::attempt::Attempt;
+use txbed_txn::node::NodeState;
+use txbed_txn::placement::Placement;
+use txbed_txn::protocol::{
+    handler_id, in_id_order, parse_options, BackgroundFn, Bug, LocalBoxFuture, OptionValues, Protocol,
+};
+use txbed_txn::stage::{Hybrid, Stage};
+use txbed_txn::TxnError;
+use txbed_workloads::TxnSpec;
+
+pub struct RedT;
+
+/// RedT's options (`protocol.options`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Options {
+    /// Executor coroutines per worker: sub-transactions each worker runs at once.
+    pub executors_per_worker: u32,
+    /// How often each node's replay scans its log buffer, ns.
+    pub replay_interval_ns: u64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { executors_per_worker: 8, replay_interval_ns: 10_000 }
+    }
+}
+
+impl Options {
+    fn check(&self) -> Result<(), String> {
+        if !(1..=64).contains(&self.executors_per_worker) {
+            return Err(format!("executors_per_worker must be 1..=64, got {}", self.executors_per_worker));
+        }
+        if !(100..=1_000_000_000).contains(&self.replay_interval_ns) {
+            return Err(format!("replay_interval_ns must be 100..=1000000000, got {}", self.replay_interval_ns));
+        }
+        Ok(())
+    }
+}
+
+/// The stages RedT reports: its execution phase (`Lock`: sub-transactions locking and
+/// pre-writing the redo log, Table 1's "exe") and its commit phase (`Commit`).
+pub const STAGES: [Stage; 2] = [Stage::Lock, Stage::Commit];
+
+/// Installs without the Thomas write rule: a replay of an older committed entry overwrites
+/// a newer version (Sec. 4.2.2's reason for the rule).
+pub const IGNORE_THOMAS_RULE: Bug = Bug {
+    name: "RedtIgnoreThomasRule",
+    about: "installs a logged write whatever the item's wts: a late replay puts an older version back over a newer one (lost update)",
+};
+
+/// Counts a yes vote from a replica that is not up to date, and takes the first replica's
+/// value rather than the freshest (Sec. 4.2.1's reason for checking wts).
+pub const STALE_VOTES_COUNT: Bug = Bug {
+    name: "RedtStaleVotesCount",
+    about: "counts yes votes of replicas that missed a write and reads the first replica rather than the freshest (stale read, lost update)",
+};
+
+/// Abort causes.
+pub mod cause {
+    pub const LOCK_CONFLICT: &str = "redt: lock conflict";
+    pub const LATCH_BUSY: &str = "redt: latch busy";
+    pub const NO_QUORUM: &str = "redt: under 3/4 of replicas up to date";
+
+    /// A vote's cause on the wire.
+    pub fn code(cause: &str) -> u8 {
+        match cause {
+            LOCK_CONFLICT => 1,
+            LATCH_BUSY => 2,
+            _ => 3,
+        }
+    }
+
+    pub fn of_code(code: u8) -> &'static str {
+        match code {
+            1 => LOCK_CONFLICT,
+            2 => LATCH_BUSY,
+            _ => NO_QUORUM,
+        }
+    }
+}
+
+/// SUB: a sub-transaction for this node's data center (`wire::SubTxn`); the reply, a
+/// `wire::Vote`, comes from an executor coroutine.
+pub const H_SUB: u16 = handler_id(0);
+/// DECIDE: the decision (`wire::Decision`); replied once the executor applied it.
+pub const H_DECIDE: u16 = handler_id(1);
+/// DONE: a coordinator ran its last transaction.
+pub const H_DONE: u16 = handler_id(2);
+pub const HANDLER_NAMES: [&str; 3] = ["REDT_SUB", "REDT_DECIDE", "REDT_DONE"];
+
+/// A request an executor coroutine serves.
+pub enum Job {
+    Sub(ReplyToken, Vec<u8>),
+    Decide(ReplyToken, Vec<u8>),
+}
+
+/// A sub-transaction between its phases at its executor's node.
+pub struct Sub {
+    pub ops: Vec<wire::Op>,
+    pub copies: Vec<executor::Copy>,
+    /// The redo entries it wrote: (node, slot, entry).
+    pub slots: Vec<(u16, u64, logbuf::Entry)>,
+    pub yes: bool,
+}
+
+/// A node's RedT state.
+pub struct Part {
+    pub options: Options,
+    /// Requests waiting for an executor, per worker (a deferred reply leaves from the worker
+    /// the request came to).
+    pub jobs: RefCell<BTreeMap<u16, VecDeque<Job>>>,
+    pub subs: RefCell<BTreeMap<u64, Sub>>,
+    /// The head of each node's log buffer as last read (the lazy head, Algorithm 2).
+    pub log_head: RefCell<BTreeMap<u16, u64>>,
+    /// Coordinators of the cluster that ran their last transaction.
+    pub done: Cell<u64>,
+    /// A coroutine of worker 0 replays the buffer.
+    pub replayer: Cell<bool>,
+    pub placement: OnceCell<Placement>,
+}
+
+pub fn part(n: &NodeState) -> &Part {
+    n.participant()
+}
+
+/// Where replicas live (from the run's data centers).
+pub fn placement(n: &NodeState) -> &Placement {
+    part(n).placement.get_or_init(|| Placement::new(&n.dc_of, n.nodes))
+}
+
+impl Protocol for RedT {
+    fn name(&self) -> &'static str {
+        "RedT"
+    }
+    fn description(&self) -> &'static str {
+        "one executor per data center locking every replica by one-sided verbs, pre-written redo logs, commit on more than 3/4 of replicas (RedT, PVLDB 2023)"
+    }
+    fn stages(&self) -> &'static [Stage] {
+        &STAGES
+    }
+    fn ext_bytes(&self, _record_bytes: u64) -> u64 {
+        item::EXT_BYTES
+    }
+    fn area_bytes(&self, _nodes: u16, _workers: u16, _coroutines: u32) -> u64 {
+        logbuf::AREA_BYTES
+    }
+    fn stores_replicas(&self) -> bool {
+        true
+    }
+    fn nic_atomics(&self, _hybrid: Hybrid) -> bool {
+        true
+    }
+    fn rpc_patience_ns(&self, _options: &OptionValues) -> u64 {
+        // An executor answers after its one-sided rounds; under contention it queues.
+        50_000_000
+    }
+    fn bugs(&self) -> &'static [Bug] {
+        &[IGNORE_THOMAS_RULE, STALE_VOTES_COUNT]
+    }
+    fn check_options(&self, given: &OptionValues) -> Result<(), String> {
+        parse_options::<Options>(given)?.check()
+    }
+    fn default_options(&self) -> OptionValues {
+        serde_json::to_value(Options::default()).expect("options serialize")
+    }
+    fn participant(&self, options: &OptionValues) -> Box<dyn std::any::Any> {
+        Box::new(Part {
+            options: parse_options(options).unwrap_or_default(),
+            jobs: RefCell::default(),
+            subs: RefCell::default(),
+            log_head: RefCell::default(),
+            done: Cell::new(0),
+            replayer: Cell::new(false),
+            placement: OnceCell::new(),
+        })
+    }
+    fn handler_names(&self) -> &'static [&'static str] {
+        &HANDLER_NAMES
+    }
+    fn handlers(&self, n: &Rc<NodeState>) -> Vec<Rc<HandlerFn>> {
+        let queue = |kind: fn(ReplyToken, Vec<u8>) -> Job| -> Rc<HandlerFn> {
+            let n = n.clone();
+            Rc::new(move |h: &mut HandlerCtx<'_>, req: &[u8]| {
+                let job = kind(h.token(), req.to_vec());
+                part(&n).jobs.borrow_mut().entry(h.me.worker).or_default().push_back(job);
+                Handled::Defer
+            })
+        };
+        let done: Rc<HandlerFn> = {
+            let n = n.clone();
+            Rc::new(move |_h: &mut HandlerCtx<'_>, _req: &[u8]| {
+                let p = part(&n);
+                p.done.set(p.done.get() + 1);
+                Handled::Reply
+            })
+        };
+        in_id_order(vec![(H_SUB, queue(Job::Sub)), (H_DECIDE, queue(Job::Decide)), (H_DONE, done)])
+    }
+    fn background(&self) -> Option<BackgroundFn> {
+        Some(|ctx, n, end| Box::pin(background(ctx, n, end)))
+    }
+    fn background_coroutines(&self, options: &OptionValues) -> u32 {
+        parse_options::<Options>(options).map_or(1, |o| o.executors_per_worker)
+    }
+    fn coordinator_done<'a>(&self, ctx: &'a Ctx, n: &'a NodeState) -> Option<LocalBoxFuture<'a, ()>> {
+        Some(Box::pin(async move {
+            for node in 0..n.nodes {
+                ctx.call(txbed_txn::ops::endpoint(ctx, node), H_DONE, &[]);
+            }
+            let _ = ctx.wait().await;
+            ctx.clear_replies();
+        }))
+    }
+    fn survives_crashes(&self) -> Result<(), &'static str> {
+        Err("RedT's recovery (Sec. 5.1: a new coordinator from the replicas' logs) is not built yet")
+    }
+    fn survives_lost_messages(&self, _hybrid: Hybrid) -> Result<(), &'static str> {
+        Err("RedT's recovery (Sec. 5.1) is not built yet: a lost decision leaves locks held")
+    }
+    fn attempt<'a>(&self, ctx: &'a Ctx, n: &'a NodeState, spec: &'a TxnSpec, id: u64) -> LocalBoxFuture<'a, Attempt> {
+        Box::pin(coordinator::attempt(ctx, n, spec, id))
+    }
+}
+
+/// Past the run's end, how long executors keep serving before the run is called stuck.
+const STRAGGLE_NS: u64 = 10_000_000_000;
+
+/// Whether every coordinator of the cluster is done and nothing waits at this node.
+fn quiet(ctx: &Ctx, n: &NodeState) -> bool {
+    let p = part(n);
+    let all = n.nodes as u64 * ctx.workers() as u64 * n.coroutines as u64;
+    p.done.get() >= all && p.subs.borrow().is_empty() && p.jobs.borrow().values().all(|q| q.is_empty())
+}
+
+/// A worker's executor coroutines, and on worker 0 one replay coroutine (Sec. 4.2.2's
+/// "separate thread in each node").
+async fn background(ctx: Ctx, n: Rc<NodeState>, end: u64) -> Result<(), TxnError> {
+    let p = part(&n);
+    if ctx.me().worker == 0 && !p.replayer.replace(true) {
+        loop {
+            let empty = executor::replay_once(&ctx, &n).await?;
+            if empty && ctx.now() >= end && quiet(&ctx, &n) {
+                return Ok(());
+            }
+            if ctx.now() > end + STRAGGLE_NS {
+                return Err(TxnError::Unsupported("RedT's log replay still had entries 10 s after the end"));
+            }
+            ctx.sleep(p.options.replay_interval_ns).await;
+        }
+    }
+    let me = ctx.me().worker;
+    let mut idle = 1_000;
+    loop {
+        let job = p.jobs.borrow_mut().get_mut(&me).and_then(|q| q.pop_front());
+        match job {
+            Some(Job::Sub(token, req)) => {
+                idle = 1_000;
+                let sub = wire::SubTxn::decode(&req)?;
+                let vote = executor::execute(&ctx, &n, &sub).await?;
+                ctx.send_deferred_reply(token, vote.encode());
+            }
+            Some(Job::Decide(token, req)) => {
+                idle = 1_000;
+                let d = wire::Decision::decode(&req)?;
+                executor::decide(&ctx, &n, &d).await?;
+                ctx.send_deferred_reply(token, Vec::new());
+            }
+            None => {
+                if ctx.now() >= end && quiet(&ctx, &n) {
+                    return Ok(());
+                }
+                if ctx.now() > end + STRAGGLE_NS {
+                    return Err(TxnError::Unsupported("RedT's executors still had work 10 s after the end"));
+                }
+                ctx.sleep(idle).await;
+                idle = (idle * 2).min(16_000);
+            }
+        }
+    }
+}
