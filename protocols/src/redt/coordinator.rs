@@ -186,7 +186,9 @@ fn decide(
         }
         let up_to_date = fresh.values().filter(|&&c| c == mine.len()).count();
         if up_to_date < quorum {
-            return Err(Attempt::Conflict(cause::NO_QUORUM));
+            // Votes of no first: they say why the replicas were short.
+            let no = votes.values().find(|v| !v.yes).map(|v| cause::of_code(v.cause));
+            return Err(Attempt::Conflict(no.unwrap_or(cause::NO_QUORUM)));
         }
     }
     let Some((new_values, delta)) = execute(ctx, n, spec, recs) else {
