@@ -202,7 +202,11 @@ pub fn check_spec(spec: &TxnRunSpec) -> Result<(), String> {
     }
     if spec.protocol.stores_replicas() {
         if spec.replication - 1 > txbed_txn::store::MAX_COPIES {
-            return Err(format!("{} keeps at most {} replicas", spec.protocol.name(), txbed_txn::store::MAX_COPIES + 1));
+            return Err(format!(
+                "{} keeps at most {} replicas",
+                spec.protocol.name(),
+                txbed_txn::store::MAX_COPIES + 1
+            ));
         }
         placement(spec).copy_load(spec.replication).map_err(|e| format!("replica placement: {e}"))?;
     }

@@ -89,18 +89,23 @@ pub fn estimate(s: &Scenario, profile: &NicProfile) -> Result<Estimate, (String,
             }
             false => Vec::new(),
         };
-        let store =
-            txbed_txn::protocol::run_layout(&specs, proto, c.nodes, c.workers, c.coroutines, p.log_ring_kib << 10, &copies)
-                .ok_or_else(|| {
-                    let rows: Vec<String> = tables
-                        .iter()
-                        .map(|t| format!("{} {} x {} B", t.name, t.rows_per_node, t.record_bytes))
-                        .collect();
-                    (
-                        "workload".to_string(),
-                        format!("its tables ({} rows per node) need more than 2^64 bytes per node", rows.join(", ")),
-                    )
-                })?;
+        let store = txbed_txn::protocol::run_layout(
+            &specs,
+            proto,
+            c.nodes,
+            c.workers,
+            c.coroutines,
+            p.log_ring_kib << 10,
+            &copies,
+        )
+        .ok_or_else(|| {
+            let rows: Vec<String> =
+                tables.iter().map(|t| format!("{} {} x {} B", t.name, t.rows_per_node, t.record_bytes)).collect();
+            (
+                "workload".to_string(),
+                format!("its tables ({} rows per node) need more than 2^64 bytes per node", rows.join(", ")),
+            )
+        })?;
         per_node.push(("records and index", store.log_at, "workload"));
         per_node.push(("log rings", store.bytes - store.log_at, "protocol.log_ring_kib"));
         once = tables.iter().map(|t| t.rows_per_node).max().unwrap_or(0).saturating_mul(8);

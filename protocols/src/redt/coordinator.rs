@@ -32,12 +32,20 @@ pub fn split(n: &NodeState, recs: &[Rec], tid: u64) -> Result<BTreeMap<u16, SubT
     let p = placement(n);
     let mut subs: BTreeMap<u16, SubTxn> = BTreeMap::new();
     for (i, r) in recs.iter().enumerate() {
-        let nodes = p.replicas(r.home, n.replication).map_err(|_| TxnError::Unsupported("RedT's replicas do not fit the data centers"))?;
+        let nodes = p
+            .replicas(r.home, n.replication)
+            .map_err(|_| TxnError::Unsupported("RedT's replicas do not fit the data centers"))?;
         for (k, node) in nodes.into_iter().enumerate() {
             let sub = subs.entry(p.dc_of(node)).or_insert_with(|| SubTxn { tid, ops: Vec::new() });
             match sub.ops.iter_mut().find(|o| o.idx == i as u16) {
                 Some(o) => o.replicas.push((node, k as u16)),
-                None => sub.ops.push(Op { idx: i as u16, table: r.table, key: r.key, write: r.write, replicas: vec![(node, k as u16)] }),
+                None => sub.ops.push(Op {
+                    idx: i as u16,
+                    table: r.table,
+                    key: r.key,
+                    write: r.write,
+                    replicas: vec![(node, k as u16)],
+                }),
             }
         }
     }
@@ -155,11 +163,8 @@ fn decide(
     let mut max_wts = 0;
     for (i, r) in recs.iter_mut().enumerate() {
         let Some(s) = seen.get(&i) else { return Err(Attempt::Conflict(cause::NO_QUORUM)) };
-        let best = if stale_counts {
-            s.first().copied()
-        } else {
-            s.iter().copied().max_by_key(|(x, _)| (x.wts, x.version))
-        };
+        let best =
+            if stale_counts { s.first().copied() } else { s.iter().copied().max_by_key(|(x, _)| (x.wts, x.version)) };
         let Some((best, dc)) = best else { return Err(Attempt::Conflict(cause::NO_QUORUM)) };
         max_wts = max_wts.max(s.iter().map(|(x, _)| x.wts).max().unwrap_or(0));
         let record = &freshest[&(i, dc)];

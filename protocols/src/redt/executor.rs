@@ -135,14 +135,20 @@ async fn latch_and_read(
             let len = tuple_len(n, c);
             if at + 8 + len > end {
                 if batch.is_empty() {
-                    return Err(TxnError::TooBig { what: "a RedT tuple", bytes: 8 + len, limit: end - scratch.addr, within: "scratch half" });
+                    return Err(TxnError::TooBig {
+                        what: "a RedT tuple",
+                        bytes: 8 + len,
+                        limit: end - scratch.addr,
+                        within: "scratch half",
+                    });
                 }
                 break;
             }
             let cas_buf = LocalBuf { lkey: scratch.lkey, addr: at, len: 8 };
             let tuple_buf = LocalBuf { lkey: scratch.lkey, addr: at + 8, len: len as u32 };
             ctx.store_local(at, u64::MAX)?;
-            let cas = Op::Cas { local: cas_buf, remote: n.catalog.remote(c.node, c.offset + LOCK, 8), compare: 0, swap: tid };
+            let cas =
+                Op::Cas { local: cas_buf, remote: n.catalog.remote(c.node, c.offset + LOCK, 8), compare: 0, swap: tid };
             let read = Op::Read { local: tuple_buf, remote: n.catalog.remote(c.node, c.offset, len as u32) };
             post(ctx, n, c, vec![(cas, false), (read, true)]).await?;
             batch.push((which[i], at, len));
@@ -183,7 +189,12 @@ fn stage(ctx: &Ctx, bytes: &[u8], at: &mut u64) -> Result<Option<Payload>, TxnEr
 /// AcqLock over every copy (Algorithm 1, lines 5-14), No-Wait: a conflicting lock or a full
 /// owner list makes the sub-transaction vote no. Returns `Err(cause)` then, with the copies
 /// it did lock marked `locked`.
-pub async fn lock_all(ctx: &Ctx, n: &NodeState, tid: u64, copies: &mut [Copy]) -> Result<Result<(), &'static str>, TxnError> {
+pub async fn lock_all(
+    ctx: &Ctx,
+    n: &NodeState,
+    tid: u64,
+    copies: &mut [Copy],
+) -> Result<Result<(), &'static str>, TxnError> {
     let mut pending: Vec<usize> = (0..copies.len()).collect();
     let mut conflict = None;
     for round in 0.. {
@@ -196,7 +207,10 @@ pub async fn lock_all(ctx: &Ctx, n: &NodeState, tid: u64, copies: &mut [Copy]) -
             };
             let c = &mut copies[k];
             let kind = if c.write { LockType::Ex } else { LockType::Sh };
-            let unlatch = Op::Write { src: Payload::Inline(0u64.to_le_bytes().to_vec()), remote: n.catalog.remote(c.node, c.offset + LOCK, 8) };
+            let unlatch = Op::Write {
+                src: Payload::Inline(0u64.to_le_bytes().to_vec()),
+                remote: n.catalog.remote(c.node, c.offset + LOCK, 8),
+            };
             match Item::read(&tuple, c.ext_at).acquire(kind, tid) {
                 Some(next) => {
                     next.write(&mut tuple, c.ext_at);
@@ -258,7 +272,10 @@ pub async fn release_all(
             let item = Item::read(&tuple, c.ext_at);
             let mut next = item.release(tid);
             let install = commit.and_then(|(cts, w)| Some((cts, w.get(&c.op)?)));
-            let unlatch = Op::Write { src: Payload::Inline(0u64.to_le_bytes().to_vec()), remote: n.catalog.remote(c.node, c.offset + LOCK, 8) };
+            let unlatch = Op::Write {
+                src: Payload::Inline(0u64.to_le_bytes().to_vec()),
+                remote: n.catalog.remote(c.node, c.offset + LOCK, 8),
+            };
             let mut list = Vec::new();
             match install {
                 Some((cts, (version, value))) if item.wts < cts || n.bug == Some(IGNORE_THOMAS_RULE) => {
@@ -279,7 +296,10 @@ pub async fn release_all(
                             })?
                         }
                     };
-                    list.push((Op::Write { src, remote: n.catalog.remote(c.node, c.offset + VERSION, body.len() as u32) }, false));
+                    list.push((
+                        Op::Write { src, remote: n.catalog.remote(c.node, c.offset + VERSION, body.len() as u32) },
+                        false,
+                    ));
                 }
                 _ => {
                     let lock = Op::Write {
@@ -428,7 +448,8 @@ pub async fn commit_log(
                 None => {
                     ctx.wait().await?;
                     at = half;
-                    stage(ctx, &bytes, &mut at)?.ok_or(WireError::Invalid("a RedT log entry larger than the scratch"))?
+                    stage(ctx, &bytes, &mut at)?
+                        .ok_or(WireError::Invalid("a RedT log entry larger than the scratch"))?
                 }
             };
             list.push((Op::Write { src, remote: n.catalog.remote(*node, at_slot, bytes.len() as u32) }, false));
@@ -466,8 +487,10 @@ pub async fn execute(ctx: &Ctx, n: &NodeState, sub: &SubTxn) -> Result<Vote, Txn
     let mut ops_seen: Vec<(u16, Vec<Seen>, Vec<u8>)> = Vec::new();
     for (i, _) in sub.ops.iter().enumerate() {
         let mine: Vec<&Copy> = copies.iter().filter(|c| c.op == i).collect();
-        let seen = mine.iter().map(|c| Seen { node: c.node, copy: c.copy, wts: c.item().wts, version: c.version() }).collect();
-        let freshest = mine.iter().max_by_key(|c| (c.item().wts, c.version())).map(|c| c.record().to_vec()).unwrap_or_default();
+        let seen =
+            mine.iter().map(|c| Seen { node: c.node, copy: c.copy, wts: c.item().wts, version: c.version() }).collect();
+        let freshest =
+            mine.iter().max_by_key(|c| (c.item().wts, c.version())).map(|c| c.record().to_vec()).unwrap_or_default();
         ops_seen.push((i as u16, seen, freshest));
     }
     part(n).subs.borrow_mut().insert(tid, Sub { ops: sub.ops.clone(), copies, slots, yes: true });
@@ -580,14 +603,17 @@ async fn apply(ctx: &Ctx, n: &NodeState, e: &Entry) -> Result<bool, TxnError> {
         let got = latch_and_read(ctx, n, std::slice::from_ref(&c), &[0], e.tid).await?;
         let Some(Some(mut tuple)) = got.into_iter().next().map(|(_, t)| t) else { return Ok(false) };
         let mut item = Item::read(&tuple, c.ext_at);
-        let unlatch = Op::Write { src: Payload::Inline(0u64.to_le_bytes().to_vec()), remote: n.catalog.remote(me, off + LOCK, 8) };
+        let unlatch = Op::Write {
+            src: Payload::Inline(0u64.to_le_bytes().to_vec()),
+            remote: n.catalog.remote(me, off + LOCK, 8),
+        };
         if item.wts < e.cts || n.bug == Some(IGNORE_THOMAS_RULE) {
             item.wts = e.cts;
             install_into(&mut tuple, c.ext_at, ch.version, e.tid, &ch.content);
             item.write(&mut tuple, c.ext_at);
             ctx.write_local(n.base() + off + VERSION, &tuple[VERSION as usize..])?;
             let ns = ctx.costs().copy_ns(tuple.len());
-                ctx.compute(ns);
+            ctx.compute(ns);
         }
         post(ctx, n, &c, vec![(unlatch, true)]).await?;
         ctx.wait().await?;

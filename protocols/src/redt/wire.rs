@@ -170,11 +170,13 @@ mod tests {
 
     #[test]
     fn messages_round_trip_and_truncations_are_refused() {
-        let s = SubTxn {
-            tid: 7,
-            ops: vec![Op { idx: 1, table: 2, key: 99, write: true, replicas: vec![(3, 0), (4, 2)] }],
+        let s =
+            SubTxn { tid: 7, ops: vec![Op { idx: 1, table: 2, key: 99, write: true, replicas: vec![(3, 0), (4, 2)] }] };
+        let v = Vote {
+            yes: true,
+            cause: 0,
+            ops: vec![(0, vec![Seen { node: 3, copy: 0, wts: 5, version: 2 }], vec![1, 2, 3])],
         };
-        let v = Vote { yes: true, cause: 0, ops: vec![(0, vec![Seen { node: 3, copy: 0, wts: 5, version: 2 }], vec![1, 2, 3])] };
         let d = Decision { tid: 7, commit: true, cts: 11, writes: vec![(1, 3, vec![9; 10])] };
         assert_eq!(SubTxn::decode(&s.encode()).unwrap(), s);
         assert_eq!(Vote::decode(&v.encode()).unwrap(), v);
