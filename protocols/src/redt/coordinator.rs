@@ -84,7 +84,8 @@ async fn run(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64, recs: &mut [Rec]
     for (dc, call) in calls {
         votes.insert(dc, Vote::decode(&ops::reply(ctx, call, "REDT_SUB")?)?);
     }
-    ops::account(ctx, n, Stage::Lock, t0, 1, 0, 0);
+    let sent: u64 = subs.iter().filter(|(&dc, _)| dc != my_dc).map(|(_, s)| s.encode().len() as u64).sum();
+    ops::account(ctx, n, Stage::Lock, t0, 1, sent, super::take_local(ctx, n));
 
     // The decision (Sec. 4.2.1).
     let outcome = decide(ctx, n, spec, recs, &subs, &votes);
@@ -123,7 +124,8 @@ async fn run(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64, recs: &mut [Rec]
     if let Some(e) = failed {
         return Err(e.into());
     }
-    ops::account(ctx, n, Stage::Commit, t1, 1, 0, 0);
+    let sent = req.len() as u64 * subs.keys().filter(|&&dc| dc != my_dc).count() as u64;
+    ops::account(ctx, n, Stage::Commit, t1, 1, sent, super::take_local(ctx, n));
     if decision.commit {
         ops::complete(ctx, n, id);
     }

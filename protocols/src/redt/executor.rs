@@ -105,8 +105,13 @@ pub async fn copies_of(ctx: &Ctx, n: &NodeState, sub: &SubTxn) -> Result<Vec<Cop
 }
 
 /// Posts `list` about copy `c` (the local path where it is this node's).
+/// A list done by this node's CPU counts as a local access of the coroutine's next stage.
 async fn post(ctx: &Ctx, n: &NodeState, c: &Copy, list: Vec<(Op, bool)>) -> Result<Path, TxnError> {
-    ops::issue(ctx, n, &c.rec(), list).await
+    let path = ops::issue(ctx, n, &c.rec(), list).await?;
+    if path == Path::Local {
+        *part(n).local.borrow_mut().entry((ctx.me().worker, ctx.coroutine())).or_default() += 1;
+    }
+    Ok(path)
 }
 
 fn tuple_len(n: &NodeState, c: &Copy) -> u64 {

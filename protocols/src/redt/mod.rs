@@ -144,6 +144,13 @@ pub struct Part {
     /// A coroutine of worker 0 replays the buffer.
     pub replayer: Cell<bool>,
     pub placement: OnceCell<Placement>,
+    /// Accesses a coroutine (worker, coroutine) made on the local path since its last stage.
+    pub local: RefCell<BTreeMap<(u16, u32), u64>>,
+}
+
+/// Takes the local accesses coroutine `ctx` made since its last stage.
+pub fn take_local(ctx: &Ctx, n: &NodeState) -> u64 {
+    part(n).local.borrow_mut().remove(&(ctx.me().worker, ctx.coroutine())).unwrap_or(0)
 }
 
 pub fn part(n: &NodeState) -> &Part {
@@ -199,6 +206,7 @@ impl Protocol for RedT {
             done: Cell::new(0),
             replayer: Cell::new(false),
             placement: OnceCell::new(),
+            local: RefCell::default(),
         })
     }
     fn handler_names(&self) -> &'static [&'static str] {
