@@ -117,12 +117,15 @@ pub async fn run_background(background: BackgroundFn, ctx: Ctx, st: Rc<NodeState
     }
 }
 
-/// The wait `run.retry` says before the `tries`-th retry.
+/// The wait `run.retry` says before the `tries`-th retry; one begun before the end stops at
+/// the end (a window of inter-DC scale must not carry a retry far past it).
 async fn back_off(ctx: &Ctx, sh: &Shared, tries: u32) {
     match sh.retry.window_ns(tries) {
         0 => ctx.yield_now().await,
         window => {
             let pause = ctx.with_rng(|r| r.gen_range(0..window));
+            let now = ctx.now();
+            let pause = if now < sh.end { pause.min(sh.end - now) } else { pause };
             ctx.sleep(pause).await;
         }
     }
@@ -227,6 +230,9 @@ pub async fn coordinator(ctx: Ctx, st: Rc<NodeState>, sh: Shared, c: u32) {
                         break;
                     }
                     back_off(&ctx, &sh, tries).await;
+                    if ctx.now() >= sh.end {
+                        break;
+                    }
                 }
                 Attempt::Failed(e) => {
                     sh.failures.borrow_mut().push(format!("node {n} worker {wk}: {e}"));
