@@ -41,6 +41,7 @@ pub mod post;
 pub mod protocol;
 pub mod recovery;
 pub mod retry;
+pub mod serve;
 pub mod stage;
 pub mod store;
 pub mod wire;

@@ -19,14 +19,15 @@ pub mod logbuf;
 pub mod wire;
 
 use std::cell::{Cell, OnceCell, RefCell};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::rc::Rc;
 
 use serde::{Deserialize, Serialize};
-use txbed_transport::{Ctx, Handled, HandlerCtx, HandlerFn, ReplyToken};
+use txbed_transport::{Ctx, HandlerCtx, HandlerFn};
 use txbed_txn::attempt::Attempt;
 use txbed_txn::node::NodeState;
 use txbed_txn::placement::Placement;
+use txbed_txn::serve::{Job, Jobs};
 use txbed_txn::protocol::{
     handler_id, in_id_order, parse_options, BackgroundFn, Bug, LocalBoxFuture, OptionValues, Protocol,
 };
@@ -115,12 +116,6 @@ pub const H_DECIDE: u16 = handler_id(1);
 pub const H_DONE: u16 = handler_id(2);
 pub const HANDLER_NAMES: [&str; 3] = ["REDT_SUB", "REDT_DECIDE", "REDT_DONE"];
 
-/// A request an executor coroutine serves.
-pub enum Job {
-    Sub(ReplyToken, Vec<u8>),
-    Decide(ReplyToken, Vec<u8>),
-}
-
 /// A sub-transaction between its phases at its executor's node.
 pub struct Sub {
     pub ops: Vec<wire::Op>,
@@ -133,14 +128,11 @@ pub struct Sub {
 /// A node's RedT state.
 pub struct Part {
     pub options: Options,
-    /// Requests waiting for an executor, per worker (a deferred reply leaves from the worker
-    /// the request came to).
-    pub jobs: RefCell<BTreeMap<u16, VecDeque<Job>>>,
+    /// Requests waiting for an executor, and the coordinators done.
+    pub jobs: Jobs,
     pub subs: RefCell<BTreeMap<u64, Sub>>,
     /// The head of each node's log buffer as last read (the lazy head, Algorithm 2).
     pub log_head: RefCell<BTreeMap<u16, u64>>,
-    /// Coordinators of the cluster that ran their last transaction.
-    pub done: Cell<u64>,
     /// A coroutine of worker 0 replays the buffer.
     pub replayer: Cell<bool>,
     pub placement: OnceCell<Placement>,
@@ -200,10 +192,9 @@ impl Protocol for RedT {
     fn participant(&self, options: &OptionValues) -> Box<dyn std::any::Any> {
         Box::new(Part {
             options: parse_options(options).unwrap_or_default(),
-            jobs: RefCell::default(),
+            jobs: Jobs::default(),
             subs: RefCell::default(),
             log_head: RefCell::default(),
-            done: Cell::new(0),
             replayer: Cell::new(false),
             placement: OnceCell::new(),
             local: RefCell::default(),
@@ -213,23 +204,15 @@ impl Protocol for RedT {
         &HANDLER_NAMES
     }
     fn handlers(&self, n: &Rc<NodeState>) -> Vec<Rc<HandlerFn>> {
-        let queue = |kind: fn(ReplyToken, Vec<u8>) -> Job| -> Rc<HandlerFn> {
+        let queue = |id: u16| -> Rc<HandlerFn> {
             let n = n.clone();
-            Rc::new(move |h: &mut HandlerCtx<'_>, req: &[u8]| {
-                let job = kind(h.token(), req.to_vec());
-                part(&n).jobs.borrow_mut().entry(h.me.worker).or_default().push_back(job);
-                Handled::Defer
-            })
+            Rc::new(move |h: &mut HandlerCtx<'_>, req: &[u8]| part(&n).jobs.defer(h, id, req))
         };
         let done: Rc<HandlerFn> = {
             let n = n.clone();
-            Rc::new(move |_h: &mut HandlerCtx<'_>, _req: &[u8]| {
-                let p = part(&n);
-                p.done.set(p.done.get() + 1);
-                Handled::Reply
-            })
+            Rc::new(move |_h: &mut HandlerCtx<'_>, _req: &[u8]| part(&n).jobs.note_done())
         };
-        in_id_order(vec![(H_SUB, queue(Job::Sub)), (H_DECIDE, queue(Job::Decide)), (H_DONE, done)])
+        in_id_order(vec![(H_SUB, queue(H_SUB)), (H_DECIDE, queue(H_DECIDE)), (H_DONE, done)])
     }
     fn background(&self) -> Option<BackgroundFn> {
         Some(|ctx, n, end| Box::pin(background(ctx, n, end)))
@@ -238,13 +221,7 @@ impl Protocol for RedT {
         parse_options::<Options>(options).map_or(1, |o| o.executors_per_worker)
     }
     fn coordinator_done<'a>(&self, ctx: &'a Ctx, n: &'a NodeState) -> Option<LocalBoxFuture<'a, ()>> {
-        Some(Box::pin(async move {
-            for node in 0..n.nodes {
-                ctx.call(txbed_txn::ops::endpoint(ctx, node), H_DONE, &[]);
-            }
-            let _ = ctx.wait().await;
-            ctx.clear_replies();
-        }))
+        Some(Box::pin(txbed_txn::serve::announce_done(ctx, n, H_DONE)))
     }
     fn survives_crashes(&self) -> Result<(), &'static str> {
         Err("RedT's recovery (Sec. 5.1: a new coordinator from the replicas' logs) is not built yet")
@@ -257,27 +234,18 @@ impl Protocol for RedT {
     }
 }
 
-/// Past the run's end, how long executors keep serving before the run is called stuck.
-const STRAGGLE_NS: u64 = 10_000_000_000;
-
-/// Whether every coordinator of the cluster is done and nothing waits at this node.
-fn quiet(ctx: &Ctx, n: &NodeState) -> bool {
-    let p = part(n);
-    let all = n.nodes as u64 * ctx.workers() as u64 * n.coroutines as u64;
-    p.done.get() >= all && p.subs.borrow().is_empty() && p.jobs.borrow().values().all(|q| q.is_empty())
-}
-
 /// A worker's executor coroutines, and on worker 0 one replay coroutine (Sec. 4.2.2's
 /// "separate thread in each node").
 async fn background(ctx: Ctx, n: Rc<NodeState>, end: u64) -> Result<(), TxnError> {
     let p = part(&n);
+    let waiting = || !p.subs.borrow().is_empty();
     if ctx.me().worker == 0 && !p.replayer.replace(true) {
         loop {
             let empty = executor::replay_once(&ctx, &n).await?;
-            if empty && ctx.now() >= end && quiet(&ctx, &n) {
+            if empty && ctx.now() >= end && p.jobs.all_done(&ctx, &n) && p.jobs.is_empty() && !waiting() {
                 return Ok(());
             }
-            if ctx.now() > end + STRAGGLE_NS {
+            if ctx.now() > end + txbed_txn::serve::STRAGGLE_NS {
                 return Err(TxnError::Unsupported("RedT's log replay still had entries 10 s after the end"));
             }
             // Past the end, drain promptly: the run's finals are read once every coroutine ends.
@@ -289,33 +257,18 @@ async fn background(ctx: Ctx, n: Rc<NodeState>, end: u64) -> Result<(), TxnError
             ctx.sleep(pause).await;
         }
     }
-    let me = ctx.me().worker;
-    let mut idle = 1_000;
-    loop {
-        let job = p.jobs.borrow_mut().get_mut(&me).and_then(|q| q.pop_front());
-        match job {
-            Some(Job::Sub(token, req)) => {
-                idle = 1_000;
-                let sub = wire::SubTxn::decode(&req)?;
-                let vote = executor::execute(&ctx, &n, &sub).await?;
-                ctx.send_deferred_reply(token, vote.encode());
-            }
-            Some(Job::Decide(token, req)) => {
-                idle = 1_000;
-                let d = wire::Decision::decode(&req)?;
-                executor::decide(&ctx, &n, &d).await?;
-                ctx.send_deferred_reply(token, Vec::new());
-            }
-            None => {
-                if ctx.now() >= end && quiet(&ctx, &n) {
-                    return Ok(());
-                }
-                if ctx.now() > end + STRAGGLE_NS {
-                    return Err(TxnError::Unsupported("RedT's executors still had work 10 s after the end"));
-                }
-                ctx.sleep(idle).await;
-                idle = (idle * 2).min(16_000);
+    txbed_txn::serve::serve(&ctx, &n, end, &p.jobs, &waiting, serve_job).await
+}
+
+/// An executor's answer to a queued request.
+fn serve_job<'a>(ctx: &'a Ctx, n: &'a NodeState, job: &'a Job) -> LocalBoxFuture<'a, Result<Vec<u8>, TxnError>> {
+    Box::pin(async move {
+        match job.handler {
+            H_SUB => Ok(executor::execute(ctx, n, &wire::SubTxn::decode(&job.req)?).await?.encode()),
+            _ => {
+                executor::decide(ctx, n, &wire::Decision::decode(&job.req)?).await?;
+                Ok(Vec::new())
             }
         }
-    }
+    })
 }

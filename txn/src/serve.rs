@@ -1,0 +1,108 @@
+//! Requests a protocol answers from coroutines rather than in its RPC handlers: a handler
+//! cannot post verbs or wait, so one whose answer needs either (RedT's executors, a Paxos
+//! primary replicating to its secondaries) queues the request and defers its reply; the
+//! worker's server coroutines (`Protocol::background`, `background_coroutines` of them) take
+//! requests in arrival order and answer with `Ctx::send_deferred_reply`. And the count of
+//! coordinators done, so servers know when nothing more will come.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, VecDeque};
+
+use txbed_transport::{Ctx, Handled, HandlerCtx, ReplyToken};
+
+use crate::node::NodeState;
+use crate::protocol::LocalBoxFuture;
+use crate::TxnError;
+
+/// A queued request: the handler it came to, where the reply goes, the request.
+pub struct Job {
+    pub handler: u16,
+    pub token: ReplyToken,
+    pub req: Vec<u8>,
+}
+
+/// A node's queued requests, per worker (a deferred reply leaves from the worker the request
+/// came to), and the coordinators of the cluster that are done.
+#[derive(Default)]
+pub struct Jobs {
+    queues: RefCell<BTreeMap<u16, VecDeque<Job>>>,
+    done: Cell<u64>,
+}
+
+impl Jobs {
+    /// A handler's body: queue the request for this worker's servers, defer the reply.
+    pub fn defer(&self, h: &HandlerCtx<'_>, handler: u16, req: &[u8]) -> Handled {
+        let job = Job { handler, token: h.token(), req: req.to_vec() };
+        self.queues.borrow_mut().entry(h.me.worker).or_default().push_back(job);
+        Handled::Defer
+    }
+
+    pub fn pop(&self, worker: u16) -> Option<Job> {
+        self.queues.borrow_mut().get_mut(&worker).and_then(|q| q.pop_front())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.queues.borrow().values().all(|q| q.is_empty())
+    }
+
+    /// A DONE handler's body: one more coordinator ran its last transaction.
+    pub fn note_done(&self) -> Handled {
+        self.done.set(self.done.get() + 1);
+        Handled::Reply
+    }
+
+    /// Whether every coordinator of the cluster said it is done.
+    pub fn all_done(&self, ctx: &Ctx, n: &NodeState) -> bool {
+        self.done.get() >= n.nodes as u64 * ctx.workers() as u64 * n.coroutines as u64
+    }
+}
+
+/// Tells every node's `handler` (a DONE handler) that this coordinator is done, by RPC (a lost
+/// datagram is resent), as `Protocol::coordinator_done`.
+pub async fn announce_done(ctx: &Ctx, n: &NodeState, handler: u16) {
+    for node in 0..n.nodes {
+        ctx.call(crate::ops::endpoint(ctx, node), handler, &[]);
+    }
+    let _ = ctx.wait().await;
+    ctx.clear_replies();
+}
+
+/// What serves one job: the reply's payload.
+pub type ServeFn = for<'a> fn(&'a Ctx, &'a NodeState, &'a Job) -> LocalBoxFuture<'a, Result<Vec<u8>, TxnError>>;
+
+/// How long past the run's end servers keep serving before the run is called stuck.
+pub const STRAGGLE_NS: u64 = 10_000_000_000;
+
+/// A server coroutine: serves this worker's jobs until the run ended, every coordinator is
+/// done, the queues are empty and `busy` says nothing else waits at this node. Idle, it polls
+/// with a back-off from 1 to 16 us (a wait that matters little against inter-DC delays).
+pub async fn serve(
+    ctx: &Ctx,
+    n: &NodeState,
+    end: u64,
+    jobs: &Jobs,
+    busy: &dyn Fn() -> bool,
+    serve: ServeFn,
+) -> Result<(), TxnError> {
+    let me = ctx.me().worker;
+    let mut idle = 1_000;
+    loop {
+        match jobs.pop(me) {
+            Some(job) => {
+                idle = 1_000;
+                let reply = serve(ctx, n, &job).await?;
+                ctx.send_deferred_reply(job.token, reply);
+            }
+            None => {
+                if ctx.now() >= end && jobs.all_done(ctx, n) && jobs.is_empty() && !busy() {
+                    return Ok(());
+                }
+                if ctx.now() > end + STRAGGLE_NS {
+                    return Err(TxnError::Unsupported("a protocol's servers still had work 10 s after the end"));
+                }
+                ctx.sleep(idle).await;
+                idle = (idle * 2).min(16_000);
+            }
+        }
+    }
+}
