@@ -7,7 +7,8 @@
 //!   [`sundial`]: SUNDIAL (4.5); [`calvin`]: CALVIN (4.6); [`locktable`]: the distributed
 //!   lock table (strict 2PL with multi-granularity locks, or TO, and 2PC, at thousands of
 //!   agents); [`drtm`]: DrTM (HTM for local records glued to RDMA 2PL with leases);
-//!   [`redt`]: RedT (one executor per data center, pre-written redo logs, 3/4 quorums).
+//!   [`redt`]: RedT (one executor per data center, pre-written redo logs, 3/4 quorums);
+//!   [`paxos2pc`]: 2PC-Paxos and EP-Paxos, RedT's baselines over Paxos-replicated partitions.
 //!
 //! Adding a protocol: a module (a folder when big) implementing `txbed_txn::Protocol`, and
 //! one line in `REGISTRY` (docs/writing-a-protocol.md).
@@ -18,6 +19,7 @@ pub mod locktable;
 pub mod mvcc;
 pub mod nowait;
 pub mod occ;
+pub mod paxos2pc;
 pub mod redt;
 pub mod sundial;
 pub mod waitdie;
@@ -35,6 +37,8 @@ pub static REGISTRY: &[ProtocolRef] = &[
     &locktable::LockTable,
     &drtm::Drtm,
     &redt::RedT,
+    &paxos2pc::TwoPcPaxos,
+    &paxos2pc::EpPaxos,
 ];
 
 /// The protocol a scenario names, matched ignoring case and punctuation (`occ`, `WAIT-DIE`).

@@ -252,7 +252,9 @@ pub struct NodeState {
     pub dc_of: Vec<u16>,
     /// Messages to other data centers a coroutine sent that no stage has counted yet, and
     /// how many of them are answered: the next stage it accounts takes them.
-    pub pending_inter_dc: RefCell<std::collections::BTreeMap<(u16, u32), (u64, u64)>>,
+    /// The third count: inter-DC round trips servers waited for on its behalf, beyond its own
+    /// (`note_nested_inter_dc`).
+    pub pending_inter_dc: RefCell<std::collections::BTreeMap<(u16, u32), (u64, u64, u64)>>,
     /// Replicas including the primary (log to `replication - 1` backups).
     pub replication: u16,
     /// A planted bug (the protocol's, `log::SKIP_LOG` or `local::CPU_CAS_ON_HCA`), for the
@@ -438,10 +440,10 @@ impl NodeState {
     pub fn account(&self, who: (u16, u32), s: Stage, ns: u64, round_trips: u64, bytes: u64, local: u64) {
         let i = stage_index(s);
         let lookups = self.pending_lookups.borrow_mut().remove(&who).unwrap_or(0);
-        let (messages, answered) = self.pending_inter_dc.borrow_mut().remove(&who).unwrap_or((0, 0));
+        let (messages, answered, nested) = self.pending_inter_dc.borrow_mut().remove(&who).unwrap_or((0, 0, 0));
         let mut st = self.stats.borrow_mut();
         st.stage_inter_dc_messages[i] += messages + answered;
-        st.stage_inter_dc_round_trips[i] += (answered > 0) as u64;
+        st.stage_inter_dc_round_trips[i] += (answered > 0) as u64 + nested;
         st.stage_lookup_reads[i] += lookups;
         st.stage_ns[i] += ns;
         st.stage_round_trips[i] += round_trips;
@@ -465,6 +467,17 @@ impl NodeState {
             e.0 += 1;
             e.1 += answered as u64;
         }
+    }
+
+    /// Coroutine `who`'s request made a server exchange `messages` with other data centers
+    /// (requests and replies), waiting `round_trips` inter-DC round trips in a row before it
+    /// answered (a Paxos primary replicating to secondaries): counted against its next stage
+    /// with its own. Servers answering in parallel: note the longest chain once.
+    pub fn note_nested_inter_dc(&self, who: (u16, u32), messages: u64, round_trips: u64) {
+        let mut p = self.pending_inter_dc.borrow_mut();
+        let e = p.entry(who).or_default();
+        e.0 += messages;
+        e.2 += round_trips;
     }
 
     /// Whether requests about records homed on `node` take the local path.

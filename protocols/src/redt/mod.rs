@@ -27,10 +27,10 @@ use txbed_transport::{Ctx, HandlerCtx, HandlerFn};
 use txbed_txn::attempt::Attempt;
 use txbed_txn::node::NodeState;
 use txbed_txn::placement::Placement;
-use txbed_txn::serve::{Job, Jobs};
 use txbed_txn::protocol::{
     handler_id, in_id_order, parse_options, BackgroundFn, Bug, LocalBoxFuture, OptionValues, Protocol,
 };
+use txbed_txn::serve::{Job, Jobs};
 use txbed_txn::stage::{Hybrid, Stage};
 use txbed_txn::TxnError;
 use txbed_workloads::TxnSpec;
@@ -178,7 +178,7 @@ impl Protocol for RedT {
     }
     fn rpc_patience_ns(&self, _options: &OptionValues) -> u64 {
         // An executor answers after its one-sided rounds; under contention it queues.
-        50_000_000
+        100_000_000
     }
     fn bugs(&self) -> &'static [Bug] {
         &[IGNORE_THOMAS_RULE, STALE_VOTES_COUNT]
