@@ -42,6 +42,32 @@ fn every_replica_checked(r: &TxnRunResult, replicas: u16) {
     }
 }
 
+/// 2PC-Paxos and EP-Paxos on the same clusters and workloads, checked; a primary that
+/// releases its locks before installing is caught.
+#[test]
+fn the_paxos_baselines_run_checked_and_their_planted_bug_is_caught() {
+    for p in ["2pcpaxos", "eppaxos"] {
+        let name = format!("protocol.name={p}");
+        for w in [
+            "SmallBank((accounts_per_node: 10000))",
+            "Tpcc((warehouses_per_node: 1, items: 1000, customers_per_district: 300))",
+        ] {
+            let w = format!("workload={w}");
+            let r = run(&[&name, "run.measure_us=200000", &w]);
+            check(&format!("{p} {w}"), &r, 10);
+            every_replica_checked(&r, 3);
+        }
+        let contended = [
+            name.clone(),
+            "run.measure_us=300000".to_string(),
+            "workload=Ycsb((rows_per_node: 20, ops: 2, write_fraction: 0.5, hot_probability: 0.0))".to_string(),
+        ];
+        check(&format!("{p} contended"), &run_file("ycsb.ron", &contended, None), 10);
+        let r = run_file("ycsb.ron", &contended, Some("PaxosUnlockBeforeInstall"));
+        assert!(!r.report.clean(), "{p}: PaxosUnlockBeforeInstall not caught");
+    }
+}
+
 #[test]
 fn every_workload_runs_checked_on_four_data_centers() {
     let r = run(&["run.measure_us=100000"]);
@@ -57,6 +83,78 @@ fn every_workload_runs_checked_on_four_data_centers() {
     ]);
     check("TPC-C", &r, 15);
     every_replica_checked(&r, 3);
+}
+
+/// What Table 1 says a committed transaction costs between data centers, per stage:
+/// (stage, messages, round trips), from its records' homes, the replicas' placement and its
+/// coordinator (RedT Sec. 4.3: a_i, b_i, c_i, d_i, K, m, M).
+fn table_1(protocol: &str, t: &txbed_checker::Txn, rows: u64, dc_of: &[u16], replicas: u16) -> Vec<(Stage, u64, u64)> {
+    use std::collections::BTreeSet;
+    let nodes = dc_of.len() as u16;
+    let p = txbed_txn::placement::Placement::new(dc_of, nodes);
+    let home = |k: u64| ((k & ((1 << 48) - 1)) / rows % nodes as u64) as u16;
+    let c = t.node;
+    let other = |a: u16, b: u16| dc_of[a as usize] != dc_of[b as usize];
+    let homes: BTreeSet<u16> = t.reads.iter().chain(&t.writes).map(|a| home(a.key)).collect();
+    let written: BTreeSet<u16> = t.writes.iter().map(|a| home(a.key)).collect();
+    let secondaries = |h: u16| p.replicas(h, replicas).unwrap()[1..].to_vec();
+    let k = homes.iter().filter(|&&h| other(h, c)).count() as u64;
+    let a_remote = written.iter().filter(|&&h| other(h, c)).count() as u64;
+    let sec: u64 = written.iter().map(|&h| 2 * secondaries(h).iter().filter(|&&s| other(s, h)).count() as u64).sum();
+    let m = 2 * secondaries(c).iter().filter(|&&b| other(b, c)).count() as u64;
+    let rt = |x: u64| (x > 0) as u64;
+    match protocol {
+        "RedT" => {
+            let dcs: BTreeSet<u16> =
+                homes.iter().flat_map(|&h| p.replicas(h, replicas).unwrap()).map(|n| dc_of[n as usize]).collect();
+            let remote = dcs.iter().filter(|&&d| d != dc_of[c as usize]).count() as u64;
+            vec![(Stage::Lock, 2 * remote, rt(remote)), (Stage::Commit, 2 * remote, rt(remote))]
+        }
+        "2PC-Paxos" => vec![
+            (Stage::Lock, 2 * k, rt(k)),
+            (Stage::Vote, 2 * a_remote + sec + m, rt(a_remote) + rt(sec) + rt(m)),
+            (Stage::Commit, 2 * k + sec, rt(k) + rt(sec)),
+        ],
+        "EP-Paxos" => {
+            vec![(Stage::Lock, 2 * k + sec + m, rt(k) + rt(sec) + rt(m)), (Stage::Commit, 2 * k + sec, rt(k) + rt(sec))]
+        }
+        other => panic!("no Table 1 row for {other}"),
+    }
+}
+
+/// Each protocol's inter-DC messages and round trips by stage, on a contention-free run
+/// (no attempt aborts), equal the sum of Table 1's formulas over its committed transactions.
+#[test]
+fn every_protocol_matches_its_table_1_row() {
+    let rows = 200_000u64;
+    let dc_of: Vec<u16> = (0..8).map(|n| n / 2).collect();
+    for protocol in ["RedT", "2PC-Paxos", "EP-Paxos"] {
+        for wf in ["0.5", "0.0"] {
+            let sets = [
+                format!("protocol.name={protocol}"),
+                "run.measure_us=100000".to_string(),
+                "cluster.coroutines=1".to_string(),
+                format!("workload=Ycsb((rows_per_node: {rows}, ops: 3, write_fraction: {wf}, hot_probability: 0.0))"),
+            ];
+            let r = run_file("ycsb.ron", &sets, None);
+            check(&format!("{protocol}, write fraction {wf}"), &r, 10);
+            assert_eq!(r.stats.aborted_conflict + r.stats.aborted_user, 0, "{protocol}: a contention-free run");
+            let mut want: std::collections::BTreeMap<usize, (Stage, u64, u64)> = Default::default();
+            for t in r.history.txns.iter().filter(|t| t.status == txbed_checker::Status::Committed) {
+                for (s, m, rt) in table_1(protocol, t, rows, &dc_of, 3) {
+                    let e = want.entry(stage_index(s)).or_insert((s, 0, 0));
+                    e.1 += m;
+                    e.2 += rt;
+                }
+            }
+            for (_, (s, m, rt)) in want {
+                let i = stage_index(s);
+                eprintln!("{protocol} {wf} {s:?}: {m} messages, {rt} round trips");
+                assert_eq!(r.stats.stage_inter_dc_messages[i], m, "{protocol} {wf} {s:?}: messages");
+                assert_eq!(r.stats.stage_inter_dc_round_trips[i], rt, "{protocol} {wf} {s:?}: round trips");
+            }
+        }
+    }
 }
 
 /// Table 1's RedT row, checked on runs without contention (each coordinator alone on its

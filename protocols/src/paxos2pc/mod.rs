@@ -506,8 +506,8 @@ async fn run(
     let backups: Vec<u16> = secondaries(n, n.me).into_iter().map(|(b, _)| b).collect();
     let mut own_remote = remote(&homes);
     if !early {
-        ops::account(ctx, n, Stage::Lock, t0, 1, 0, 0);
         trips.note(ctx, n, own_remote);
+        ops::account(ctx, n, Stage::Lock, t0, 1, 0, 0);
         // Prepare (2, 3): each written primary replicates its redo log; then (4) the decision
         // to the coordinator's backups.
         let t1 = ctx.now();
