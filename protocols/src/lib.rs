@@ -8,7 +8,8 @@
 //!   lock table (strict 2PL with multi-granularity locks, or TO, and 2PC, at thousands of
 //!   agents); [`drtm`]: DrTM (HTM for local records glued to RDMA 2PL with leases);
 //!   [`redt`]: RedT (one executor per data center, pre-written redo logs, 3/4 quorums);
-//!   [`paxos2pc`]: 2PC-Paxos and EP-Paxos, RedT's baselines over Paxos-replicated partitions.
+//!   [`paxos2pc`]: 2PC-Paxos and EP-Paxos, RedT's baselines over Paxos-replicated partitions;
+//!   [`tapir`]: TAPIR (inconsistent replication, OCC at every replica).
 //!
 //! Adding a protocol: a module (a folder when big) implementing `txbed_txn::Protocol`, and
 //! one line in `REGISTRY` (docs/writing-a-protocol.md).
@@ -22,6 +23,7 @@ pub mod occ;
 pub mod paxos2pc;
 pub mod redt;
 pub mod sundial;
+pub mod tapir;
 pub mod waitdie;
 
 pub use txbed_txn::{Protocol, ProtocolRef};
@@ -39,6 +41,7 @@ pub static REGISTRY: &[ProtocolRef] = &[
     &redt::RedT,
     &paxos2pc::TwoPcPaxos,
     &paxos2pc::EpPaxos,
+    &tapir::Tapir,
 ];
 
 /// The protocol a scenario names, matched ignoring case and punctuation (`occ`, `WAIT-DIE`).

@@ -42,11 +42,16 @@ fn every_replica_checked(r: &TxnRunResult, replicas: u16) {
     }
 }
 
-/// 2PC-Paxos and EP-Paxos on the same clusters and workloads, checked; a primary that
-/// releases its locks before installing is caught.
+/// The baselines on the same clusters and workloads, checked; each one's planted bug caught
+/// (a Paxos primary that releases its locks before installing, TAPIR replicas that skip the
+/// version check).
 #[test]
-fn the_paxos_baselines_run_checked_and_their_planted_bug_is_caught() {
-    for p in ["2pcpaxos", "eppaxos"] {
+fn the_baselines_run_checked_and_their_planted_bugs_are_caught() {
+    for (p, bug) in [
+        ("2pcpaxos", "PaxosUnlockBeforeInstall"),
+        ("eppaxos", "PaxosUnlockBeforeInstall"),
+        ("tapir", "TapirSkipVersionCheck"),
+    ] {
         let name = format!("protocol.name={p}");
         for w in [
             "SmallBank((accounts_per_node: 10000))",
@@ -63,8 +68,8 @@ fn the_paxos_baselines_run_checked_and_their_planted_bug_is_caught() {
             "workload=Ycsb((rows_per_node: 20, ops: 2, write_fraction: 0.5, hot_probability: 0.0))".to_string(),
         ];
         check(&format!("{p} contended"), &run_file("ycsb.ron", &contended, None), 10);
-        let r = run_file("ycsb.ron", &contended, Some("PaxosUnlockBeforeInstall"));
-        assert!(!r.report.clean(), "{p}: PaxosUnlockBeforeInstall not caught");
+        let r = run_file("ycsb.ron", &contended, Some(bug));
+        assert!(!r.report.clean(), "{p}: {bug} not caught");
     }
 }
 
@@ -115,6 +120,13 @@ fn table_1(protocol: &str, t: &txbed_checker::Txn, rows: u64, dc_of: &[u16], rep
             (Stage::Vote, 2 * a_remote + sec + m, rt(a_remote) + rt(sec) + rt(m)),
             (Stage::Commit, 2 * k + sec, rt(k) + rt(sec)),
         ],
+        "TAPIR" => {
+            // Every replica of every partition touched, in each phase (prepare too: read-only
+            // participants validate their reads; docs/protocols.md, "TAPIR").
+            let all: BTreeSet<u16> = homes.iter().flat_map(|&h| p.replicas(h, replicas).unwrap()).collect();
+            let n = all.iter().filter(|&&x| other(x, c)).count() as u64;
+            vec![(Stage::Read, 2 * n, rt(n)), (Stage::Validate, 2 * n, rt(n)), (Stage::Commit, 2 * n, rt(n))]
+        }
         "EP-Paxos" => {
             vec![(Stage::Lock, 2 * k + sec + m, rt(k) + rt(sec) + rt(m)), (Stage::Commit, 2 * k + sec, rt(k) + rt(sec))]
         }
@@ -128,7 +140,7 @@ fn table_1(protocol: &str, t: &txbed_checker::Txn, rows: u64, dc_of: &[u16], rep
 fn every_protocol_matches_its_table_1_row() {
     let rows = 200_000u64;
     let dc_of: Vec<u16> = (0..8).map(|n| n / 2).collect();
-    for protocol in ["RedT", "2PC-Paxos", "EP-Paxos"] {
+    for protocol in ["RedT", "2PC-Paxos", "EP-Paxos", "TAPIR"] {
         for wf in ["0.5", "0.0"] {
             let sets = [
                 format!("protocol.name={protocol}"),

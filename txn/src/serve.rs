@@ -106,3 +106,27 @@ pub async fn serve(
         }
     }
 }
+
+/// Round trips of one stage: its waits in a row, each an inter-DC round trip if it waited for
+/// another data center, plus the longest chain a server waited for inside it.
+#[derive(Default)]
+pub struct Trips {
+    pub total: u64,
+    pub messages: u64,
+}
+
+impl Trips {
+    /// One wait: `remote` whether a reply came from another data center, `nested` the
+    /// servers' (messages, longest chain).
+    pub fn wait(&mut self, remote: bool, nested: (u64, u64)) {
+        self.total += remote as u64 + nested.1;
+        self.messages += nested.0;
+    }
+
+    /// Counts what the stage's own sends do not: the servers' messages and the round trips
+    /// beyond the one the stage's own inter-DC replies give.
+    pub fn note(&self, ctx: &Ctx, n: &NodeState, own_remote: bool) {
+        let extra = self.total.saturating_sub(own_remote as u64);
+        n.note_nested_inter_dc((ctx.me().worker, ctx.coroutine()), self.messages, extra);
+    }
+}

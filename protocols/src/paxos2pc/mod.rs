@@ -27,7 +27,7 @@ use txbed_txn::node::NodeState;
 use txbed_txn::ops::{self, Rec};
 use txbed_txn::placement::Placement;
 use txbed_txn::protocol::{handler_id, in_id_order, BackgroundFn, Bug, LocalBoxFuture, OptionValues, Protocol};
-use txbed_txn::serve::{Job, Jobs};
+use txbed_txn::serve::{Job, Jobs, Trips};
 use txbed_txn::stage::Stage;
 use txbed_txn::store::{self, split_version_word, version_word, LOCK, META_BYTES, VERSION, WRITER};
 use txbed_txn::TxnError;
@@ -392,30 +392,6 @@ async fn attempt(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64, early: bool)
     let mut recs = ops::records(n, spec);
     let r = run(ctx, n, spec, id, &mut recs, early).await;
     settle(ctx, n, r, &recs, id, id).await
-}
-
-/// Round trips of one stage: its waits in a row, each an inter-DC round trip if it waited for
-/// another data center, plus the longest chain a server waited for inside it.
-#[derive(Default)]
-struct Trips {
-    total: u64,
-    messages: u64,
-}
-
-impl Trips {
-    /// One wait: `remote` whether a reply came from another data center, `nested` the
-    /// servers' (messages, longest chain).
-    fn wait(&mut self, remote: bool, nested: (u64, u64)) {
-        self.total += remote as u64 + nested.1;
-        self.messages += nested.0;
-    }
-
-    /// Counts what the stage's own sends do not: the servers' messages and the round trips
-    /// beyond the one the stage's own inter-DC replies give.
-    fn note(&self, ctx: &Ctx, n: &NodeState, own_remote: bool) {
-        let extra = self.total.saturating_sub(own_remote as u64);
-        n.note_nested_inter_dc((ctx.me().worker, ctx.coroutine()), self.messages, extra);
-    }
 }
 
 /// Sends `req(home)` to each primary in `homes` and waits: the replies in order.
