@@ -254,7 +254,7 @@ pub struct NodeState {
     /// how many of them are answered: the next stage it accounts takes them.
     /// The third count: inter-DC round trips servers waited for on its behalf, beyond its own
     /// (`note_nested_inter_dc`).
-    pub pending_inter_dc: RefCell<std::collections::BTreeMap<(u16, u32), (u64, u64, u64)>>,
+    pub pending_inter_dc: RefCell<std::collections::BTreeMap<(u16, u32), InterDcPending>>,
     /// Replicas including the primary (log to `replication - 1` backups).
     pub replication: u16,
     /// A planted bug (the protocol's, `log::SKIP_LOG` or `local::CPU_CAS_ON_HCA`), for the
@@ -302,6 +302,10 @@ pub struct NodeState {
     /// The ordered index lookups are answered from (`index`).
     pub index: NodeIndex,
 }
+
+/// A coroutine's inter-DC messages not yet counted: (messages sent, of them answered, round
+/// trips servers waited for on its behalf).
+pub type InterDcPending = (u64, u64, u64);
 
 /// A chopped transaction in progress, as its coordinator logs it before each piece (Sec.
 /// 5.6's chopping information: "which transaction piece to execute after recovery"). It

@@ -251,6 +251,9 @@ pub async fn lock_all(
     Ok(Err(conflict.unwrap_or(super::cause::LOCK_CONFLICT)))
 }
 
+/// New (version, record) by operation.
+pub type Installs = BTreeMap<usize, (u64, Vec<u8>)>;
+
 /// RlsLock over the locked copies (lines 15-24): the lock and the owner entry go, and with a
 /// commit each written copy takes its new value if `x.wts < cts` (the Thomas write rule).
 /// `installs`: per operation, (new version, new record).
@@ -259,7 +262,7 @@ pub async fn release_all(
     n: &NodeState,
     tid: u64,
     copies: &[Copy],
-    commit: Option<(u64, &BTreeMap<usize, (u64, Vec<u8>)>)>,
+    commit: Option<(u64, &Installs)>,
 ) -> Result<(), TxnError> {
     let mut pending: Vec<usize> = (0..copies.len()).filter(|&k| copies[k].locked).collect();
     let half = ops::log_area(ctx).0;

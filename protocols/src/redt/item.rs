@@ -88,11 +88,7 @@ impl Item {
     /// AcqLock's test and update (Algorithm 1, lines 9-13): whether `tid` may take a lock of
     /// `kind` (no conflict, a free owner entry), and if so the item with it taken.
     pub fn acquire(&self, kind: LockType, tid: u64) -> Option<Item> {
-        let conflict = match (self.lock.kind, kind) {
-            (LockType::Null, _) => false,
-            (LockType::Sh, LockType::Sh) => false,
-            _ => true,
-        };
+        let conflict = !matches!((self.lock.kind, kind), (LockType::Null, _) | (LockType::Sh, LockType::Sh));
         let free = self.owners.iter().position(|&o| o == 0);
         match (conflict, free) {
             (false, Some(i)) => {
