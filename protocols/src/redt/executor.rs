@@ -191,6 +191,17 @@ fn stage(ctx: &Ctx, bytes: &[u8], at: &mut u64) -> Result<Option<Payload>, TxnEr
     ops::inline_or_staged(ctx, bytes, at).map(Some)
 }
 
+/// [`stage`], waiting for what was posted (and starting the staging area over) when it is
+/// full.
+async fn stage_or_wait(ctx: &Ctx, bytes: &[u8], at: &mut u64, half: u64) -> Result<Payload, TxnError> {
+    if let Some(p) = stage(ctx, bytes, at)? {
+        return Ok(p);
+    }
+    ctx.wait().await?;
+    *at = half;
+    Ok(stage(ctx, bytes, at)?.ok_or(WireError::Invalid("a RedT write larger than the scratch's second half"))?)
+}
+
 /// AcqLock over every copy (Algorithm 1, lines 5-14), No-Wait: a conflicting lock or a full
 /// owner list makes the sub-transaction vote no. Returns `Err(cause)` then, with the copies
 /// it did lock marked `locked`.
@@ -291,19 +302,7 @@ pub async fn release_all(
                     install_into(&mut tuple, c.ext_at, *version, tid, value);
                     next.write(&mut tuple, c.ext_at);
                     let body = &tuple[VERSION as usize..];
-                    let src = match stage(ctx, body, &mut at)? {
-                        Some(p) => p,
-                        None => {
-                            ctx.wait().await?;
-                            at = half;
-                            stage(ctx, body, &mut at)?.ok_or(TxnError::TooBig {
-                                what: "a RedT tuple",
-                                bytes: body.len() as u64,
-                                limit: ctx.scratch().len as u64 / 2,
-                                within: "scratch half",
-                            })?
-                        }
-                    };
+                    let src = stage_or_wait(ctx, body, &mut at, half).await?;
                     list.push((
                         Op::Write { src, remote: n.catalog.remote(c.node, c.offset + VERSION, body.len() as u32) },
                         false,
@@ -379,14 +378,7 @@ pub async fn write_log(
     for ((node, entry), idx) in entries.into_iter().zip(slots) {
         wait_for_room(ctx, n, node, idx).await?;
         let bytes = entry.encode();
-        let src = match stage(ctx, &bytes, &mut at)? {
-            Some(p) => p,
-            None => {
-                ctx.wait().await?;
-                at = half;
-                stage(ctx, &bytes, &mut at)?.ok_or(WireError::Invalid("a RedT log entry larger than the scratch"))?
-            }
-        };
+        let src = stage_or_wait(ctx, &bytes, &mut at, half).await?;
         let write = Op::Write { src, remote: n.catalog.remote(node, area + logbuf::slot_at(idx), bytes.len() as u32) };
         ops::issue(ctx, n, &log_rec(node), vec![(write, true)]).await?;
         out.push((node, idx, entry));
@@ -451,15 +443,7 @@ pub async fn commit_log(
                 }
             }
             let bytes = entry.encode();
-            let src = match stage(ctx, &bytes, &mut at)? {
-                Some(p) => p,
-                None => {
-                    ctx.wait().await?;
-                    at = half;
-                    stage(ctx, &bytes, &mut at)?
-                        .ok_or(WireError::Invalid("a RedT log entry larger than the scratch"))?
-                }
-            };
+            let src = stage_or_wait(ctx, &bytes, &mut at, half).await?;
             list.push((Op::Write { src, remote: n.catalog.remote(*node, at_slot, bytes.len() as u32) }, false));
         }
         entry.status = status;
