@@ -42,7 +42,7 @@ fn free_running_clocks_keep_the_quickstart_digest() {
         "cluster.clocks.drift_ppm=Constant(40)",
     ]));
     assert_eq!(code, Some(0), "{err}");
-    assert!(stdout.contains("digest     4b2b04b2ecb6196d"), "{stdout}");
+    assert!(stdout.contains("digest     7d22152a6eae34dc"), "{stdout}");
     assert!(line(&stdout, "clocks").contains("free-running"), "{stdout}");
 }
 

@@ -40,7 +40,7 @@ fn one_data_center_keeps_the_quickstart_digest() {
     let (code, stdout, err) =
         out(txbed().args(["run", "scenarios/quickstart.ron", "--set", "cluster.datacenters=[(nodes: 4)]"]));
     assert_eq!(code, Some(0), "{err}");
-    assert!(stdout.contains("digest     4b2b04b2ecb6196d"), "{stdout}");
+    assert!(stdout.contains("digest     7d22152a6eae34dc"), "{stdout}");
 }
 
 /// Rank `rank` of `size` of a sockets run with `--set` edits, as `mpirun` starts it.

@@ -1008,6 +1008,13 @@ impl Scenario {
                     format!("must be 1..={} (replicas cannot exceed nodes), got {}", c.nodes, p.replication),
                 ));
             }
+            if proto.stores_replicas() {
+                // Its replicas live in registered memory, one per node: they must fit the DCs.
+                let dc_of = c.wan().map(|w| w.dc_of).unwrap_or_default();
+                txbed_txn::placement::Placement::new(&dc_of, c.nodes)
+                    .copy_load(p.replication)
+                    .map_err(|m| ("protocol.replication".to_string(), m))?;
+            }
             if proto.nic_atomics(h) && !atomics_safe(&profile) {
                 return Err((
                     "protocol.mode".into(),

@@ -138,7 +138,7 @@ fn table_1(protocol: &str, t: &txbed_checker::Txn, rows: u64, dc_of: &[u16], rep
 /// (no attempt aborts), equal the sum of Table 1's formulas over its committed transactions.
 #[test]
 fn every_protocol_matches_its_table_1_row() {
-    let rows = 200_000u64;
+    let rows = 50_000u64;
     let dc_of: Vec<u16> = (0..8).map(|n| n / 2).collect();
     for protocol in ["RedT", "2PC-Paxos", "EP-Paxos", "TAPIR"] {
         for wf in ["0.5", "0.0"] {
@@ -295,4 +295,14 @@ proptest! {
         prop_assert!(r.clean(), "{:?}: {:?}", sets, r.report.anomalies.first());
         prop_assert!(r.stats.committed > 0, "{:?}: nothing committed", sets);
     }
+}
+
+/// Replicas that cannot sit on distinct nodes of their data centers are refused when the
+/// scenario is checked, naming the field.
+#[test]
+fn replicas_that_do_not_fit_the_data_centers_are_refused() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scenarios/redt/sockets.ron");
+    let sets = ["cluster.nodes=3".to_string(), "cluster.datacenters=[(nodes: 2), (nodes: 1)]".to_string()];
+    let err = Scenario::load_with(&path, &sets).map(|_| ()).unwrap_err().to_string();
+    assert!(err.contains("protocol.replication") && err.contains("do not fit"), "{err}");
 }
