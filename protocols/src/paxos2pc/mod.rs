@@ -411,6 +411,11 @@ async fn to_primaries(
     Ok(out)
 }
 
+/// Requests to this very node take the local path (a direct call of the handler).
+fn local_of(n: &NodeState, nodes: &[u16]) -> u64 {
+    nodes.iter().filter(|&&m| n.local(m)).count() as u64
+}
+
 fn nested(replies: &[Reply]) -> (u64, u64) {
     let m = replies.iter().map(|r| r.inter_dc_messages as u64).sum();
     let rt = replies.iter().map(|r| r.inter_dc_round_trips as u64).max().unwrap_or(0);
@@ -460,12 +465,12 @@ async fn run(
     };
     if locked.len() < homes.len() {
         trips.note(ctx, n, remote(&homes));
-        ops::account(ctx, n, Stage::Lock, t0, 1, 0, 0);
+        ops::account(ctx, n, Stage::Lock, t0, 1, 0, local_of(n, &homes));
         return abort(Attempt::Conflict(LOCK_BUSY)).await;
     }
     let Some((new_values, delta)) = execute(ctx, n, spec, recs) else {
         trips.note(ctx, n, remote(&homes));
-        ops::account(ctx, n, Stage::Lock, t0, 1, 0, 0);
+        ops::account(ctx, n, Stage::Lock, t0, 1, 0, local_of(n, &homes));
         let waits = n.wait_cause.borrow_mut().remove(&(ctx.me().worker, ctx.coroutine()));
         return abort(waits.map_or(Attempt::UserAbort, Attempt::Conflict)).await;
     };
@@ -483,7 +488,7 @@ async fn run(
     let mut own_remote = remote(&homes);
     if !early {
         trips.note(ctx, n, own_remote);
-        ops::account(ctx, n, Stage::Lock, t0, 1, 0, 0);
+        ops::account(ctx, n, Stage::Lock, t0, 1, 0, local_of(n, &homes));
         // Prepare (2, 3): each written primary replicates its redo log; then (4) the decision
         // to the coordinator's backups.
         let t1 = ctx.now();
@@ -497,14 +502,14 @@ async fn run(
         trips.wait(remote(&backups), (0, 0));
         own_remote |= remote(&backups);
         trips.note(ctx, n, own_remote);
-        ops::account(ctx, n, Stage::Vote, t1, 1, 0, 0);
+        ops::account(ctx, n, Stage::Vote, t1, 1, 0, local_of(n, &written) + local_of(n, &backups));
     } else {
         // EP-Paxos: the decision to the backups closes the execution phase.
         backup(ctx, n, id, &backups).await?;
         trips.wait(remote(&backups), (0, 0));
         own_remote |= remote(&backups);
         trips.note(ctx, n, own_remote);
-        ops::account(ctx, n, Stage::Lock, t0, 1, 0, 0);
+        ops::account(ctx, n, Stage::Lock, t0, 1, 0, local_of(n, &homes) + local_of(n, &backups));
     }
     let mut h = new_history(ctx, n, spec, id, start_ns);
     ops::history_of(recs, &mut h);
@@ -523,7 +528,7 @@ async fn run(
     .await?;
     trips.wait(remote(&homes), nested(&replies));
     trips.note(ctx, n, remote(&homes));
-    ops::account(ctx, n, Stage::Commit, t2, 1, 0, 0);
+    ops::account(ctx, n, Stage::Commit, t2, 1, 0, local_of(n, &homes));
     ops::complete(ctx, n, id);
     Ok(Attempt::Committed)
 }
@@ -568,6 +573,6 @@ async fn abort_at(
     }
     ctx.wait().await?;
     ctx.clear_replies();
-    ops::account(ctx, n, Stage::Commit, t, 1, 0, 0);
+    ops::account(ctx, n, Stage::Commit, t, 1, 0, local_of(n, locked));
     Ok(())
 }

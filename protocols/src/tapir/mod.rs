@@ -272,6 +272,11 @@ async fn attempt(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Attempt {
 }
 
 /// Sends one request per node and waits; the replies in node order.
+/// Requests to this very node take the local path (a direct call of the handler).
+fn local_of(n: &NodeState, reqs: &BTreeMap<u16, Vec<u8>>) -> u64 {
+    reqs.keys().filter(|&&m| n.local(m)).count() as u64
+}
+
 async fn to_nodes(
     ctx: &Ctx,
     n: &NodeState,
@@ -341,7 +346,7 @@ async fn run(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64, recs: &mut [Rec]
             }
         }
     }
-    ops::account(ctx, n, Stage::Read, t0, 1, 0, 0);
+    ops::account(ctx, n, Stage::Read, t0, 1, 0, local_of(n, &reqs));
     if recs.iter().any(|r| r.tuple.is_empty()) {
         return Err(TxnError::Unsupported("a TAPIR replica lacks a record"));
     }
@@ -355,11 +360,15 @@ async fn run(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64, recs: &mut [Rec]
     let reqs: BTreeMap<u16, Vec<u8>> =
         at.keys().map(|&node| (node, encode(id, false, &entries(node, recs, None)))).collect();
     let replies = to_nodes(ctx, n, H_PREPARE, &reqs).await?;
+    let prepared_locally = local_of(n, &reqs);
     let verdict: BTreeMap<u16, u8> =
         at.keys().copied().zip(replies.iter().map(|r| r.first().copied().unwrap_or(ABSTAIN))).collect();
+    // Quorums of R = 2f + 1 replicas (an even R has a majority of R/2 + 1 all the same: two
+    // transactions must not both prepare on disjoint halves).
     let r_count = n.replication as usize;
     let f = (r_count - 1) / 2;
-    let (majority, super_quorum) = (f + 1, (3 * f).div_ceil(2) + 1);
+    let majority = r_count / 2 + 1;
+    let super_quorum = ((3 * f).div_ceil(2) + 1).max(majority);
     let mut homes: Vec<u16> = recs.iter().map(|r| r.home).collect();
     homes.sort_unstable();
     homes.dedup();
@@ -368,7 +377,7 @@ async fn run(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64, recs: &mut [Rec]
     for &h in &homes {
         let nodes = placement(n).replicas(h, n.replication).unwrap_or_default();
         let oks = nodes.iter().filter(|m| verdict.get(m) == Some(&OK)).count();
-        if oks < majority.min(r_count) {
+        if oks < majority {
             commit = false;
         } else if oks < super_quorum.min(r_count) {
             slow.extend(nodes);
@@ -389,7 +398,7 @@ async fn run(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64, recs: &mut [Rec]
             n.note_nested_inter_dc((ctx.me().worker, ctx.coroutine()), 0, 1);
         }
     }
-    ops::account(ctx, n, Stage::Validate, t1, 1, 0, 0);
+    ops::account(ctx, n, Stage::Validate, t1, 1, 0, prepared_locally);
     let mut values: Vec<Option<Vec<u8>>> = vec![None; recs.len()];
     let mut result = Attempt::Conflict(why);
     if commit {
@@ -411,7 +420,7 @@ async fn run(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64, recs: &mut [Rec]
     let reqs: BTreeMap<u16, Vec<u8>> =
         at.keys().map(|&node| (node, encode(id, commit, &entries(node, recs, Some(&values))))).collect();
     to_nodes(ctx, n, H_COMMIT, &reqs).await?;
-    ops::account(ctx, n, Stage::Commit, t2, 1, 0, 0);
+    ops::account(ctx, n, Stage::Commit, t2, 1, 0, local_of(n, &reqs));
     if commit {
         ops::complete(ctx, n, id);
     }
