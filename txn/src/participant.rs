@@ -16,10 +16,33 @@ use crate::node::{
 use crate::protocol::{handler_id, ProtocolRef};
 use crate::store::{self, TablePlace, LOCK, META_BYTES, VERSION, WRITER};
 
-/// The table and tuple offset of a key on this node.
-fn find<'a>(n: &'a NodeState, mem: &dyn HostMemory, table: u16, key: u64) -> Option<(&'a TablePlace, u64)> {
+/// The table and tuple offset of a key on this node (its own partition or a copy).
+pub fn find<'a>(n: &'a NodeState, mem: &dyn HostMemory, table: u16, key: u64) -> Option<(&'a TablePlace, u64)> {
     let place = n.catalog.layout.table(table)?;
     Some((place, store::find_local(mem, n.base(), place, key)?))
+}
+
+/// Installs `version` of a key (its record and writer) on this node if it is newer than the
+/// version there: a replica applying writes that may arrive out of order. Whether it did.
+pub fn install_if_newer(
+    n: &NodeState,
+    mem: &dyn HostMemory,
+    table: u16,
+    key: u64,
+    version: u64,
+    writer: u64,
+    record: &[u8],
+) -> bool {
+    let Some((_, off)) = find(n, mem, table, key) else { return false };
+    let at = n.base() + off;
+    let (inc, have) = store::split_version_word(mem.load_u64(at + VERSION).unwrap_or(0));
+    if version <= have {
+        return false;
+    }
+    let _ = mem.write(at + META_BYTES, record);
+    let _ = mem.store_u64(at + VERSION, store::version_word(inc, version));
+    let _ = mem.store_u64(at + WRITER, writer);
+    true
 }
 
 /// LOCK: CAS the owner into the tuple's lock word (so a one-sided RELEASE can later clear

@@ -29,7 +29,7 @@ use txbed_txn::placement::Placement;
 use txbed_txn::protocol::{handler_id, in_id_order, BackgroundFn, Bug, LocalBoxFuture, OptionValues, Protocol};
 use txbed_txn::serve::{Job, Jobs, Trips};
 use txbed_txn::stage::Stage;
-use txbed_txn::store::{self, split_version_word, version_word, LOCK, META_BYTES, VERSION, WRITER};
+use txbed_txn::store::{self, LOCK};
 use txbed_txn::TxnError;
 use txbed_workloads::TxnSpec;
 
@@ -201,8 +201,7 @@ fn handlers(n: &Rc<NodeState>) -> Vec<Rc<HandlerFn>> {
 
 /// The tuple offset of a record (own partition or a copy) on this node.
 fn find(n: &NodeState, mem: &dyn HostMemory, table: u16, key: u64) -> Option<(u64, u64)> {
-    let place = n.catalog.layout.table(table)?;
-    Some((store::find_local(mem, n.base(), place, key)?, place.tuple_bytes))
+    txbed_txn::participant::find(n, mem, table, key).map(|(place, off)| (off, place.tuple_bytes))
 }
 
 /// Locks and reads `items` for `tid` at this primary (No-Wait): the tuples, or `None` (what it
@@ -236,15 +235,7 @@ fn release_items(n: &NodeState, mem: &dyn HostMemory, tid: u64, items: &[Item]) 
 
 /// Installs a change into a tuple (a primary's or a copy's) if it is newer than what is there.
 fn install(n: &NodeState, mem: &dyn HostMemory, c: &Change, writer: u64) {
-    if let Some((off, _)) = find(n, mem, c.table, c.key) {
-        let at = n.base() + off;
-        let (inc, have) = split_version_word(mem.load_u64(at + VERSION).unwrap_or(0));
-        if c.version > have {
-            let _ = mem.write(at + META_BYTES, &c.value);
-            let _ = mem.store_u64(at + VERSION, version_word(inc, c.version));
-            let _ = mem.store_u64(at + WRITER, writer);
-        }
-    }
+    txbed_txn::participant::install_if_newer(n, mem, c.table, c.key, c.version, writer, &c.value);
 }
 
 fn exec_handler(n: &NodeState, h: &mut HandlerCtx<'_>, req: &[u8]) -> Handled {

@@ -21,7 +21,7 @@ use txbed_txn::ops::{self, Rec};
 use txbed_txn::placement::Placement;
 use txbed_txn::protocol::{handler_id, in_id_order, Bug, LocalBoxFuture, Protocol};
 use txbed_txn::stage::Stage;
-use txbed_txn::store::{self, split_version_word, version_word, META_BYTES, VERSION, WRITER};
+use txbed_txn::store::{self, split_version_word, META_BYTES, VERSION};
 use txbed_txn::wire::{Put, Reader, WireError};
 use txbed_txn::TxnError;
 use txbed_workloads::TxnSpec;
@@ -158,8 +158,7 @@ fn decode(b: &[u8]) -> Result<(u64, bool, Vec<Entry>), WireError> {
 }
 
 fn find(n: &NodeState, mem: &dyn HostMemory, table: u16, key: u64) -> Option<(u64, u64)> {
-    let place = n.catalog.layout.table(table)?;
-    Some((store::find_local(mem, n.base(), place, key)?, place.tuple_bytes))
+    txbed_txn::participant::find(n, mem, table, key).map(|(place, off)| (off, place.tuple_bytes))
 }
 
 /// READ: the tuples of these records at this replica (empty for one it lacks).
@@ -251,15 +250,7 @@ fn commit_handler(n: &NodeState, h: &mut HandlerCtx<'_>, req: &[u8]) -> Handled 
     if commit {
         h.memory_misses(2 * entries.len() as u64);
         for e in entries.iter().filter(|e| e.write) {
-            if let Some((off, _)) = find(n, h.mem, e.table, e.key) {
-                let at = n.base() + off;
-                let (inc, have) = split_version_word(h.mem.load_u64(at + VERSION).unwrap_or(0));
-                if e.version > have {
-                    let _ = h.mem.write(at + META_BYTES, &e.value);
-                    let _ = h.mem.store_u64(at + VERSION, version_word(inc, e.version));
-                    let _ = h.mem.store_u64(at + WRITER, tid);
-                }
-            }
+            txbed_txn::participant::install_if_newer(n, h.mem, e.table, e.key, e.version, tid, &e.value);
         }
     }
     Handled::Reply
