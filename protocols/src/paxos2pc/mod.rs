@@ -429,18 +429,21 @@ async fn run(
     }
     let homes: Vec<u16> = by_home.keys().copied().collect();
     let remote = |hs: &[u16]| hs.iter().any(|&h| n.other_dc(h));
-    let items = |h: u16, recs: &[Rec]| -> Vec<Item> {
-        by_home[&h].iter().map(|&i| Item { table: recs[i].table, key: recs[i].key, write: recs[i].write }).collect()
-    };
+    // Each primary's records (what its requests name), fixed for the attempt.
+    let items_at: BTreeMap<u16, Vec<Item>> = by_home
+        .iter()
+        .map(|(&h, idx)| {
+            (h, idx.iter().map(|&i| Item { table: recs[i].table, key: recs[i].key, write: recs[i].write }).collect())
+        })
+        .collect();
+    let items = |h: u16| -> Vec<Item> { items_at[&h].clone() };
 
     // Execution (1): lock and read at every primary (EP-Paxos: and replicate the intents).
     let t0 = ctx.now();
     let mut trips = Trips::default();
     let handler = if early { H_EXEC_PREP } else { H_EXEC };
-    let snapshot: Vec<Rec> = recs.iter().map(|r| Rec { tuple: Vec::new(), ..clone_rec(r) }).collect();
     let replies =
-        to_primaries(ctx, n, handler, &homes, &|h| Req { tid: id, items: items(h, &snapshot), ..Req::default() })
-            .await?;
+        to_primaries(ctx, n, handler, &homes, &|h| Req { tid: id, items: items(h), ..Req::default() }).await?;
     trips.wait(remote(&homes), nested(&replies));
     for (h, rep) in homes.iter().zip(&replies) {
         for (&i, t) in by_home[h].iter().zip(&rep.tuples) {
@@ -451,7 +454,7 @@ async fn run(
     }
     let locked: Vec<u16> = homes.iter().zip(&replies).filter(|(_, r)| r.ok).map(|(h, _)| *h).collect();
     let abort = |why: Attempt| async {
-        abort_at(ctx, n, id, early, &locked, &|h| items(h, &snapshot)).await?;
+        abort_at(ctx, n, id, early, &locked, &|h| items(h)).await?;
         Ok::<Attempt, TxnError>(why)
     };
     if locked.len() < homes.len() {
@@ -513,7 +516,7 @@ async fn run(
     let replies = to_primaries(ctx, n, H_DECIDE, &homes, &|h| Req {
         tid: id,
         flag: true,
-        items: items(h, &snapshot),
+        items: items(h),
         changes: changes_at(h),
     })
     .await?;
@@ -522,19 +525,6 @@ async fn run(
     ops::account(ctx, n, Stage::Commit, t2, 1, 0, local_of(n, &homes));
     ops::complete(ctx, n, id);
     Ok(Attempt::Committed)
-}
-
-fn clone_rec(r: &Rec) -> Rec {
-    Rec {
-        table: r.table,
-        key: r.key,
-        home: r.home,
-        write: r.write,
-        offset: r.offset,
-        locked: r.locked,
-        asked: r.asked,
-        tuple: r.tuple.clone(),
-    }
 }
 
 /// The decision to the coordinator's backups (Fig. 2's (4)).
