@@ -9,7 +9,8 @@
 //!   agents); [`drtm`]: DrTM (HTM for local records glued to RDMA 2PL with leases);
 //!   [`redt`]: RedT (one executor per data center, pre-written redo logs, 3/4 quorums);
 //!   [`paxos2pc`]: 2PC-Paxos and EP-Paxos, RedT's baselines over Paxos-replicated partitions;
-//!   [`tapir`]: TAPIR (inconsistent replication, OCC at every replica).
+//!   [`tapir`]: TAPIR (inconsistent replication, OCC at every replica); [`mdcc`]: MDCC
+//!   (per-record Paxos with fast rounds).
 //!
 //! Adding a protocol: a module (a folder when big) implementing `txbed_txn::Protocol`, and
 //! one line in `REGISTRY` (docs/writing-a-protocol.md).
@@ -17,6 +18,7 @@
 pub mod calvin;
 pub mod drtm;
 pub mod locktable;
+pub mod mdcc;
 pub mod mvcc;
 pub mod nowait;
 pub mod occ;
@@ -42,6 +44,7 @@ pub static REGISTRY: &[ProtocolRef] = &[
     &paxos2pc::TwoPcPaxos,
     &paxos2pc::EpPaxos,
     &tapir::Tapir,
+    &mdcc::Mdcc,
 ];
 
 /// The protocol a scenario names, matched ignoring case and punctuation (`occ`, `WAIT-DIE`).

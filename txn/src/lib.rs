@@ -14,6 +14,7 @@
 //! - [`retry`]: what a coordinator does after a conflict ([`retry::Retry`]).
 //! - [`log`]: the LOG stage (ring buffers on backups, or RPC).
 //! - [`placement`]: where a partition's copies live across data centers, and RedT's quorums.
+//! - [`quorum`]: requests to every replica of a transaction's records (TAPIR, MDCC).
 //! - [`ops`]: the operations protocols are built from, each in RPC and one-sided form.
 //! - [`msg`]: the shared handlers' request and reply messages; [`wire`]: reading and writing
 //!   message fields; [`error`]: why an operation failed ([`TxnError`]).
@@ -39,6 +40,7 @@ pub mod participant;
 pub mod placement;
 pub mod post;
 pub mod protocol;
+pub mod quorum;
 pub mod recovery;
 pub mod retry;
 pub mod serve;

@@ -20,9 +20,9 @@ use txbed_txn::node::NodeState;
 use txbed_txn::ops::{self, Rec};
 use txbed_txn::placement::Placement;
 use txbed_txn::protocol::{handler_id, in_id_order, Bug, LocalBoxFuture, Protocol};
+use txbed_txn::quorum::{self, decode, encode, Entry};
 use txbed_txn::stage::Stage;
-use txbed_txn::store::{self, split_version_word, META_BYTES, VERSION};
-use txbed_txn::wire::{Put, Reader, WireError};
+use txbed_txn::store::{split_version_word, VERSION};
 use txbed_txn::TxnError;
 use txbed_workloads::TxnSpec;
 
@@ -116,47 +116,6 @@ impl Protocol for Tapir {
     }
 }
 
-/// One record at one replica: its copy table, key, the version read, whether written, and
-/// (COMMIT) the new value.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-struct Entry {
-    table: u16,
-    key: u64,
-    version: u64,
-    write: bool,
-    value: Vec<u8>,
-}
-
-fn encode(tid: u64, flag: bool, entries: &[Entry]) -> Vec<u8> {
-    let mut b = Vec::new();
-    b.put_u64(tid);
-    b.put_u8(flag as u8);
-    b.put_u16(entries.len() as u16);
-    for e in entries {
-        b.put_u16(e.table);
-        b.put_u64(e.key);
-        b.put_u64(e.version);
-        b.put_u8(e.write as u8);
-        b.put_u32(e.value.len() as u32);
-        b.put_bytes(&e.value);
-    }
-    b
-}
-
-fn decode(b: &[u8]) -> Result<(u64, bool, Vec<Entry>), WireError> {
-    let mut r = Reader::new(b);
-    let (tid, flag) = (r.u64()?, r.u8()? != 0);
-    let n = r.u16()?;
-    let mut out = Vec::with_capacity((n as usize).min(r.remaining() / 23));
-    for _ in 0..n {
-        let (table, key, version, write) = (r.u16()?, r.u64()?, r.u64()?, r.u8()? != 0);
-        let len = r.u32()? as usize;
-        out.push(Entry { table, key, version, write, value: r.bytes(len)?.to_vec() });
-    }
-    r.finish()?;
-    Ok((tid, flag, out))
-}
-
 fn find(n: &NodeState, mem: &dyn HostMemory, table: u16, key: u64) -> Option<(u64, u64)> {
     txbed_txn::participant::find(n, mem, table, key).map(|(place, off)| (off, place.tuple_bytes))
 }
@@ -165,16 +124,7 @@ fn find(n: &NodeState, mem: &dyn HostMemory, table: u16, key: u64) -> Option<(u6
 fn read_handler(n: &NodeState, h: &mut HandlerCtx<'_>, req: &[u8]) -> Handled {
     let Ok((_, _, entries)) = decode(req) else { return Handled::Reply };
     h.memory_misses(2 * entries.len() as u64);
-    h.reply.put_u16(entries.len() as u16);
-    for e in &entries {
-        let mut t = Vec::new();
-        if let Some((off, len)) = find(n, h.mem, e.table, e.key) {
-            t = vec![0u8; len as usize];
-            let _ = h.mem.read(n.base() + off, &mut t);
-        }
-        h.reply.put_u32(t.len() as u32);
-        h.reply.put_bytes(&t);
-    }
+    quorum::read_tuples(n, h.mem, &entries, h.reply);
     Handled::Reply
 }
 
@@ -262,41 +212,11 @@ async fn attempt(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Attempt {
     settle(ctx, n, r, &recs, id, id).await
 }
 
-/// Sends one request per node and waits; the replies in node order.
-/// Requests to this very node take the local path (a direct call of the handler).
-fn local_of(n: &NodeState, reqs: &BTreeMap<u16, Vec<u8>>) -> u64 {
-    reqs.keys().filter(|&&m| n.local(m)).count() as u64
-}
-
-async fn to_nodes(
-    ctx: &Ctx,
-    n: &NodeState,
-    handler: u16,
-    reqs: &BTreeMap<u16, Vec<u8>>,
-) -> Result<Vec<Vec<u8>>, TxnError> {
-    let calls: Vec<_> = reqs.iter().map(|(&node, r)| ops::send(ctx, n, node, handler, r)).collect();
-    ctx.wait().await?;
-    calls.into_iter().map(|c| ops::reply(ctx, c, "TAPIR")).collect()
-}
-
 async fn run(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64, recs: &mut [Rec]) -> Result<Attempt, TxnError> {
     let start_ns = ctx.now();
     let epoch0 = ctx.view_epoch();
     // Every replica of every record: node -> (record, copy's table).
-    let mut at: BTreeMap<u16, Vec<(usize, u16)>> = BTreeMap::new();
-    for (i, r) in recs.iter().enumerate() {
-        let nodes = placement(n)
-            .replicas(r.home, n.replication)
-            .map_err(|_| TxnError::Unsupported("TAPIR's replicas do not fit the data centers"))?;
-        for (k, node) in nodes.into_iter().enumerate() {
-            let table = if k == 0 {
-                r.table
-            } else {
-                store::copy_table(r.table, k as u16).ok_or(TxnError::UnknownTable(r.table))?
-            };
-            at.entry(node).or_default().push((i, table));
-        }
-    }
+    let at = quorum::copies_by_node(placement(n), recs, n.replication)?;
     let entries = |node: u16, recs: &[Rec], values: Option<&[Option<Vec<u8>>]>| -> Vec<Entry> {
         at[&node]
             .iter()
@@ -318,26 +238,11 @@ async fn run(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64, recs: &mut [Rec]
     let t0 = ctx.now();
     let reqs: BTreeMap<u16, Vec<u8>> =
         at.keys().map(|&node| (node, encode(id, false, &entries(node, recs, None)))).collect();
-    let replies = to_nodes(ctx, n, H_READ, &reqs).await?;
+    let replies = quorum::to_nodes(ctx, n, H_READ, "TAPIR", &reqs).await?;
     for (&node, rep) in at.keys().zip(&replies) {
-        let mut r = Reader::new(rep);
-        let count = r.u16()? as usize;
-        if count != at[&node].len() {
-            return Err(WireError::Invalid("a TAPIR read reply of the wrong length").into());
-        }
-        for &(i, _) in &at[&node] {
-            let len = r.u32()? as usize;
-            let t = r.bytes(len)?;
-            let newer = recs[i].tuple.is_empty()
-                || (t.len() >= META_BYTES as usize
-                    && split_version_word(u64::from_le_bytes(t[8..16].try_into().expect("8 bytes"))).1
-                        > recs[i].version().1);
-            if newer && !t.is_empty() {
-                recs[i].tuple = t.to_vec();
-            }
-        }
+        quorum::take_freshest(recs, &at[&node], rep)?;
     }
-    ops::account(ctx, n, Stage::Read, t0, 1, 0, local_of(n, &reqs));
+    ops::account(ctx, n, Stage::Read, t0, 1, 0, quorum::local_of(n, &reqs));
     if recs.iter().any(|r| r.tuple.is_empty()) {
         return Err(TxnError::Unsupported("a TAPIR replica lacks a record"));
     }
@@ -350,8 +255,8 @@ async fn run(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64, recs: &mut [Rec]
     let t1 = ctx.now();
     let reqs: BTreeMap<u16, Vec<u8>> =
         at.keys().map(|&node| (node, encode(id, false, &entries(node, recs, None)))).collect();
-    let replies = to_nodes(ctx, n, H_PREPARE, &reqs).await?;
-    let prepared_locally = local_of(n, &reqs);
+    let replies = quorum::to_nodes(ctx, n, H_PREPARE, "TAPIR", &reqs).await?;
+    let prepared_locally = quorum::local_of(n, &reqs);
     let verdict: BTreeMap<u16, u8> =
         at.keys().copied().zip(replies.iter().map(|r| r.first().copied().unwrap_or(ABSTAIN))).collect();
     // Quorums of R = 2f + 1 replicas (an even R has a majority of R/2 + 1 all the same: two
@@ -383,7 +288,7 @@ async fn run(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64, recs: &mut [Rec]
         slow.sort_unstable();
         slow.dedup();
         let reqs: BTreeMap<u16, Vec<u8>> = slow.iter().map(|&m| (m, encode(id, true, &[]))).collect();
-        to_nodes(ctx, n, H_FINALIZE, &reqs).await?;
+        quorum::to_nodes(ctx, n, H_FINALIZE, "TAPIR", &reqs).await?;
         // Two waits in a row: the second's inter-DC round trip beyond the stage's one.
         if slow.iter().any(|&m| n.other_dc(m)) && at.keys().any(|&m| n.other_dc(m)) {
             n.note_nested_inter_dc((ctx.me().worker, ctx.coroutine()), 0, 1);
@@ -410,8 +315,8 @@ async fn run(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64, recs: &mut [Rec]
     let t2 = ctx.now();
     let reqs: BTreeMap<u16, Vec<u8>> =
         at.keys().map(|&node| (node, encode(id, commit, &entries(node, recs, Some(&values))))).collect();
-    to_nodes(ctx, n, H_COMMIT, &reqs).await?;
-    ops::account(ctx, n, Stage::Commit, t2, 1, 0, local_of(n, &reqs));
+    quorum::to_nodes(ctx, n, H_COMMIT, "TAPIR", &reqs).await?;
+    ops::account(ctx, n, Stage::Commit, t2, 1, 0, quorum::local_of(n, &reqs));
     if commit {
         ops::complete(ctx, n, id);
     }

@@ -1,0 +1,164 @@
+//! Messages to every replica of a transaction's records, for the protocols that talk to
+//! replicas rather than to primaries (TAPIR, MDCC): where each record's copies are, one request
+//! per node carrying that node's records, and the replies in node order.
+
+use std::collections::BTreeMap;
+
+use txbed_transport::{Ctx, HostMemory};
+
+use crate::node::NodeState;
+use crate::ops::{self, Rec};
+use crate::placement::Placement;
+use crate::store::{self, split_version_word, META_BYTES, VERSION};
+use crate::wire::{Put, Reader, WireError};
+use crate::TxnError;
+
+/// One record at one replica: its copy's table, key, a version (read, or new), whether the
+/// transaction writes it, and a value (new, where one travels).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Entry {
+    pub table: u16,
+    pub key: u64,
+    pub version: u64,
+    pub write: bool,
+    pub value: Vec<u8>,
+}
+
+/// A request to one replica: the transaction, a flag (commit, or the protocol's own meaning)
+/// and its records there.
+pub fn encode(tid: u64, flag: bool, entries: &[Entry]) -> Vec<u8> {
+    let mut b = Vec::new();
+    b.put_u64(tid);
+    b.put_u8(flag as u8);
+    b.put_u16(entries.len() as u16);
+    for e in entries {
+        b.put_u16(e.table);
+        b.put_u64(e.key);
+        b.put_u64(e.version);
+        b.put_u8(e.write as u8);
+        b.put_u32(e.value.len() as u32);
+        b.put_bytes(&e.value);
+    }
+    b
+}
+
+pub fn decode(b: &[u8]) -> Result<(u64, bool, Vec<Entry>), WireError> {
+    let mut r = Reader::new(b);
+    let (tid, flag) = (r.u64()?, r.u8()? != 0);
+    let n = r.u16()?;
+    let mut out = Vec::with_capacity((n as usize).min(r.remaining() / 23));
+    for _ in 0..n {
+        let (table, key, version, write) = (r.u16()?, r.u64()?, r.u64()?, r.u8()? != 0);
+        let len = r.u32()? as usize;
+        out.push(Entry { table, key, version, write, value: r.bytes(len)?.to_vec() });
+    }
+    r.finish()?;
+    Ok((tid, flag, out))
+}
+
+/// Every replica of every record: node -> (record index, the copy's table), nodes in order.
+pub fn copies_by_node(
+    p: &Placement,
+    recs: &[Rec],
+    replication: u16,
+) -> Result<BTreeMap<u16, Vec<(usize, u16)>>, TxnError> {
+    let mut at: BTreeMap<u16, Vec<(usize, u16)>> = BTreeMap::new();
+    for (i, r) in recs.iter().enumerate() {
+        let nodes = p
+            .replicas(r.home, replication)
+            .map_err(|_| TxnError::Unsupported("the replicas do not fit the data centers"))?;
+        for (k, node) in nodes.into_iter().enumerate() {
+            at.entry(node).or_default().push((i, copy_table(r.table, k as u16)?));
+        }
+    }
+    Ok(at)
+}
+
+/// Copy `k`'s table of `table` (copy 0 is the primary's own).
+pub fn copy_table(table: u16, k: u16) -> Result<u16, TxnError> {
+    match k {
+        0 => Ok(table),
+        k => store::copy_table(table, k).ok_or(TxnError::UnknownTable(table)),
+    }
+}
+
+/// Sends one request per node and waits: the replies in node order. A request to this very
+/// node takes the local path (a direct call of the handler).
+pub async fn to_nodes(
+    ctx: &Ctx,
+    n: &NodeState,
+    handler: u16,
+    what: &'static str,
+    reqs: &BTreeMap<u16, Vec<u8>>,
+) -> Result<Vec<Vec<u8>>, TxnError> {
+    let calls: Vec<_> = reqs.iter().map(|(&node, r)| ops::send(ctx, n, node, handler, r)).collect();
+    ctx.wait().await?;
+    calls.into_iter().map(|c| ops::reply(ctx, c, what)).collect()
+}
+
+/// How many of these requests go to this very node (local accesses of the stage).
+pub fn local_of<T>(n: &NodeState, reqs: &BTreeMap<u16, T>) -> u64 {
+    reqs.keys().filter(|&&m| n.local(m)).count() as u64
+}
+
+/// A READ handler's reply: each asked record's tuple at this replica (empty where it lacks it).
+pub fn read_tuples(n: &NodeState, mem: &dyn HostMemory, entries: &[Entry], reply: &mut Vec<u8>) {
+    reply.put_u16(entries.len() as u16);
+    for e in entries {
+        let mut t = Vec::new();
+        if let Some((place, off)) = crate::participant::find(n, mem, e.table, e.key) {
+            t = vec![0u8; place.tuple_bytes as usize];
+            let _ = mem.read(n.base() + off, &mut t);
+        }
+        reply.put_u32(t.len() as u32);
+        reply.put_bytes(&t);
+    }
+}
+
+/// Takes the tuples a READ reply (`read_tuples`) from `node` holds into `recs`, keeping each
+/// record's freshest version (by the version word).
+pub fn take_freshest(recs: &mut [Rec], asked: &[(usize, u16)], reply: &[u8]) -> Result<(), TxnError> {
+    let mut r = Reader::new(reply);
+    if r.u16()? as usize != asked.len() {
+        return Err(WireError::Invalid("a read reply of the wrong length").into());
+    }
+    for &(i, _) in asked {
+        let len = r.u32()? as usize;
+        let t = r.bytes(len)?;
+        let newer = recs[i].tuple.is_empty() || (t.len() >= META_BYTES as usize && version_of(t) > recs[i].version().1);
+        if newer && !t.is_empty() {
+            recs[i].tuple = t.to_vec();
+        }
+    }
+    Ok(())
+}
+
+/// A tuple's version counter.
+pub fn version_of(tuple: &[u8]) -> u64 {
+    let at = VERSION as usize;
+    split_version_word(u64::from_le_bytes(tuple[at..at + 8].try_into().expect("8 bytes"))).1
+}
+
+/// The version counter of a record's copy on this node, if it holds it.
+pub fn local_version(n: &NodeState, mem: &dyn HostMemory, table: u16, key: u64) -> Option<u64> {
+    crate::participant::find(n, mem, table, key)
+        .map(|(_, off)| split_version_word(mem.load_u64(n.base() + off + VERSION).unwrap_or(0)).1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_round_trip_and_truncations_are_refused() {
+        let e = vec![
+            Entry { table: 3, key: 9, version: 4, write: true, value: vec![1, 2, 3] },
+            Entry { table: 2049, key: 1, version: 0, write: false, value: Vec::new() },
+        ];
+        let b = encode(77, true, &e);
+        assert_eq!(decode(&b).unwrap(), (77, true, e));
+        for cut in 0..b.len() {
+            assert!(decode(&b[..cut]).is_err(), "a request cut at {cut} bytes decoded");
+        }
+    }
+}
