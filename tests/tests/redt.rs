@@ -175,7 +175,7 @@ fn table_1(protocol: &str, t: &txbed_checker::Txn, rows: u64, dc_of: &[u16], rep
 /// (no attempt aborts), equal the sum of Table 1's formulas over its committed transactions.
 #[test]
 fn every_protocol_matches_its_table_1_row() {
-    let rows = 50_000u64;
+    let rows = 10_000u64;
     let dc_of: Vec<u16> = (0..8).map(|n| n / 2).collect();
     for protocol in ["RedT", "2PC-Paxos", "EP-Paxos", "TAPIR", "MDCC"] {
         for wf in ["0.5", "0.0"] {
@@ -213,7 +213,7 @@ fn every_protocol_matches_its_table_1_row() {
 /// (T_re) count the same as the others (T_ne).
 #[test]
 fn inter_dc_messages_and_round_trips_match_table_1() {
-    let quiet = "workload=Ycsb((rows_per_node: 200000, ops: 4, write_fraction: WF, hot_probability: 0.0))";
+    let quiet = "workload=Ycsb((rows_per_node: 100000, ops: 4, write_fraction: WF, hot_probability: 0.0))";
     for (dcs, wf) in [(4u64, "0.5"), (4, "0.0"), (3, "0.5")] {
         let w = quiet.replace("WF", wf);
         let mut sets = vec![

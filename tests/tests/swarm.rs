@@ -89,6 +89,16 @@ fn draw(case: u64, data_centers: bool) -> Vec<String> {
             format!("Tcp((per_message_cpu_ns: {}))", rng.gen_range(0..=2000))
         };
         sets.push(format!("cluster.datacenters=[(nodes: {east}), (nodes: {})]", nodes - east));
+        // A protocol that places replicas by data center needs them to fit on distinct nodes
+        // there (the scenario check refuses it otherwise): fewer replicas, as placement allows.
+        if p.stores_replicas() {
+            let dc_of: Vec<u16> = (0..nodes).map(|n| (n >= east) as u16).collect();
+            let placement = txbed_txn::placement::Placement::new(&dc_of, nodes);
+            let at = sets.iter().position(|s| s.starts_with("protocol.replication=")).unwrap();
+            let drawn: u16 = sets[at]["protocol.replication=".len()..].parse().unwrap();
+            let fits = (1..=drawn).rev().find(|&r| placement.copy_load(r).is_ok()).unwrap_or(1);
+            sets[at] = format!("protocol.replication={fits}");
+        }
         sets.push(format!(
             "cluster.inter_dc=Some((delay: {delay}, jitter_us: {}, loss: {}, transport: {transport}))",
             rng.gen_range(0..=10),

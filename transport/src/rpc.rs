@@ -162,6 +162,7 @@ pub struct HandlerCtx<'a> {
     cpu: &'a mut Nanos,
     deferred: &'a mut Vec<(ReplyToken, Vec<u8>)>,
     notices: &'a mut Vec<Notice>,
+    wakes: &'a mut Vec<u32>,
     token: ReplyToken,
     costs: &'a CpuCosts,
     clock: Option<&'a crate::clock::NodeClock>,
@@ -186,11 +187,12 @@ impl<'a> HandlerCtx<'a> {
         cpu: &'a mut Nanos,
         deferred: &'a mut Vec<(ReplyToken, Vec<u8>)>,
         notices: &'a mut Vec<Notice>,
+        wakes: &'a mut Vec<u32>,
         token: ReplyToken,
         costs: &'a CpuCosts,
         clock: Option<&'a crate::clock::NodeClock>,
     ) -> Self {
-        HandlerCtx { me, src, now, mem, reply, cpu, deferred, notices, token, costs, clock }
+        HandlerCtx { me, src, now, mem, reply, cpu, deferred, notices, wakes, token, costs, clock }
     }
     /// The synchronized clock at the handler's time, as `Ctx::clock` (a participant checking
     /// a lease).
@@ -224,6 +226,12 @@ impl<'a> HandlerCtx<'a> {
     /// waiting for it.
     pub fn notify(&mut self, dst: Endpoint, handler: u16, payload: Vec<u8>) {
         self.notices.push(Notice { dst, handler, payload });
+    }
+    /// Ends the sleep (`Ctx::sleep`) of this worker's coroutine `coroutine` once this handler
+    /// has run, as if its timer fired now: a server coroutine idle until a request it must
+    /// serve arrives, rather than polling. A coroutine not sleeping is left alone.
+    pub fn wake(&mut self, coroutine: u32) {
+        self.wakes.push(coroutine);
     }
 }
 

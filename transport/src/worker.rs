@@ -468,7 +468,7 @@ impl Shared {
     fn run_handler(&mut self, h: &HandlerFn, src: Endpoint, token: ReplyToken, payload: &[u8]) -> Served {
         let mut reply = std::mem::take(&mut self.reply_buf);
         reply.clear();
-        let (mut cpu, mut deferred, mut notices) = (0, Vec::new(), Vec::new());
+        let (mut cpu, mut deferred, mut notices, mut wakes) = (0, Vec::new(), Vec::new(), Vec::new());
         // A handler's accesses are this worker's CPU's: HTM regions see them (strong atomicity).
         let tracked =
             self.htm.clone().map(|htm| crate::htm::Tracked { mem: &*self.mem, htm, worker: self.cfg.me.worker });
@@ -486,6 +486,7 @@ impl Shared {
                 &mut cpu,
                 &mut deferred,
                 &mut notices,
+                &mut wakes,
                 token,
                 &self.cfg.costs,
                 self.clock.as_deref(),
@@ -493,7 +494,20 @@ impl Shared {
             h(&mut hctx, payload)
         };
         self.charge(cpu + self.cfg.costs.copy_ns(reply.len()));
+        for coro in wakes {
+            self.end_sleep(coro);
+        }
         Served { outcome, reply, deferred, notices }
+    }
+
+    /// `HandlerCtx::wake`: a coroutine waiting on its timer has it fire now.
+    fn end_sleep(&mut self, coro: u32) {
+        let Some(&key) = self.timers.iter().find(|&&(_, _, c)| c == coro) else { return };
+        self.timers.remove(&key);
+        let Some(c) = self.coros.get_mut(coro as usize) else { return };
+        c.timer_fired = true;
+        c.waiting = false;
+        self.ready.push_back(coro);
     }
 
     /// Handlers' one-way messages (`HandlerCtx::notify`), queued like a coroutine's

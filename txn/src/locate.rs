@@ -30,13 +30,15 @@ impl Catalog {
     }
 }
 
-#[derive(Clone)]
-struct Cached {
-    node: u16,
-    table: u16,
-    offset: u64,
-    bytes: [u8; BUCKET_BYTES as usize],
-}
+/// A cache slot's bytes: a tag (1 = holds a bucket), node, table, offset, the bucket. Slots
+/// live in one zeroed allocation, so the operating system materializes only the pages of
+/// slots ever filled (a cache sized for every bucket of a large cluster costs what is used;
+/// `Vec<Option<T>>` would write every slot at start-up).
+const SLOT_BYTES: usize = 1 + 2 + 2 + 8 + BUCKET_BYTES as usize;
+const AT_NODE: usize = 1;
+const AT_TABLE: usize = 3;
+const AT_OFFSET: usize = 5;
+const AT_BUCKET: usize = 13;
 
 /// Counters of a location cache, and the one-sided READs lookups issued on its misses (round
 /// trips no stage reports: a stage counts its own verbs, not the lookups before them).
@@ -61,7 +63,9 @@ impl CacheStats {
 }
 
 pub struct LocationCache {
-    entries: Vec<Option<Cached>>,
+    /// `SLOT_BYTES` per slot, direct-mapped.
+    entries: Vec<u8>,
+    slots: usize,
     pub stats: CacheStats,
 }
 
@@ -69,42 +73,55 @@ impl LocationCache {
     /// Host memory a cache of `capacity_bytes` takes (its slots are allocated up front), or
     /// None if that overflows.
     pub fn bytes_for(capacity_bytes: u64) -> Option<u64> {
-        (capacity_bytes / BUCKET_BYTES).checked_mul(std::mem::size_of::<Option<Cached>>() as u64)
+        (capacity_bytes / BUCKET_BYTES).checked_mul(SLOT_BYTES as u64)
     }
 
     /// A cache of `capacity_bytes` worth of buckets (0 disables it).
     pub fn new(capacity_bytes: u64) -> Self {
-        let n = (capacity_bytes / BUCKET_BYTES) as usize;
-        LocationCache { entries: vec![None; n], stats: CacheStats::default() }
+        let slots = (capacity_bytes / BUCKET_BYTES) as usize;
+        LocationCache { entries: vec![0u8; slots * SLOT_BYTES], slots, stats: CacheStats::default() }
     }
 
-    fn slot(&self, node: u16, table: u16, offset: u64) -> Option<usize> {
-        if self.entries.is_empty() {
+    /// The slot (its bytes) a bucket maps to.
+    fn slot(&self, node: u16, table: u16, offset: u64) -> Option<std::ops::Range<usize>> {
+        if self.slots == 0 {
             return None;
         }
-        let h = bucket_of(((node as u64) << 48) ^ ((table as u64) << 40) ^ offset, self.entries.len() as u64);
-        Some(h as usize)
+        let h = bucket_of(((node as u64) << 48) ^ ((table as u64) << 40) ^ offset, self.slots as u64) as usize;
+        Some(h * SLOT_BYTES..(h + 1) * SLOT_BYTES)
+    }
+
+    /// Whether slot bytes `e` hold this very bucket.
+    fn holds(e: &[u8], node: u16, table: u16, offset: u64) -> bool {
+        let u16_at = |at: usize| u16::from_le_bytes([e[at], e[at + 1]]);
+        e[0] == 1
+            && u16_at(AT_NODE) == node
+            && u16_at(AT_TABLE) == table
+            && e[AT_OFFSET..AT_BUCKET] == offset.to_le_bytes()
     }
 
     pub fn get(&mut self, node: u16, table: u16, offset: u64) -> Option<[u8; BUCKET_BYTES as usize]> {
-        let i = self.slot(node, table, offset)?;
-        match &self.entries[i] {
-            Some(c) if c.node == node && c.table == table && c.offset == offset => {
-                self.stats.hits += 1;
-                Some(c.bytes)
-            }
-            _ => {
-                self.stats.misses += 1;
-                None
-            }
+        let r = self.slot(node, table, offset)?;
+        let e = &self.entries[r];
+        if Self::holds(e, node, table, offset) {
+            self.stats.hits += 1;
+            let mut b = [0u8; BUCKET_BYTES as usize];
+            b.copy_from_slice(&e[AT_BUCKET..]);
+            Some(b)
+        } else {
+            self.stats.misses += 1;
+            None
         }
     }
 
     pub fn put(&mut self, node: u16, table: u16, offset: u64, bytes: &[u8]) {
-        if let Some(i) = self.slot(node, table, offset) {
-            let mut b = [0u8; BUCKET_BYTES as usize];
-            b.copy_from_slice(&bytes[..BUCKET_BYTES as usize]);
-            self.entries[i] = Some(Cached { node, table, offset, bytes: b });
+        if let Some(r) = self.slot(node, table, offset) {
+            let e = &mut self.entries[r];
+            e[0] = 1;
+            e[AT_NODE..AT_TABLE].copy_from_slice(&node.to_le_bytes());
+            e[AT_TABLE..AT_OFFSET].copy_from_slice(&table.to_le_bytes());
+            e[AT_OFFSET..AT_BUCKET].copy_from_slice(&offset.to_le_bytes());
+            e[AT_BUCKET..].copy_from_slice(&bytes[..BUCKET_BYTES as usize]);
         }
     }
 
@@ -112,9 +129,9 @@ impl LocationCache {
     pub fn invalidate(&mut self, node: u16, table: u16, offsets: &[u64]) {
         self.stats.stale += 1;
         for &o in offsets {
-            if let Some(i) = self.slot(node, table, o) {
-                if self.entries[i].as_ref().is_some_and(|c| c.node == node && c.table == table && c.offset == o) {
-                    self.entries[i] = None;
+            if let Some(r) = self.slot(node, table, o) {
+                if Self::holds(&self.entries[r.clone()], node, table, o) {
+                    self.entries[r.start] = 0;
                 }
             }
         }
@@ -192,4 +209,28 @@ pub async fn locate(
         }
     }
     Err(TxnError::NotFound { node, table, key })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cache_returns_what_was_put_until_invalidated_or_evicted() {
+        let mut c = LocationCache::new(64 * BUCKET_BYTES);
+        let bucket: Vec<u8> = (0..BUCKET_BYTES as u8).collect();
+        assert_eq!(c.get(3, 7, 4096), None);
+        c.put(3, 7, 4096, &bucket);
+        assert_eq!(c.get(3, 7, 4096).map(|b| b.to_vec()), Some(bucket.clone()));
+        // Same slot bytes, another bucket's identity: a miss.
+        assert_eq!(c.get(3, 8, 4096), None);
+        assert_eq!(c.get(2, 7, 4096), None);
+        c.invalidate(3, 7, &[4096]);
+        assert_eq!(c.get(3, 7, 4096), None);
+        assert_eq!((c.stats.hits, c.stats.misses, c.stats.stale), (1, 4, 1));
+        // A disabled cache holds nothing.
+        let mut off = LocationCache::new(0);
+        off.put(1, 1, 0, &bucket);
+        assert_eq!(off.get(1, 1, 0), None);
+    }
 }

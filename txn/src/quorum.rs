@@ -145,6 +145,77 @@ pub fn local_version(n: &NodeState, mem: &dyn HostMemory, table: u16, key: u64) 
         .map(|(_, off)| split_version_word(mem.load_u64(n.base() + off + VERSION).unwrap_or(0)).1)
 }
 
+/// What transactions hold at a replica before their outcome reaches it, per record (copy
+/// table, key): TAPIR's prepared transactions, MDCC's accepted options. Read holds share; a
+/// write hold excludes every other.
+#[derive(Default)]
+pub struct Holds {
+    by_key: std::cell::RefCell<BTreeMap<(u16, u64), Held>>,
+    by_tid: std::cell::RefCell<BTreeMap<u64, Vec<(u16, u64)>>>,
+}
+
+#[derive(Default)]
+struct Held {
+    readers: Vec<u64>,
+    writer: u64,
+}
+
+impl Holds {
+    /// Whether another transaction's hold on the record conflicts with `tid` reading or (with
+    /// `write`) writing it.
+    pub fn conflicts(&self, tid: u64, table: u16, key: u64, write: bool) -> bool {
+        self.by_key
+            .borrow()
+            .get(&(table, key))
+            .is_some_and(|h| (h.writer != 0 && h.writer != tid) || (write && h.readers.iter().any(|&r| r != tid)))
+    }
+
+    /// `tid` holds the record (again: idempotent).
+    pub fn hold(&self, tid: u64, table: u16, key: u64, write: bool) {
+        let mut by_key = self.by_key.borrow_mut();
+        let h = by_key.entry((table, key)).or_default();
+        let held = h.writer == tid || h.readers.contains(&tid);
+        match write {
+            true => h.writer = tid,
+            false if !h.readers.contains(&tid) => h.readers.push(tid),
+            false => {}
+        }
+        if !held {
+            self.by_tid.borrow_mut().entry(tid).or_default().push((table, key));
+        }
+    }
+
+    /// The outcome of `tid` reached this replica: its holds go, and on a commit its writes
+    /// among `entries` are installed where newer than the replica's version (outcomes of
+    /// different transactions may cross).
+    pub fn finish(&self, n: &NodeState, mem: &dyn HostMemory, tid: u64, commit: bool, entries: &[Entry]) {
+        self.release(tid);
+        if commit {
+            for e in entries.iter().filter(|e| e.write) {
+                crate::participant::install_if_newer(n, mem, e.table, e.key, e.version, tid, &e.value);
+            }
+        }
+    }
+
+    /// Every hold of `tid` goes.
+    pub fn release(&self, tid: u64) {
+        if let Some(keys) = self.by_tid.borrow_mut().remove(&tid) {
+            let mut by_key = self.by_key.borrow_mut();
+            for k in keys {
+                if let Some(h) = by_key.get_mut(&k) {
+                    h.readers.retain(|&r| r != tid);
+                    if h.writer == tid {
+                        h.writer = 0;
+                    }
+                    if h.readers.is_empty() && h.writer == 0 {
+                        by_key.remove(&k);
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -160,5 +231,24 @@ mod tests {
         for cut in 0..b.len() {
             assert!(decode(&b[..cut]).is_err(), "a request cut at {cut} bytes decoded");
         }
+    }
+
+    #[test]
+    fn holds_share_reads_exclude_writes_and_go_with_the_outcome() {
+        let h = Holds::default();
+        h.hold(1, 3, 9, false);
+        h.hold(2, 3, 9, false);
+        assert!(!h.conflicts(3, 3, 9, false), "reads share");
+        assert!(h.conflicts(3, 3, 9, true), "a write waits for readers");
+        assert!(!h.conflicts(1, 3, 10, true), "another record");
+        h.hold(1, 3, 9, false);
+        h.release(1);
+        assert!(h.conflicts(1, 3, 9, true), "2 still reads");
+        h.release(2);
+        assert!(!h.conflicts(1, 3, 9, true), "nothing held");
+        h.hold(4, 3, 9, true);
+        assert!(h.conflicts(5, 3, 9, false) && !h.conflicts(4, 3, 9, false), "a write excludes others only");
+        h.release(4);
+        assert!(h.by_key.borrow().is_empty() && h.by_tid.borrow().is_empty(), "released holds leave nothing");
     }
 }

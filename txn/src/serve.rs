@@ -27,13 +27,19 @@ pub struct Job {
 pub struct Jobs {
     queues: RefCell<BTreeMap<u16, VecDeque<Job>>>,
     done: Cell<u64>,
+    /// Per worker, its server coroutines asleep for want of work (`serve`).
+    idle: RefCell<BTreeMap<u16, Vec<u32>>>,
 }
 
 impl Jobs {
     /// A handler's body: queue the request for this worker's servers, defer the reply.
-    pub fn defer(&self, h: &HandlerCtx<'_>, handler: u16, req: &[u8]) -> Handled {
+    /// One idle server of this worker wakes for it.
+    pub fn defer(&self, h: &mut HandlerCtx<'_>, handler: u16, req: &[u8]) -> Handled {
         let job = Job { handler, token: h.token(), req: req.to_vec() };
         self.queues.borrow_mut().entry(h.me.worker).or_default().push_back(job);
+        if let Some(coro) = self.idle.borrow_mut().get_mut(&h.me.worker).and_then(|v| v.pop()) {
+            h.wake(coro);
+        }
         Handled::Defer
     }
 
@@ -73,9 +79,13 @@ pub type ServeFn = for<'a> fn(&'a Ctx, &'a NodeState, &'a Job) -> LocalBoxFuture
 /// How long past the run's end servers keep serving before the run is called stuck.
 pub const STRAGGLE_NS: u64 = 10_000_000_000;
 
+/// How long an idle server sleeps when no request wakes it: it then checks whether the run
+/// is over (a DONE message does not wake it).
+const IDLE_NS: u64 = 1_000_000;
+
 /// A server coroutine: serves this worker's jobs until the run ended, every coordinator is
-/// done, the queues are empty and `busy` says nothing else waits at this node. Idle, it polls
-/// with a back-off from 1 to 16 us (a wait that matters little against inter-DC delays).
+/// done, the queues are empty and `busy` says nothing else waits at this node. Idle, it
+/// sleeps until a request queued for this worker wakes it (`Jobs::defer`), or `IDLE_NS`.
 pub async fn serve(
     ctx: &Ctx,
     n: &NodeState,
@@ -85,11 +95,9 @@ pub async fn serve(
     serve: ServeFn,
 ) -> Result<(), TxnError> {
     let me = ctx.me().worker;
-    let mut idle = 1_000;
     loop {
         match jobs.pop(me) {
             Some(job) => {
-                idle = 1_000;
                 let reply = serve(ctx, n, &job).await?;
                 ctx.send_deferred_reply(job.token, reply);
             }
@@ -100,8 +108,12 @@ pub async fn serve(
                 if ctx.now() > end + STRAGGLE_NS {
                     return Err(TxnError::Unsupported("a protocol's servers still had work 10 s after the end"));
                 }
-                ctx.sleep(idle).await;
-                idle = (idle * 2).min(16_000);
+                let coro = ctx.coroutine();
+                jobs.idle.borrow_mut().entry(me).or_default().push(coro);
+                ctx.sleep(IDLE_NS).await;
+                if let Some(v) = jobs.idle.borrow_mut().get_mut(&me) {
+                    v.retain(|&c| c != coro);
+                }
             }
         }
     }

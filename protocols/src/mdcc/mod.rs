@@ -18,7 +18,7 @@
 //! Collision recovery is therefore the master's majority round, not Fast Paxos's full choice
 //! among the values a quorum reports (docs/protocols.md, "MDCC").
 
-use std::cell::{OnceCell, RefCell};
+use std::cell::OnceCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
@@ -28,7 +28,7 @@ use txbed_txn::node::NodeState;
 use txbed_txn::ops::{self, Rec};
 use txbed_txn::placement::Placement;
 use txbed_txn::protocol::{handler_id, in_id_order, BackgroundFn, Bug, LocalBoxFuture, OptionValues, Protocol};
-use txbed_txn::quorum::{self, decode, encode, Entry};
+use txbed_txn::quorum::{self, decode, encode, Entry, Holds};
 use txbed_txn::serve::{Job, Jobs, Trips};
 use txbed_txn::stage::Stage;
 use txbed_txn::wire::{Put, Reader, WireError};
@@ -85,16 +85,9 @@ pub fn majority(r: u16) -> usize {
 /// classic rounds.
 #[derive(Default)]
 pub struct Part {
-    options: RefCell<BTreeMap<(u16, u64), Pending>>,
-    by_tid: RefCell<BTreeMap<u64, Vec<(u16, u64)>>>,
+    options: Holds,
     jobs: Jobs,
     placement: OnceCell<Placement>,
-}
-
-#[derive(Default)]
-struct Pending {
-    readers: Vec<u64>,
-    writer: u64,
 }
 
 fn part(n: &NodeState) -> &Part {
@@ -186,26 +179,11 @@ fn offer(n: &NodeState, mem: &dyn HostMemory, tid: u64, e: &Entry) -> u8 {
             return BEHIND;
         }
     }
-    let p = part(n);
-    let mut options = p.options.borrow_mut();
-    let pending = options.entry((e.table, e.key)).or_default();
-    let other_writer = pending.writer != 0 && pending.writer != tid;
-    let other_readers = pending.readers.iter().any(|&r| r != tid);
-    if other_writer || (e.write && other_readers) {
-        if pending.writer == 0 && pending.readers.is_empty() {
-            options.remove(&(e.table, e.key));
-        }
+    let options = &part(n).options;
+    if options.conflicts(tid, e.table, e.key, e.write) {
         return BUSY;
     }
-    let held = pending.writer == tid || pending.readers.contains(&tid);
-    match e.write {
-        true => pending.writer = tid,
-        false if !pending.readers.contains(&tid) => pending.readers.push(tid),
-        false => {}
-    }
-    if !held {
-        p.by_tid.borrow_mut().entry(tid).or_default().push((e.table, e.key));
-    }
+    options.hold(tid, e.table, e.key, e.write);
     ACCEPTED
 }
 
@@ -220,31 +198,13 @@ fn accept_handler(n: &NodeState, h: &mut HandlerCtx<'_>, req: &[u8]) -> Handled 
     Handled::Reply
 }
 
-/// VISIBLE: drop the transaction's options here; on a commit, install its writes (when newer
-/// than what the replica has: visibility messages of different transactions may cross).
+/// VISIBLE: the transaction's options here go; on a commit, its writes are installed.
 fn visible_handler(n: &NodeState, h: &mut HandlerCtx<'_>, req: &[u8]) -> Handled {
     let Ok((tid, commit, entries)) = decode(req) else { return Handled::Reply };
-    let p = part(n);
-    if let Some(keys) = p.by_tid.borrow_mut().remove(&tid) {
-        let mut options = p.options.borrow_mut();
-        for k in keys {
-            if let Some(pending) = options.get_mut(&k) {
-                pending.readers.retain(|&r| r != tid);
-                if pending.writer == tid {
-                    pending.writer = 0;
-                }
-                if pending.readers.is_empty() && pending.writer == 0 {
-                    options.remove(&k);
-                }
-            }
-        }
-    }
     if commit {
         h.memory_misses(2 * entries.len() as u64);
-        for e in entries.iter().filter(|e| e.write) {
-            txbed_txn::participant::install_if_newer(n, h.mem, e.table, e.key, e.version, tid, &e.value);
-        }
     }
+    part(n).options.finish(n, h.mem, tid, commit, &entries);
     Handled::Reply
 }
 

@@ -10,7 +10,7 @@
 //! `txn::placement`), read and written by the replicas' own RPC handlers; a replica's prepared
 //! transactions are in its memory. Messages are per node, as Table 1 counts them.
 
-use std::cell::{OnceCell, RefCell};
+use std::cell::OnceCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
@@ -20,7 +20,7 @@ use txbed_txn::node::NodeState;
 use txbed_txn::ops::{self, Rec};
 use txbed_txn::placement::Placement;
 use txbed_txn::protocol::{handler_id, in_id_order, Bug, LocalBoxFuture, Protocol};
-use txbed_txn::quorum::{self, decode, encode, Entry};
+use txbed_txn::quorum::{self, decode, encode, Entry, Holds};
 use txbed_txn::stage::Stage;
 use txbed_txn::store::{split_version_word, VERSION};
 use txbed_txn::TxnError;
@@ -52,15 +52,8 @@ const ABORT: u8 = 2;
 /// A replica's prepared transactions, per record (copy table, key).
 #[derive(Default)]
 pub struct Part {
-    prepared: RefCell<BTreeMap<(u16, u64), Prepared>>,
-    by_tid: RefCell<BTreeMap<u64, Vec<(u16, u64)>>>,
+    prepared: Holds,
     placement: OnceCell<Placement>,
-}
-
-#[derive(Default)]
-struct Prepared {
-    readers: Vec<u64>,
-    writer: u64,
 }
 
 fn part(n: &NodeState) -> &Part {
@@ -134,10 +127,9 @@ fn read_handler(n: &NodeState, h: &mut HandlerCtx<'_>, req: &[u8]) -> Handled {
 fn prepare_handler(n: &NodeState, h: &mut HandlerCtx<'_>, req: &[u8]) -> Handled {
     let Ok((tid, _, entries)) = decode(req) else { return Handled::Reply };
     h.memory_misses(2 * entries.len() as u64);
-    let p = part(n);
+    let prepared = &part(n).prepared;
     let mut verdict = OK;
     {
-        let prepared = p.prepared.borrow();
         for e in &entries {
             let have = find(n, h.mem, e.table, e.key)
                 .map(|(off, _)| split_version_word(h.mem.load_u64(n.base() + off + VERSION).unwrap_or(0)).1);
@@ -154,25 +146,15 @@ fn prepare_handler(n: &NodeState, h: &mut HandlerCtx<'_>, req: &[u8]) -> Handled
                     verdict = verdict.max(ABSTAIN);
                 }
             }
-            if let Some(pr) = prepared.get(&(e.table, e.key)) {
-                let other_writer = pr.writer != 0 && pr.writer != tid;
-                let other_readers = pr.readers.iter().any(|&r| r != tid);
-                if other_writer || (e.write && other_readers) {
-                    verdict = verdict.max(ABSTAIN);
-                }
+            if prepared.conflicts(tid, e.table, e.key, e.write) {
+                verdict = verdict.max(ABSTAIN);
             }
         }
     }
     if verdict == OK {
-        let mut prepared = p.prepared.borrow_mut();
         for e in &entries {
-            let pr = prepared.entry((e.table, e.key)).or_default();
-            match e.write {
-                true => pr.writer = tid,
-                false => pr.readers.push(tid),
-            }
+            prepared.hold(tid, e.table, e.key, e.write);
         }
-        p.by_tid.borrow_mut().insert(tid, entries.iter().map(|e| (e.table, e.key)).collect());
     }
     h.reply.push(verdict);
     Handled::Reply
@@ -182,27 +164,10 @@ fn prepare_handler(n: &NodeState, h: &mut HandlerCtx<'_>, req: &[u8]) -> Handled
 /// transaction; an abort only forgets it.
 fn commit_handler(n: &NodeState, h: &mut HandlerCtx<'_>, req: &[u8]) -> Handled {
     let Ok((tid, commit, entries)) = decode(req) else { return Handled::Reply };
-    let p = part(n);
-    if let Some(keys) = p.by_tid.borrow_mut().remove(&tid) {
-        let mut prepared = p.prepared.borrow_mut();
-        for k in keys {
-            if let Some(pr) = prepared.get_mut(&k) {
-                pr.readers.retain(|&r| r != tid);
-                if pr.writer == tid {
-                    pr.writer = 0;
-                }
-                if pr.readers.is_empty() && pr.writer == 0 {
-                    prepared.remove(&k);
-                }
-            }
-        }
-    }
     if commit {
         h.memory_misses(2 * entries.len() as u64);
-        for e in entries.iter().filter(|e| e.write) {
-            txbed_txn::participant::install_if_newer(n, h.mem, e.table, e.key, e.version, tid, &e.value);
-        }
     }
+    part(n).prepared.finish(n, h.mem, tid, commit, &entries);
     Handled::Reply
 }
 
