@@ -95,6 +95,54 @@ fn mdcc_collisions_go_to_classic_rounds() {
     );
 }
 
+/// The paper's network variants: RedT over TCP inside each data center (`intra_dc: "tcp"`:
+/// the executor's locks, releases and log writes become messages to the replicas' nodes'
+/// CPUs) and RDMA over the links between data centers (`cluster.inter_dc.transport=Rdma`),
+/// on data centers 0.5 ms apart where intra-DC costs show: both checked, every replica
+/// current; the messages cost the lock stage time on TCP (its per-message CPU on both sides),
+/// and the inter-DC counts are Table 1's either way (one round trip per phase).
+#[test]
+fn the_network_variants_run_checked() {
+    let near = [
+        "cluster.inter_dc.delay=Constant(500)",
+        "run.retry=Backoff(first_us: 500, max_us: 20000)",
+        "run.measure_us=50000",
+        "workload=Ycsb((rows_per_node: 10000, ops: 4, write_fraction: 0.5, hot_probability: 0.1))",
+    ];
+    let with = |extra: &[&str]| {
+        let mut sets = near.to_vec();
+        sets.extend_from_slice(extra);
+        run(&sets)
+    };
+    let rdma = with(&[]);
+    let tcp = with(&["protocol.options.intra_dc=tcp", "protocol.options.tcp_per_message_cpu_ns=10000"]);
+    let everywhere = with(&["cluster.inter_dc.transport=Rdma"]);
+    let lock = stage_index(Stage::Lock);
+    let mean = |r: &TxnRunResult| r.stats.stage_ns[lock] as f64 / r.stats.stage_calls[lock].max(1) as f64;
+    for (what, r) in [("RDMA inside", &rdma), ("TCP inside", &tcp), ("RDMA everywhere", &everywhere)] {
+        check(what, r, 200);
+        every_replica_checked(r, 3);
+        eprintln!("{what}: lock stage {:.1} us per execution", mean(r) / 1000.0);
+        for s in [Stage::Lock, Stage::Commit] {
+            let i = stage_index(s);
+            assert!(
+                r.stats.stage_inter_dc_round_trips[i] <= r.stats.stage_calls[i],
+                "{what} {s:?}: one inter-DC round trip at most"
+            );
+        }
+    }
+    // Two message rounds (locks, then redo entries) with 4 x 10 us of stack CPU each, at least.
+    assert!(mean(&tcp) > mean(&rdma) + 40_000.0, "TCP inside: lock stage {} ns against {} ns", mean(&tcp), mean(&rdma));
+    // TPC-C over TCP inside, scaled down.
+    let r = run(&[
+        "protocol.options.intra_dc=tcp",
+        "run.measure_us=100000",
+        "workload=Tpcc((warehouses_per_node: 1, items: 1000, customers_per_district: 300))",
+    ]);
+    check("TPC-C, TCP inside", &r, 15);
+    every_replica_checked(&r, 3);
+}
+
 #[test]
 fn every_workload_runs_checked_on_four_data_centers() {
     let r = run(&["run.measure_us=100000"]);

@@ -16,15 +16,15 @@ use txbed_txn::TxnError;
 use super::item::{ext_image, Item, LockType};
 use super::logbuf::{self, Change, Entry};
 use super::wire::{Decision, Seen, SubTxn, Vote};
-use super::{part, Sub, IGNORE_THOMAS_RULE};
+use super::{part, IntraDc, Sub, IGNORE_THOMAS_RULE};
 
 /// Rounds an executor retries a latch held by another executor before its sub-transaction
 /// votes no (Algorithm 1 spins on it; a latch is held for one round trip).
-const LATCH_ROUNDS: u32 = 64;
+pub(crate) const LATCH_ROUNDS: u32 = 64;
 /// Between those rounds.
-const LATCH_PAUSE_NS: u64 = 200;
+pub(crate) const LATCH_PAUSE_NS: u64 = 200;
 /// How long a writer waits for the replay to free a slot before it gives up.
-const LOG_FULL_BOUND_NS: u64 = 100_000_000;
+pub(crate) const LOG_FULL_BOUND_NS: u64 = 100_000_000;
 
 /// One replica a sub-transaction accesses.
 #[derive(Clone, Debug)]
@@ -211,6 +211,9 @@ pub async fn lock_all(
     tid: u64,
     copies: &mut [Copy],
 ) -> Result<Result<(), &'static str>, TxnError> {
+    if part(n).options.intra_dc == IntraDc::Tcp {
+        return super::tcp::lock_all(ctx, n, tid, copies).await;
+    }
     let mut pending: Vec<usize> = (0..copies.len()).collect();
     let mut conflict = None;
     for round in 0.. {
@@ -275,6 +278,9 @@ pub async fn release_all(
     copies: &[Copy],
     commit: Option<(u64, &Installs)>,
 ) -> Result<(), TxnError> {
+    if part(n).options.intra_dc == IntraDc::Tcp {
+        return super::tcp::release_all(ctx, n, tid, copies, commit).await;
+    }
     let mut pending: Vec<usize> = (0..copies.len()).filter(|&k| copies[k].locked).collect();
     let half = ops::log_area(ctx).0;
     let began = ctx.now();
@@ -331,7 +337,7 @@ pub async fn release_all(
 }
 
 /// Puts a new version, its writer and its record into a tuple image.
-fn install_into(tuple: &mut [u8], ext_at: usize, version: u64, writer: u64, value: &[u8]) {
+pub(crate) fn install_into(tuple: &mut [u8], ext_at: usize, version: u64, writer: u64, value: &[u8]) {
     let (inc, _) = split_version_word(u64_at(tuple, VERSION as usize));
     put_u64_at(tuple, VERSION as usize, version_word(inc, version));
     put_u64_at(tuple, WRITER as usize, writer);
@@ -351,6 +357,9 @@ pub async fn write_log(
     status: u64,
     changes: BTreeMap<u16, Vec<Change>>,
 ) -> Result<Vec<(u16, u64, Entry)>, TxnError> {
+    if part(n).options.intra_dc == IntraDc::Tcp {
+        return super::tcp::write_log(ctx, n, tid, cts, status, changes).await;
+    }
     let mut entries = Vec::new();
     for (node, chs) in changes {
         for part in logbuf::split(chs)? {
@@ -427,6 +436,9 @@ pub async fn commit_log(
     status: u64,
     installs: &BTreeMap<(u16, u64), (u64, Vec<u8>)>,
 ) -> Result<(), TxnError> {
+    if part(n).options.intra_dc == IntraDc::Tcp {
+        return super::tcp::commit_log(ctx, n, slots, cts, status, installs).await;
+    }
     let area = n.catalog.layout.area_at;
     let half = ops::log_area(ctx).0;
     let mut at = half;

@@ -16,6 +16,7 @@ mod coordinator;
 mod executor;
 pub mod item;
 pub mod logbuf;
+mod tcp;
 pub mod wire;
 
 use std::cell::{Cell, OnceCell, RefCell};
@@ -45,11 +46,30 @@ pub struct Options {
     pub executors_per_worker: u32,
     /// How often each node's replay scans its log buffer, ns.
     pub replay_interval_ns: u64,
+    /// How the executor reaches its data center's replicas: one-sided verbs (RedT), or
+    /// messages to their nodes' CPUs (the paper's TCP-inside-a-DC comparison; `tcp`).
+    pub intra_dc: IntraDc,
+    /// With `intra_dc: "tcp"`: the CPU one message costs its sender, and again its receiver
+    /// (kernel stack, copies, system calls), as the WAN's TCP transport charges it.
+    pub tcp_per_message_cpu_ns: u64,
+}
+
+/// How an executor reaches the replicas in its data center.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IntraDc {
+    Rdma,
+    Tcp,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { executors_per_worker: 8, replay_interval_ns: 10_000 }
+        Options {
+            executors_per_worker: 8,
+            replay_interval_ns: 10_000,
+            intra_dc: IntraDc::Rdma,
+            tcp_per_message_cpu_ns: 2_000,
+        }
     }
 }
 
@@ -60,6 +80,9 @@ impl Options {
         }
         if !(100..=1_000_000_000).contains(&self.replay_interval_ns) {
             return Err(format!("replay_interval_ns must be 100..=1000000000, got {}", self.replay_interval_ns));
+        }
+        if self.tcp_per_message_cpu_ns > 1_000_000 {
+            return Err(format!("tcp_per_message_cpu_ns must be at most 1000000, got {}", self.tcp_per_message_cpu_ns));
         }
         Ok(())
     }
@@ -114,7 +137,14 @@ pub const H_SUB: u16 = handler_id(0);
 pub const H_DECIDE: u16 = handler_id(1);
 /// DONE: a coordinator ran its last transaction.
 pub const H_DONE: u16 = handler_id(2);
-pub const HANDLER_NAMES: [&str; 3] = ["REDT_SUB", "REDT_DECIDE", "REDT_DONE"];
+/// `intra_dc: "tcp"`: a data node's CPU locks, releases, appends to its log buffer and sets
+/// log entries' status for the executor (`tcp`).
+pub const H_TCP_LOCK: u16 = handler_id(3);
+pub const H_TCP_RELEASE: u16 = handler_id(4);
+pub const H_TCP_LOG: u16 = handler_id(5);
+pub const H_TCP_STATUS: u16 = handler_id(6);
+pub const HANDLER_NAMES: [&str; 7] =
+    ["REDT_SUB", "REDT_DECIDE", "REDT_DONE", "REDT_TCP_LOCK", "REDT_TCP_RELEASE", "REDT_TCP_LOG", "REDT_TCP_STATUS"];
 
 /// A sub-transaction between its phases at its executor's node.
 pub struct Sub {
@@ -212,7 +242,19 @@ impl Protocol for RedT {
             let n = n.clone();
             Rc::new(move |_h: &mut HandlerCtx<'_>, _req: &[u8]| part(&n).jobs.note_done())
         };
-        in_id_order(vec![(H_SUB, queue(H_SUB)), (H_DECIDE, queue(H_DECIDE)), (H_DONE, done)])
+        let on_cpu = |f: fn(&NodeState, &mut HandlerCtx<'_>, &[u8]) -> txbed_transport::Handled| -> Rc<HandlerFn> {
+            let n = n.clone();
+            Rc::new(move |h: &mut HandlerCtx<'_>, req: &[u8]| f(&n, h, req))
+        };
+        in_id_order(vec![
+            (H_SUB, queue(H_SUB)),
+            (H_DECIDE, queue(H_DECIDE)),
+            (H_DONE, done),
+            (H_TCP_LOCK, on_cpu(tcp::lock_handler)),
+            (H_TCP_RELEASE, on_cpu(tcp::release_handler)),
+            (H_TCP_LOG, on_cpu(tcp::log_handler)),
+            (H_TCP_STATUS, on_cpu(tcp::status_handler)),
+        ])
     }
     fn background(&self) -> Option<BackgroundFn> {
         Some(|ctx, n, end| Box::pin(background(ctx, n, end)))
