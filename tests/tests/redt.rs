@@ -95,7 +95,7 @@ fn mdcc_collisions_go_to_classic_rounds() {
     );
 }
 
-/// The paper's network variants: RedT over TCP inside each data center (`intra_dc: "tcp"`:
+/// The paper's network variants: RedT over TCP inside each data center (`intra_dc: "messages"`:
 /// the executor's locks, releases and log writes become messages to the replicas' nodes'
 /// CPUs) and RDMA over the links between data centers (`cluster.inter_dc.transport=Rdma`),
 /// on data centers 0.5 ms apart where intra-DC costs show: both checked, every replica
@@ -115,7 +115,7 @@ fn the_network_variants_run_checked() {
         run(&sets)
     };
     let rdma = with(&[]);
-    let tcp = with(&["protocol.options.intra_dc=tcp", "protocol.options.tcp_per_message_cpu_ns=10000"]);
+    let tcp = with(&["protocol.options.intra_dc=messages", "protocol.options.message_stack_cpu_ns=10000"]);
     let everywhere = with(&["cluster.inter_dc.transport=Rdma"]);
     let lock = stage_index(Stage::Lock);
     let mean = |r: &TxnRunResult| r.stats.stage_ns[lock] as f64 / r.stats.stage_calls[lock].max(1) as f64;
@@ -135,7 +135,7 @@ fn the_network_variants_run_checked() {
     assert!(mean(&tcp) > mean(&rdma) + 40_000.0, "TCP inside: lock stage {} ns against {} ns", mean(&tcp), mean(&rdma));
     // TPC-C over TCP inside, scaled down.
     let r = run(&[
-        "protocol.options.intra_dc=tcp",
+        "protocol.options.intra_dc=messages",
         "run.measure_us=100000",
         "workload=Tpcc((warehouses_per_node: 1, items: 1000, customers_per_district: 300))",
     ]);

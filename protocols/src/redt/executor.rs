@@ -9,68 +9,15 @@ use std::collections::BTreeMap;
 use txbed_transport::{Ctx, LocalBuf, Op, Payload};
 use txbed_txn::node::NodeState;
 use txbed_txn::ops::{self, Path, Rec};
-use txbed_txn::store::{self, split_version_word, version_word, LOCK, META_BYTES, VERSION, WRITER};
-use txbed_txn::wire::{put_u64_at, u64_at, WireError};
+use txbed_txn::store::{self, LOCK, VERSION};
+use txbed_txn::wire::{put_u64_at, WireError};
 use txbed_txn::TxnError;
 
+use super::copy::{install_into, Copy, Installs, LATCH_PAUSE_NS, LATCH_ROUNDS, LOG_FULL_BOUND_NS};
 use super::item::{ext_image, Item, LockType};
 use super::logbuf::{self, Change, Entry};
 use super::wire::{Decision, Seen, SubTxn, Vote};
 use super::{part, IntraDc, Sub, IGNORE_THOMAS_RULE};
-
-/// Rounds an executor retries a latch held by another executor before its sub-transaction
-/// votes no (Algorithm 1 spins on it; a latch is held for one round trip).
-pub(crate) const LATCH_ROUNDS: u32 = 64;
-/// Between those rounds.
-pub(crate) const LATCH_PAUSE_NS: u64 = 200;
-/// How long a writer waits for the replay to free a slot before it gives up.
-pub(crate) const LOG_FULL_BOUND_NS: u64 = 100_000_000;
-
-/// One replica a sub-transaction accesses.
-#[derive(Clone, Debug)]
-pub struct Copy {
-    /// The operation (index in the sub-transaction).
-    pub op: usize,
-    pub node: u16,
-    pub copy: u16,
-    /// The copy's table id (`store::copy_table`).
-    pub table: u16,
-    pub key: u64,
-    pub write: bool,
-    pub offset: u64,
-    pub ext_at: usize,
-    /// The tuple as read under the latch (with the lock this transaction took).
-    pub tuple: Vec<u8>,
-    pub locked: bool,
-}
-
-impl Copy {
-    fn rec(&self) -> Rec {
-        Rec {
-            table: self.table,
-            key: self.key,
-            home: self.node,
-            write: self.write,
-            offset: self.offset,
-            locked: false,
-            asked: false,
-            tuple: Vec::new(),
-        }
-    }
-
-    pub fn item(&self) -> Item {
-        Item::read(&self.tuple, self.ext_at)
-    }
-
-    pub fn version(&self) -> u64 {
-        split_version_word(u64_at(&self.tuple, VERSION as usize)).1
-    }
-
-    pub fn record(&self) -> &[u8] {
-        let len = self.ext_at - META_BYTES as usize;
-        &self.tuple[META_BYTES as usize..META_BYTES as usize + len]
-    }
-}
 
 /// The replicas of `sub`'s operations, located (location cache, then index READs).
 pub async fn copies_of(ctx: &Ctx, n: &NodeState, sub: &SubTxn) -> Result<Vec<Copy>, TxnError> {
@@ -211,8 +158,8 @@ pub async fn lock_all(
     tid: u64,
     copies: &mut [Copy],
 ) -> Result<Result<(), &'static str>, TxnError> {
-    if part(n).options.intra_dc == IntraDc::Tcp {
-        return super::tcp::lock_all(ctx, n, tid, copies).await;
+    if part(n).options.intra_dc == IntraDc::Messages {
+        return super::messages::lock_all(ctx, n, tid, copies).await;
     }
     let mut pending: Vec<usize> = (0..copies.len()).collect();
     let mut conflict = None;
@@ -265,9 +212,6 @@ pub async fn lock_all(
     Ok(Err(conflict.unwrap_or(super::cause::LOCK_CONFLICT)))
 }
 
-/// New (version, record) by operation.
-pub type Installs = BTreeMap<usize, (u64, Vec<u8>)>;
-
 /// RlsLock over the locked copies (lines 15-24): the lock and the owner entry go, and with a
 /// commit each written copy takes its new value if `x.wts < cts` (the Thomas write rule).
 /// `installs`: per operation, (new version, new record).
@@ -278,8 +222,8 @@ pub async fn release_all(
     copies: &[Copy],
     commit: Option<(u64, &Installs)>,
 ) -> Result<(), TxnError> {
-    if part(n).options.intra_dc == IntraDc::Tcp {
-        return super::tcp::release_all(ctx, n, tid, copies, commit).await;
+    if part(n).options.intra_dc == IntraDc::Messages {
+        return super::messages::release_all(ctx, n, tid, copies, commit).await;
     }
     let mut pending: Vec<usize> = (0..copies.len()).filter(|&k| copies[k].locked).collect();
     let half = ops::log_area(ctx).0;
@@ -336,16 +280,6 @@ pub async fn release_all(
     Ok(())
 }
 
-/// Puts a new version, its writer and its record into a tuple image.
-pub(crate) fn install_into(tuple: &mut [u8], ext_at: usize, version: u64, writer: u64, value: &[u8]) {
-    let (inc, _) = split_version_word(u64_at(tuple, VERSION as usize));
-    put_u64_at(tuple, VERSION as usize, version_word(inc, version));
-    put_u64_at(tuple, WRITER as usize, writer);
-    let room = ext_at - META_BYTES as usize;
-    let len = value.len().min(room);
-    tuple[META_BYTES as usize..META_BYTES as usize + len].copy_from_slice(&value[..len]);
-}
-
 /// WriteLog (Algorithm 2, lines 9-21): the changes go to the nodes holding the written
 /// copies, one entry (or several, a slot each) per node: FAA on the node's tail for a slot,
 /// the lazy head check, a WRITE of the entry. Returns (node, slot, entry) of each.
@@ -357,8 +291,8 @@ pub async fn write_log(
     status: u64,
     changes: BTreeMap<u16, Vec<Change>>,
 ) -> Result<Vec<(u16, u64, Entry)>, TxnError> {
-    if part(n).options.intra_dc == IntraDc::Tcp {
-        return super::tcp::write_log(ctx, n, tid, cts, status, changes).await;
+    if part(n).options.intra_dc == IntraDc::Messages {
+        return super::messages::write_log(ctx, n, tid, cts, status, changes).await;
     }
     let mut entries = Vec::new();
     for (node, chs) in changes {
@@ -436,8 +370,8 @@ pub async fn commit_log(
     status: u64,
     installs: &BTreeMap<(u16, u64), (u64, Vec<u8>)>,
 ) -> Result<(), TxnError> {
-    if part(n).options.intra_dc == IntraDc::Tcp {
-        return super::tcp::commit_log(ctx, n, slots, cts, status, installs).await;
+    if part(n).options.intra_dc == IntraDc::Messages {
+        return super::messages::commit_log(ctx, n, slots, cts, status, installs).await;
     }
     let area = n.catalog.layout.area_at;
     let half = ops::log_area(ctx).0;

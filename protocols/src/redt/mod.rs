@@ -13,10 +13,11 @@
 //! `txbed_txn::placement` from the scenario's data centers and `protocol.replication`.
 
 mod coordinator;
+mod copy;
 mod executor;
 pub mod item;
 pub mod logbuf;
-mod tcp;
+mod messages;
 pub mod wire;
 
 use std::cell::{Cell, OnceCell, RefCell};
@@ -47,19 +48,20 @@ pub struct Options {
     /// How often each node's replay scans its log buffer, ns.
     pub replay_interval_ns: u64,
     /// How the executor reaches its data center's replicas: one-sided verbs (RedT), or
-    /// messages to their nodes' CPUs (the paper's TCP-inside-a-DC comparison; `tcp`).
+    /// messages to their nodes' CPUs through a kernel stack (the paper's comparison; docs).
     pub intra_dc: IntraDc,
-    /// With `intra_dc: "tcp"`: the CPU one message costs its sender, and again its receiver
-    /// (kernel stack, copies, system calls), as the WAN's TCP transport charges it.
-    pub tcp_per_message_cpu_ns: u64,
+    /// With `intra_dc: "messages"`: the CPU one message costs its sender, and again its
+    /// receiver (kernel stack, copies, system calls), as the WAN's kernel-stack transport
+    /// charges it.
+    pub message_stack_cpu_ns: u64,
 }
 
 /// How an executor reaches the replicas in its data center.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum IntraDc {
-    Rdma,
-    Tcp,
+    Onesided,
+    Messages,
 }
 
 impl Default for Options {
@@ -67,8 +69,8 @@ impl Default for Options {
         Options {
             executors_per_worker: 8,
             replay_interval_ns: 10_000,
-            intra_dc: IntraDc::Rdma,
-            tcp_per_message_cpu_ns: 2_000,
+            intra_dc: IntraDc::Onesided,
+            message_stack_cpu_ns: 2_000,
         }
     }
 }
@@ -81,8 +83,8 @@ impl Options {
         if !(100..=1_000_000_000).contains(&self.replay_interval_ns) {
             return Err(format!("replay_interval_ns must be 100..=1000000000, got {}", self.replay_interval_ns));
         }
-        if self.tcp_per_message_cpu_ns > 1_000_000 {
-            return Err(format!("tcp_per_message_cpu_ns must be at most 1000000, got {}", self.tcp_per_message_cpu_ns));
+        if self.message_stack_cpu_ns > 1_000_000 {
+            return Err(format!("message_stack_cpu_ns must be at most 1000000, got {}", self.message_stack_cpu_ns));
         }
         Ok(())
     }
@@ -137,19 +139,19 @@ pub const H_SUB: u16 = handler_id(0);
 pub const H_DECIDE: u16 = handler_id(1);
 /// DONE: a coordinator ran its last transaction.
 pub const H_DONE: u16 = handler_id(2);
-/// `intra_dc: "tcp"`: a data node's CPU locks, releases, appends to its log buffer and sets
-/// log entries' status for the executor (`tcp`).
-pub const H_TCP_LOCK: u16 = handler_id(3);
-pub const H_TCP_RELEASE: u16 = handler_id(4);
-pub const H_TCP_LOG: u16 = handler_id(5);
-pub const H_TCP_STATUS: u16 = handler_id(6);
+/// `intra_dc: "messages"`: a data node's CPU locks, releases, appends to its log buffer and
+/// sets log entries' status for the executor (`messages`).
+pub const H_MSG_LOCK: u16 = handler_id(3);
+pub const H_MSG_RELEASE: u16 = handler_id(4);
+pub const H_MSG_LOG: u16 = handler_id(5);
+pub const H_MSG_STATUS: u16 = handler_id(6);
 pub const HANDLER_NAMES: [&str; 7] =
-    ["REDT_SUB", "REDT_DECIDE", "REDT_DONE", "REDT_TCP_LOCK", "REDT_TCP_RELEASE", "REDT_TCP_LOG", "REDT_TCP_STATUS"];
+    ["REDT_SUB", "REDT_DECIDE", "REDT_DONE", "REDT_MSG_LOCK", "REDT_MSG_RELEASE", "REDT_MSG_LOG", "REDT_MSG_STATUS"];
 
 /// A sub-transaction between its phases at its executor's node.
 pub struct Sub {
     pub ops: Vec<wire::Op>,
-    pub copies: Vec<executor::Copy>,
+    pub copies: Vec<copy::Copy>,
     /// The redo entries it wrote: (node, slot, entry).
     pub slots: Vec<(u16, u64, logbuf::Entry)>,
     pub yes: bool,
@@ -250,10 +252,10 @@ impl Protocol for RedT {
             (H_SUB, queue(H_SUB)),
             (H_DECIDE, queue(H_DECIDE)),
             (H_DONE, done),
-            (H_TCP_LOCK, on_cpu(tcp::lock_handler)),
-            (H_TCP_RELEASE, on_cpu(tcp::release_handler)),
-            (H_TCP_LOG, on_cpu(tcp::log_handler)),
-            (H_TCP_STATUS, on_cpu(tcp::status_handler)),
+            (H_MSG_LOCK, on_cpu(messages::lock_handler)),
+            (H_MSG_RELEASE, on_cpu(messages::release_handler)),
+            (H_MSG_LOG, on_cpu(messages::log_handler)),
+            (H_MSG_STATUS, on_cpu(messages::status_handler)),
         ])
     }
     fn background(&self) -> Option<BackgroundFn> {

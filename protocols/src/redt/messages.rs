@@ -1,12 +1,12 @@
-//! RedT over TCP inside a data center (the variant the paper sets RDMA against, option
-//! `intra_dc: "tcp"`): the executor reaches the replicas of its data center by messages to
-//! their nodes' CPUs instead of one-sided verbs, one request per node carrying all of that
-//! node's copies (as a TCP implementation would batch them). The data node's handler does what
-//! the verbs did, under the same latch (the replay still latches items with the CPU), and
-//! every message to or from another node costs the TCP stack's CPU on both sides
-//! (`tcp_per_message_cpu_ns`, as the WAN's TCP transport charges it). The algorithm is
-//! unchanged: No-Wait locks with owner lists, redo entries in the circular buffers, the
-//! Thomas write rule.
+//! RedT with messages inside a data center (the kernel-stack variant the paper sets RDMA
+//! against, option `intra_dc: "messages"`): the executor reaches the replicas of its data
+//! center by messages to their nodes' CPUs instead of one-sided verbs, one request per node
+//! carrying all of that node's copies (as a stream-based implementation would batch them). The
+//! data node's handler does what the verbs did, under the same latch (the replay still latches
+//! items with the CPU), and every message to or from another node costs the stack's CPU on
+//! both sides (`message_stack_cpu_ns`, as the WAN's kernel-stack transport charges it). The
+//! algorithm is unchanged: No-Wait locks with owner lists, redo entries in the circular
+//! buffers, the Thomas write rule.
 
 use std::collections::BTreeMap;
 
@@ -17,7 +17,7 @@ use txbed_txn::store::{LOCK, VERSION};
 use txbed_txn::wire::{Put, Reader, WireError};
 use txbed_txn::TxnError;
 
-use super::executor::{install_into, Copy, Installs, LATCH_PAUSE_NS, LATCH_ROUNDS, LOG_FULL_BOUND_NS};
+use super::copy::{install_into, Copy, Installs, LATCH_PAUSE_NS, LATCH_ROUNDS, LOG_FULL_BOUND_NS};
 use super::item::{ext_image, Item, LockType};
 use super::logbuf::{self, Change, Entry};
 use super::{part, IGNORE_THOMAS_RULE};
@@ -30,17 +30,17 @@ const BUSY: u8 = 2;
 /// The log buffer has no free slot.
 const FULL: u8 = 3;
 
-/// Charges the TCP stack for a message to or from `peer` (nothing on the local path).
+/// Charges the stack for a message to or from `peer` (nothing on the local path).
 fn charge(ctx: &Ctx, n: &NodeState, peer: u16, messages: u64) {
     if peer != n.me {
-        ctx.compute(part(n).options.tcp_per_message_cpu_ns * messages);
+        ctx.compute(part(n).options.message_stack_cpu_ns * messages);
     }
 }
 
 fn charge_handler(n: &NodeState, h: &mut HandlerCtx<'_>) {
     if h.src.node.0 != n.me {
         // The request received and the reply sent.
-        h.compute(2 * part(n).options.tcp_per_message_cpu_ns);
+        h.compute(2 * part(n).options.message_stack_cpu_ns);
     }
 }
 
@@ -55,7 +55,7 @@ async fn exchange(
         // The request sent and the reply received.
         charge(ctx, n, node, 2);
     }
-    quorum::to_nodes(ctx, n, handler, "REDT_TCP", reqs).await
+    quorum::to_nodes(ctx, n, handler, "REDT_MSG", reqs).await
 }
 
 /// The copies `which` of `copies`, grouped by node: node -> indexes.
@@ -91,7 +91,7 @@ pub async fn lock_all(
                 (node, b)
             })
             .collect();
-        let replies = exchange(ctx, n, super::H_TCP_LOCK, &reqs).await?;
+        let replies = exchange(ctx, n, super::H_MSG_LOCK, &reqs).await?;
         pending.clear();
         let mut conflict = false;
         for (ks, rep) in groups.values().zip(&replies) {
@@ -203,7 +203,7 @@ pub async fn release_all(
                 (node, b)
             })
             .collect();
-        let replies = exchange(ctx, n, super::H_TCP_RELEASE, &reqs).await?;
+        let replies = exchange(ctx, n, super::H_MSG_RELEASE, &reqs).await?;
         pending.clear();
         for (ks, rep) in groups.values().zip(&replies) {
             for (&k, &status) in ks.iter().zip(rep.iter()) {
@@ -299,7 +299,7 @@ pub async fn write_log(
                 req.put_u32(bytes.len() as u32);
                 req.put_bytes(&bytes);
                 let reqs = BTreeMap::from([(node, req)]);
-                let rep = exchange(ctx, n, super::H_TCP_LOG, &reqs).await?;
+                let rep = exchange(ctx, n, super::H_MSG_LOG, &reqs).await?;
                 let mut r = Reader::new(&rep[0]);
                 if r.u8()? == DONE {
                     out.push((node, r.u64()?, entry));
@@ -382,7 +382,7 @@ pub async fn commit_log(
             (node, b)
         })
         .collect();
-    exchange(ctx, n, super::H_TCP_STATUS, &reqs).await?;
+    exchange(ctx, n, super::H_MSG_STATUS, &reqs).await?;
     Ok(())
 }
 
