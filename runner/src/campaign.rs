@@ -118,17 +118,30 @@ pub struct Setup {
 /// The planted bug named `name` (any case or punctuation) of `p`, or a shared one.
 pub fn find_bug(p: ProtocolRef, name: &str) -> Result<Bug, String> {
     let want = fold_name(name);
-    if let Some(b) = p.bugs().iter().chain(SHARED_BUGS.iter()).find(|b| fold_name(b.name) == want) {
+    if let Some(b) = p.bugs().iter().chain(shared_bugs(p)).find(|b| fold_name(b.name) == want) {
         return Ok(*b);
     }
     let own: Vec<&str> = p.bugs().iter().map(|b| b.name).collect();
-    let shared: Vec<&str> = SHARED_BUGS.iter().map(|b| b.name).collect();
+    let shared: Vec<&str> = shared_bugs(p).iter().map(|b| b.name).collect();
+    let shared = match shared.is_empty() {
+        true => "none: it keeps its own replicas and logs, which those bugs do not touch".to_string(),
+        false => shared.join(", "),
+    };
     Err(format!(
-        "{} has no planted bug `{name}` (its own: {}; shared by every protocol: {})",
+        "{} has no planted bug `{name}` (its own: {}; of the shared layers': {shared})",
         p.name(),
         if own.is_empty() { "none".to_string() } else { own.join(", ") },
-        shared.join(", ")
     ))
+}
+
+/// The shared layers' planted bugs that can bite `p`: none for a protocol that keeps its own
+/// replicas (`Protocol::stores_replicas`: RedT and its baselines use neither the shared log,
+/// the write-ahead log's recovery nor chopping, so such a run would be clean and prove nothing).
+pub fn shared_bugs(p: ProtocolRef) -> &'static [Bug] {
+    match p.stores_replicas() {
+        true => &[],
+        false => &SHARED_BUGS,
+    }
 }
 
 /// The campaign's targets: `base` (already `--set`) with `faults` as its random generators
@@ -1094,5 +1107,10 @@ mod tests {
         assert_eq!(find_bug(occ, "SkipValidation").unwrap().name, "SkipValidation");
         let e = find_bug(txbed_protocols::named("nowait").unwrap(), "SkipValidation").unwrap_err();
         assert!(e.contains("NOWAIT has no planted bug `SkipValidation`") && e.contains("ForgetWal"), "{e}");
+        // The shared layers' bugs are refused where those layers are not used.
+        let redt = txbed_protocols::named("redt").unwrap();
+        let e = find_bug(redt, "SkipLog").unwrap_err();
+        assert!(e.contains("RedtIgnoreThomasRule") && e.contains("keeps its own replicas"), "{e}");
+        assert_eq!(find_bug(redt, "redt-ignore-thomas-rule").unwrap().name, "RedtIgnoreThomasRule");
     }
 }

@@ -178,7 +178,7 @@ pub fn check_spec(spec: &TxnRunSpec) -> Result<(), String> {
     spec.hybrid.check(p.name(), p.stages())?;
     p.check_options(&spec.protocol_options).map_err(|e| format!("{} options: {e}", p.name()))?;
     if let Some(bug) = spec.bug {
-        if !p.bugs().contains(&bug) && !crate::campaign::SHARED_BUGS.contains(&bug) {
+        if !p.bugs().contains(&bug) && !crate::campaign::shared_bugs(p).contains(&bug) {
             return Err(format!("{} has no planted bug {}", p.name(), bug.name));
         }
     }
