@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use txbed_transport::{Ctx, HostMemory};
+use txbed_transport::{Ctx, Handled, HandlerCtx, HostMemory};
 
 use crate::node::NodeState;
 use crate::ops::{self, Rec};
@@ -101,21 +101,25 @@ pub fn local_of<T>(n: &NodeState, reqs: &BTreeMap<u16, T>) -> u64 {
     reqs.keys().filter(|&&m| n.local(m)).count() as u64
 }
 
-/// A READ handler's reply: each asked record's tuple at this replica (empty where it lacks it).
-pub fn read_tuples(n: &NodeState, mem: &dyn HostMemory, entries: &[Entry], reply: &mut Vec<u8>) {
-    reply.put_u16(entries.len() as u16);
-    for e in entries {
+/// A READ handler (TAPIR's, MDCC's): each asked record's tuple at this replica, empty where it
+/// lacks the record; a request that does not decode gets an empty reply.
+pub fn read_handler(n: &NodeState, h: &mut HandlerCtx<'_>, req: &[u8]) -> Handled {
+    let Ok((_, _, entries)) = decode(req) else { return Handled::Reply };
+    h.memory_misses(2 * entries.len() as u64);
+    h.reply.put_u16(entries.len() as u16);
+    for e in &entries {
         let mut t = Vec::new();
-        if let Some((place, off)) = crate::participant::find(n, mem, e.table, e.key) {
+        if let Some((place, off)) = crate::participant::find(n, h.mem, e.table, e.key) {
             t = vec![0u8; place.tuple_bytes as usize];
-            let _ = mem.read(n.base() + off, &mut t);
+            let _ = h.mem.read(n.base() + off, &mut t);
         }
-        reply.put_u32(t.len() as u32);
-        reply.put_bytes(&t);
+        h.reply.put_u32(t.len() as u32);
+        h.reply.put_bytes(&t);
     }
+    Handled::Reply
 }
 
-/// Takes the tuples a READ reply (`read_tuples`) from `node` holds into `recs`, keeping each
+/// Takes the tuples a READ reply (`read_handler`) from `node` holds into `recs`, keeping each
 /// record's freshest version (by the version word).
 pub fn take_freshest(recs: &mut [Rec], asked: &[(usize, u16)], reply: &[u8]) -> Result<(), TxnError> {
     let mut r = Reader::new(reply);

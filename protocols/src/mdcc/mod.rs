@@ -130,7 +130,7 @@ impl Protocol for Mdcc {
             Rc::new(move |hc: &mut HandlerCtx<'_>, req: &[u8]| f(&n, hc, req))
         };
         in_id_order(vec![
-            (H_READ, h(read_handler)),
+            (H_READ, h(quorum::read_handler)),
             (H_PROPOSE, h(accept_handler)),
             (H_CLASSIC, h(|n, hc, req| part(n).jobs.defer(hc, H_CLASSIC, req))),
             (H_ACCEPT, h(accept_handler)),
@@ -156,14 +156,6 @@ impl Protocol for Mdcc {
     fn attempt<'a>(&self, ctx: &'a Ctx, n: &'a NodeState, spec: &'a TxnSpec, id: u64) -> LocalBoxFuture<'a, Attempt> {
         Box::pin(attempt(ctx, n, spec, id))
     }
-}
-
-/// READ: the tuples of these records at this replica (empty for one it lacks).
-fn read_handler(n: &NodeState, h: &mut HandlerCtx<'_>, req: &[u8]) -> Handled {
-    let Ok((_, _, entries)) = decode(req) else { return Handled::Reply };
-    h.memory_misses(2 * entries.len() as u64);
-    quorum::read_tuples(n, h.mem, &entries, h.reply);
-    Handled::Reply
 }
 
 /// An acceptor's answer to option `e` of transaction `tid` (a fast round's or a classic

@@ -92,7 +92,7 @@ impl Protocol for Tapir {
             Rc::new(move |hc: &mut HandlerCtx<'_>, req: &[u8]| f(&n, hc, req))
         };
         in_id_order(vec![
-            (H_READ, h(read_handler)),
+            (H_READ, h(quorum::read_handler)),
             (H_PREPARE, h(prepare_handler)),
             (H_FINALIZE, h(|_, _, _| Handled::Reply)),
             (H_COMMIT, h(commit_handler)),
@@ -111,14 +111,6 @@ impl Protocol for Tapir {
 
 fn find(n: &NodeState, mem: &dyn HostMemory, table: u16, key: u64) -> Option<(u64, u64)> {
     txbed_txn::participant::find(n, mem, table, key).map(|(place, off)| (off, place.tuple_bytes))
-}
-
-/// READ: the tuples of these records at this replica (empty for one it lacks).
-fn read_handler(n: &NodeState, h: &mut HandlerCtx<'_>, req: &[u8]) -> Handled {
-    let Ok((_, _, entries)) = decode(req) else { return Handled::Reply };
-    h.memory_misses(2 * entries.len() as u64);
-    quorum::read_tuples(n, h.mem, &entries, h.reply);
-    Handled::Reply
 }
 
 /// PREPARE: TAPIR-OCC-CHECK at this replica. A read of an overwritten version aborts; a
