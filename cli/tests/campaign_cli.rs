@@ -3,7 +3,7 @@
 //! columns, one row per run; with a planted bug the printed replay command runs as printed and
 //! reproduces the verdict and the digest campaign.csv recorded.
 
-mod common;
+use crate::common;
 
 use common::out;
 

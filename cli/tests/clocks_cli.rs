@@ -2,7 +2,7 @@
 //! its `clocks` line; a fault beyond the assumption shows violations; bad values exit 2 naming
 //! the field; free-running clocks keep a run's digest; real backends refuse simulated clocks.
 
-mod common;
+use crate::common;
 
 use common::{out, txbed};
 

@@ -4,7 +4,7 @@
 //! list-append form, finds the anomaly in the export too (and none in a correct run's, with
 //! real-time order: so the export invents no real-time order).
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::process::Command;

@@ -3,7 +3,7 @@
 //! field; real backends refuse what they cannot emulate (exit 2, naming the entry); passive ACK
 //! is refused.
 
-mod common;
+use crate::common;
 
 use common::{finish, free_port, out, scratch, start_rank, txbed};
 

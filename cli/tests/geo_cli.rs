@@ -3,7 +3,7 @@
 //! as it was; the sockets backend emulates constant inter-DC delays and refuses, naming the
 //! field, what it cannot emulate.
 
-mod common;
+use crate::common;
 
 use common::{finish, free_port, out, start_rank, txbed};
 use std::process::{Child, Output};

@@ -2,7 +2,7 @@
 //! form, `txbed check` reads either form, reports its time and peak memory, and exits 2 with
 //! a clear message on an empty, truncated or corrupt file (1 stays for anomalies).
 
-mod common;
+use crate::common;
 
 use common::{out, scratch, txbed};
 

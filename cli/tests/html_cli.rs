@@ -3,7 +3,7 @@
 //! chromium-headless-shell and sets TXBED_REQUIRE_BROWSER, so there a missing browser fails;
 //! elsewhere the browser half is skipped with a message and the page is still checked as text.
 
-mod common;
+use crate::common;
 
 use assert_cmd::Command;
 use std::path::{Path, PathBuf};

@@ -2,7 +2,7 @@
 //! and a two-protocol, two-seed sweep. Needs python3 (CI installs Debian's with pandas and sets
 //! TXBED_PYTHON and TXBED_REQUIRE_PANDAS, so the DataFrame path is exercised too).
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 

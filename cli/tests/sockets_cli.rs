@@ -3,7 +3,7 @@
 //! the survivors must exit non-zero with a message, not hang. Partitions emulated from the
 //! scenario's `faults`, both ways and one way.
 
-mod common;
+use crate::common;
 
 use common::{finish, free_port, start_rank};
 use std::path::{Path, PathBuf};

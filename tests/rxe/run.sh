@@ -11,6 +11,8 @@
 #   TXBED_RXE_TARGET      cargo target dir for the verbs build (default target/rxe-target;
 #                         separate from target/ so concurrent non-verbs builds do not
 #                         overwrite the binary)
+#   TXBED_RXE_BIN         a txbed binary already built with the "verbs" feature: used as is,
+#                         nothing is built (CI passes the one its verbs tests built)
 #   TXBED_RXE_KERNEL_PKG  kernel package (default: what linux-image-amd64 depends on)
 #   TXBED_RXE_GUEST_COMMANDS  shell file copied into the guest and run after the device
 #                         check (default tests/rxe/guest-commands.sh if it exists)
@@ -113,9 +115,14 @@ for m in crc32_generic dummy udp_tunnel ip6_udp_tunnel ib_core ib_uverbs rdma_rx
 say "kernel $kuname ($kpkg $kver_pkg); modules: ${order[*]}"
 
 # ---------------------------------------------------------------- 3. txbed
-say "building txbed --features verbs (target dir $target_dir)"
-CARGO_TARGET_DIR=$target_dir timeout 1800 cargo build --release -p txbed --features verbs >&2
-txbed="$target_dir/release/txbed"
+if [[ -n ${TXBED_RXE_BIN:-} ]]; then
+    txbed=$TXBED_RXE_BIN
+    say "using $txbed (TXBED_RXE_BIN)"
+else
+    say "building txbed --features verbs (target dir $target_dir)"
+    CARGO_TARGET_DIR=$target_dir timeout 1800 cargo build --release -p txbed --features verbs >&2
+    txbed="$target_dir/release/txbed"
+fi
 [[ -x $txbed ]] || die "no $txbed"
 
 # ---------------------------------------------------------------- 4. initramfs
