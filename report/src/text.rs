@@ -193,6 +193,9 @@ fn fault_lines(r: &TxnReport) -> String {
                 n.replica_records
             ));
         }
+        if n.aborted_by_recovery > 0 {
+            line.push_str(&format!(", {} past their commit point aborted by recovery", n.aborted_by_recovery));
+        }
         if n.lost_pending > 0 {
             line.push_str(&format!(", {} PENDING TRANSACTIONS LOST (volatile logs)", n.lost_pending));
         }

@@ -110,6 +110,9 @@ pub struct NodeRecovery {
     /// logs).
     pub rolled_forward: u64,
     pub lost_pending: u64,
+    /// For a protocol that keeps its own replicas: its transactions past their commit point
+    /// that recovery aborted (no executor had received the commit; no client saw them commit).
+    pub aborted_by_recovery: u64,
     /// Locks its transactions held elsewhere, released.
     pub locks_released: u64,
     /// Records its store took from the replicas, and its replica from the others.
@@ -225,6 +228,19 @@ impl Driver {
     /// node that is up, or that survived its own crash (durable) and is running again. A
     /// lost partition waits for nothing.
     fn sources_ready(&self, w: &World<'_>, node: u16) -> bool {
+        if w.spec.protocol.stores_replicas() {
+            // Its copies are restored from the live replicas, once no failed coordinator's
+            // transaction is still being resolved.
+            let live: Vec<u16> = self.alive(w).into_iter().filter(|&m| m != node && self.view.is_up(m)).collect();
+            let up = |m: u16| self.view.is_up(m);
+            let states: Vec<&NodeState> = live.iter().map(|&m| &*w.states[m as usize]).collect();
+            let decided = self.crashed.get(&node).is_none_or(|old| {
+                old.pending.borrow().keys().all(|&id| w.spec.protocol.verdict(&states, id).is_some())
+            });
+            return !live.is_empty()
+                && decided
+                && live.iter().all(|&m| !w.spec.protocol.resolving(&w.states[m as usize], &up));
+        }
         (0..w.spec.nodes).filter(|&p| holders(p, w.spec.nodes, w.spec.replication).contains(&node)).all(|p| {
             let cur = &self.current[p as usize];
             cur.is_empty()
@@ -293,6 +309,26 @@ impl Driver {
         )
     }
 
+    /// Why a protocol that keeps its own replicas (RedT) cannot recover here, if it cannot:
+    /// it assumes NVM (Sec. 3: store and logs survive a crash), and a failed coordinator's
+    /// transaction is resolved by its executors in other data centers.
+    fn cannot_restore_copies(&self, w: &World<'_>) -> Option<&'static str> {
+        if !w.spec.protocol.stores_replicas() {
+            return None;
+        }
+        if !(self.plan.durable_store && self.plan.durable_logs) {
+            return Some("its recovery assumes NVM: a crashed node keeps its copies and log buffer (faults.durable: [Store, Logs])");
+        }
+        let dcs = self.plan.dcs.len().max(1);
+        if w.spec.replication >= 5 {
+            return Some("with 5 or more replicas a partition commits with one of them down, and restoring a replica that missed those writes while the others take new ones is not built (it needs the restored copy's writes fenced per partition): use 3 or 4 replicas, with which a partition waits for its replicas (docs/protocols.md, \"RedT: failures\")");
+        }
+        if w.spec.replication < 2 || dcs < 2 {
+            return Some("a failed coordinator's transactions are resolved by executors in other data centers: it needs 2 or more data centers and protocol.replication 2 or more");
+        }
+        None
+    }
+
     fn set_view(&mut self, w: &mut World<'_>, node: u16, s: NodeStatus) {
         self.view.status[node as usize] = s;
         self.view.epoch += 1;
@@ -311,7 +347,8 @@ impl Driver {
                     _ => unreachable!(),
                 };
                 let chopped = w.spec.workload.chopping().and_then(|_| self.cannot_finish_chopped());
-                if let Some(why) = w.spec.protocol.survives_crashes().err().or(chopped) {
+                let copies = self.cannot_restore_copies(w);
+                if let Some(why) = w.spec.protocol.survives_crashes().err().or(chopped).or(copies) {
                     self.report.fatal = Some(format!(
                         "{} does not survive a node crash ({why}): the run stopped starting transactions at {} us, the time of `{}`",
                         w.spec.protocol.name(),
@@ -396,6 +433,17 @@ impl Driver {
         w.sim.declare_down(node);
         self.set_view(w, node, NodeStatus::Down);
         self.record(node).declared_down_ns = Some(now);
+        if w.spec.protocol.stores_replicas() {
+            // The protocol's own recovery (RedT Sec. 5.1): what the dead node's transactions
+            // hold that no live node knows of is released.
+            let live: Vec<u16> = self.alive(w).into_iter().filter(|&m| self.view.is_up(m)).collect();
+            let mems: Vec<_> = live.iter().map(|&m| w.sim.memory(m)).collect();
+            let pairs: Vec<(&NodeState, &dyn HostMemory)> =
+                live.iter().zip(&mems).map(|(&m, mem)| (&*w.states[m as usize], &**mem as &dyn HostMemory)).collect();
+            let released = w.spec.protocol.node_down(node, &pairs);
+            self.record(node).locks_released += released;
+            return;
+        }
         self.leave_current(w, node);
         for m in self.alive(w) {
             let mem = w.sim.memory(m);
@@ -475,6 +523,10 @@ impl Driver {
         let mem = w.sim.memory(node);
         let old = self.crashed.remove(&node).expect("a restarted node's old state");
         self.joined.remove(&node);
+        if protocol.stores_replicas() {
+            self.restore_copies(w, node, &old, after_run);
+            return;
+        }
         let alive: Vec<u16> = self.alive(w).into_iter().filter(|&m| m != node).collect();
         let (mut store_records, mut replica_records, mut bytes) = (0u64, 0u64, 0u64);
         // The backups first apply every complete entry their rings hold (lazily reclaimed
@@ -630,14 +682,113 @@ impl Driver {
         rec.replica_records = replica_records;
         rec.after_run = after_run;
         if !after_run {
-            // The transfer: the bytes over the node's link, and two cache-missing accesses
-            // per record at the receiving CPU (docs/faults.md, "Recovery time").
-            let p = &w.spec.profile;
-            let wire_ns = (bytes as f64 * 8.0 / p.link.gbps).ceil() as u64;
-            let cpu_ns = (store_records + replica_records) * 2 * p.host.memory_miss_ns;
-            let inc = w.sim.incarnation(node);
-            self.push(now + wire_ns + cpu_ns, Action::Up { node, inc });
+            self.up_after_transfer(w, node, bytes, store_records + replica_records);
         }
+    }
+
+    /// The rebuild of a protocol that keeps its own replicas (RedT Sec. 5.1.2, "restore the
+    /// failed replicas asynchronously"): each copy `node` holds takes, record by record, the
+    /// tuple the protocol picks among the live replicas' (`Protocol::restore_copy`); the
+    /// transactions it coordinated that were past their commit point enter the history as
+    /// the protocol's recovery resolved them (`Protocol::verdict`): committed ones at their
+    /// resolution, aborted ones not at all (no client saw them commit).
+    fn restore_copies(&mut self, w: &mut World<'_>, node: u16, old: &Rc<NodeState>, after_run: bool) {
+        let now = w.sim.now();
+        let protocol = w.spec.protocol;
+        let st = w.states[node as usize].clone();
+        let mem = w.sim.memory(node);
+        let live: Vec<u16> = self.alive(w).into_iter().filter(|&m| m != node && self.view.is_up(m)).collect();
+        let placement = crate::spec::placement(w.spec);
+        let layout = &w.catalog.layout;
+        let (mut records, mut bytes) = (0u64, 0u64);
+        // Copy 0 of the node's own rows, and copy k of the homes it backs.
+        let mut held: Vec<(u16, Vec<u16>)> = vec![(0, vec![node])];
+        for (k, homes) in crate::spec::copies_held(w.spec, node).into_iter().enumerate() {
+            held.push((k as u16 + 1, homes));
+        }
+        for (k, homes) in held {
+            for place in &layout.tables {
+                let per = place.spec.rows_per_node;
+                let Some(mine) = txbed_txn::store::copy_table(place.spec.id, k).and_then(|id| layout.table(id)) else {
+                    continue;
+                };
+                for &home in &homes {
+                    let Ok(replicas) = placement.replicas(home, w.spec.replication) else { continue };
+                    for row in home as u64 * per..(home as u64 + 1) * per {
+                        let Some(at) = txbed_txn::store::find_local(&*mem, st.base(), mine, row) else { continue };
+                        let mut candidates = Vec::new();
+                        for (j, &m) in replicas.iter().enumerate() {
+                            if !live.contains(&m) {
+                                continue;
+                            }
+                            let Some(theirs) =
+                                txbed_txn::store::copy_table(place.spec.id, j as u16).and_then(|id| layout.table(id))
+                            else {
+                                continue;
+                            };
+                            let mm = w.sim.memory(m);
+                            let base = w.states[m as usize].base();
+                            let Some(off) = txbed_txn::store::find_local(&*mm, base, theirs, row) else { continue };
+                            let mut t = vec![0u8; theirs.tuple_bytes as usize];
+                            if mm.read(base + off, &mut t).is_ok() {
+                                candidates.push(t);
+                            }
+                        }
+                        let mut own = vec![0u8; mine.tuple_bytes as usize];
+                        let _ = mem.read(st.base() + at, &mut own);
+                        if candidates.is_empty() {
+                            candidates.push(own.clone());
+                        }
+                        if let Some(t) = protocol.restore_copy(mine.ext_at as usize, &candidates) {
+                            if t != own {
+                                records += 1;
+                                bytes += t.len() as u64;
+                            }
+                            let _ = mem.write(st.base() + at, &t);
+                        }
+                    }
+                }
+            }
+        }
+        txbed_txn::index::build(&st, &*mem);
+        if let Some(&peer) = live.first() {
+            protocol.joined(&st, &w.states[peer as usize]);
+        }
+        // Its transactions past their commit point, as recovery resolved them.
+        let states: Vec<&NodeState> = live.iter().map(|&m| &*w.states[m as usize]).collect();
+        let (mut committed, mut aborted) = (0, 0);
+        let pending = std::mem::take(&mut *old.pending.borrow_mut());
+        for (id, p) in pending {
+            match protocol.verdict(&states, id) {
+                Some((true, at)) => {
+                    let mut h = p.history;
+                    h.end_ns = at;
+                    st.history.borrow_mut().push(h);
+                    st.stats.borrow_mut().external_delta += p.delta;
+                    committed += 1;
+                }
+                _ => aborted += 1,
+            }
+        }
+        let rec = self.record(node);
+        rec.rebuilt_ns = Some(now);
+        rec.rolled_forward = committed;
+        rec.aborted_by_recovery = aborted;
+        rec.store_records = records;
+        rec.after_run = after_run;
+        if !after_run {
+            self.up_after_transfer(w, node, bytes, records);
+        }
+    }
+
+    /// Schedules rebuilt `node` up after the transfer: `bytes` over its link, and two
+    /// cache-missing accesses per record at the receiving CPU (docs/faults.md, "Recovery time").
+    fn up_after_transfer(&mut self, w: &World<'_>, node: u16, bytes: u64, records: u64) {
+        let p = &w.spec.profile;
+        let wire_ns = (bytes as f64 * 8.0 / p.link.gbps).ceil() as u64;
+        let cpu_ns = records * 2 * p.host.memory_miss_ns;
+        let inc = w.sim.incarnation(node);
+        self.push(w.sim.now() + wire_ns + cpu_ns, Action::Up { node, inc });
     }
 
     /// Rebuilt `node` is up: it serves its records and its coordinators start.

@@ -175,6 +175,10 @@ pub struct RandomFaults {
     /// At most this many nodes are down at once (crashed and not yet restarted); a crash
     /// that would exceed it is not drawn. Default 1.
     pub max_down: Option<u16>,
+    /// At most this many crashes (of nodes and data centers) are drawn per run; `None`: no
+    /// limit. `Some(1)`: exactly the "one crash mid-run" campaigns (a failure that recovery
+    /// has not finished with is a second, overlapping failure).
+    pub max_crashes: Option<u32>,
     /// A node crashes and restarts after a downtime drawn from `down_us`.
     pub crash: Option<CrashRate>,
     /// A whole data center crashes and restarts (needs two or more data centers).
@@ -507,6 +511,9 @@ impl RandomFaults {
                 return Err(("max_down", format!("must be 1..={} (one node must stay up), got {m}", t.nodes - 1)));
             }
         }
+        if self.max_crashes == Some(0) {
+            return Err(("max_crashes", "must be 1 or more (or left out: no limit)".into()));
+        }
         if let Some(c) = &self.crash {
             rate("crash", c.per_ms)?;
             range_u("crash.down_us", c.down_us, t.detect_us.max(1))?;
@@ -607,7 +614,11 @@ impl RandomFaults {
             }
         }
         crashes.sort_by_key(|c| c.0);
+        let mut drawn = 0u32;
         for (at, down_us, nodes, dc) in crashes {
+            if self.max_crashes.is_some_and(|m| drawn >= m) {
+                break;
+            }
             let restart = at + down_us.max(t.detect_us);
             let overlapping = |x: &(u64, u64, Vec<u16>)| x.0 <= restart && at <= x.1;
             let busy: Vec<u16> = down.iter().filter(|x| overlapping(x)).flat_map(|x| x.2.clone()).collect();
@@ -616,6 +627,7 @@ impl RandomFaults {
                 continue;
             }
             down.push((at, restart, nodes.clone()));
+            drawn += 1;
             let (crash, back) = match dc {
                 Some(dc) => (Fault::CrashDc { dc: dc.clone() }, Fault::RestartDc { dc }),
                 None => (Fault::Crash { node: nodes[0] }, Fault::Restart { node: nodes[0] }),
@@ -899,6 +911,21 @@ mod tests {
             }
             assert!((0..=1).contains(&down), "{a:?}");
         }
+        // max_crashes: the first crash only, the rest of the schedule as it was.
+        let one = RandomFaults { max_crashes: Some(1), ..r.clone() };
+        one.check(&t).unwrap();
+        let b = one.expand(7, &t, &[]);
+        let crashes = |s: &[TimedFault]| s.iter().filter(|f| matches!(f.fault, Fault::Crash { .. })).count();
+        assert!(crashes(&a) > 1 && crashes(&b) == 1, "{b:?}");
+        assert_eq!(
+            b.iter().find(|f| matches!(f.fault, Fault::Crash { .. })),
+            a.iter().find(|f| matches!(f.fault, Fault::Crash { .. }))
+        );
+        let others = |s: &[TimedFault]| -> Vec<TimedFault> {
+            s.iter().filter(|f| !matches!(f.fault, Fault::Crash { .. } | Fault::Restart { .. })).cloned().collect()
+        };
+        assert_eq!(others(&a), others(&b));
+        assert!(RandomFaults { max_crashes: Some(0), ..r }.check(&t).is_err());
     }
 
     #[test]

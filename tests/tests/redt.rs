@@ -391,3 +391,51 @@ fn replicas_that_do_not_fit_the_data_centers_are_refused() {
     let err = Scenario::load_with(&path, &sets).map(|_| ()).unwrap_err().to_string();
     assert!(err.contains("protocol.replication") && err.contains("do not fit"), "{err}");
 }
+
+/// Sec. 5.1: CI-sized versions of the node-crash and data-center-crash campaigns
+/// (`scenarios/redt/campaign-{node,dc}.ron`: one crash per run at a random time, restarted
+/// mid-run or after it; 300 seeds each in docs/protocols.md, "RedT: failures") end clean:
+/// serializable, nothing committed lost, every replica current. And with the planted
+/// recovery bug (a new coordinator aborting what an executor received committed) the same
+/// machinery finds failures.
+#[test]
+fn node_and_data_center_crash_campaigns_end_clean_and_the_recovery_bug_is_caught() {
+    use txbed_runner::campaign::{self, Kind, Protocols, Setup};
+    let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let setup = |file: &str, seeds: std::ops::Range<u64>, bug: Option<&str>| {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scenarios/redt").join(file);
+        let (s, _) = Scenario::load(&path).unwrap();
+        let (targets, profile, bug) =
+            campaign::prepare(&s, path.to_str().unwrap(), None, &Protocols::Scenario, bug).unwrap();
+        Setup { targets, profile, seeds: seeds.collect(), bug }
+    };
+    let seeds: u64 = std::env::var("TXBED_REDT_CAMPAIGN_SEEDS").ok().and_then(|v| v.parse().ok()).unwrap_or(16);
+    let mut resolved = 0;
+    for file in ["campaign-node.ron", "campaign-dc.ron"] {
+        let rows = campaign::run_all(&setup(file, 1..1 + seeds, None), jobs, &|_| {});
+        let bad: Vec<String> = rows
+            .iter()
+            .filter(|r| r.outcome.kind != Kind::Clean)
+            .map(|r| format!("seed {}: {:?}", r.seed, r.outcome))
+            .collect();
+        assert!(bad.is_empty(), "{file}: {bad:?}");
+        assert!(rows.iter().all(|r| r.outcome.faults_applied >= 1), "{file}: every run has its crash");
+        resolved += rows.iter().map(|r| r.outcome.rolled_forward).sum::<u64>();
+    }
+    assert!(resolved > 0, "some failed coordinator's transactions were committed by recovery");
+    let rows = campaign::run_all(
+        &setup("campaign-node.ron", 1..1 + seeds, Some("RedtRecoveryAbortsCommitted")),
+        jobs,
+        &|_| {},
+    );
+    let caught = rows.iter().filter(|r| r.outcome.kind.is_failure()).count();
+    assert!(caught > 0, "the planted recovery bug was not caught in {seeds} seeds");
+}
+
+/// With 5 replicas a partition commits with a replica down, and restoring it is not built:
+/// a crash is refused, naming why, rather than run unchecked.
+#[test]
+fn crashes_with_five_replicas_are_refused_by_name() {
+    let r = run_file("crash-node.ron", &["protocol.replication=5".to_string()], None);
+    assert!(r.failures.iter().any(|f| f.contains("5 or more replicas")), "{:?}", r.failures);
+}

@@ -246,6 +246,37 @@ pub trait Protocol: Sync {
     /// Faults: whether it survives connections that break and messages that are lost for a
     /// while (partitions, link faults that drop) in mode `hybrid`; `Err` says why not, and
     /// the run ends at such a fault with that verdict.
+    /// For a protocol that keeps its own replicas (`stores_replicas`) and survives crashes:
+    /// the membership declared `dead` down; release, on the live nodes' copies, what its
+    /// transactions held that no live node knows of (they cannot have committed). Returns the
+    /// locks released. Modelled as the membership service's step, as the generic rebuild is.
+    fn node_down(&self, _dead: u16, _live: &[(&NodeState, &dyn txbed_transport::HostMemory)]) -> u64 {
+        0
+    }
+
+    /// The tuple a restarted node's copy of a record takes, from the live replicas' tuples
+    /// (`stores_replicas`); `None`: keep its own.
+    fn restore_copy(&self, _ext_at: usize, _candidates: &[Vec<u8>]) -> Option<Vec<u8>> {
+        None
+    }
+
+    /// A restarted node (`stores_replicas`) was restored: it learns from live `peer` the
+    /// protocol state a joining node is given (e.g. which coordinators are done).
+    fn joined(&self, _node: &NodeState, _peer: &NodeState) {}
+
+    /// Whether a transaction a failed coordinator left past its commit point committed, and
+    /// when it was resolved (ns), as the protocol's recovery decided it on the live nodes.
+    fn verdict(&self, _live: &[&NodeState], _tid: u64) -> Option<(bool, u64)> {
+        None
+    }
+
+    /// Whether node `n` still resolves transactions of failed coordinators, or holds some
+    /// whose coordinator is not up (`up`) unresolved; a restarted node's copies are restored
+    /// only after.
+    fn resolving(&self, _n: &NodeState, _up: &dyn Fn(u16) -> bool) -> bool {
+        false
+    }
+
     fn survives_lost_messages(&self, _hybrid: Hybrid) -> Result<(), &'static str> {
         Ok(())
     }

@@ -5,10 +5,10 @@
 //! requests in arrival order and answer with `Ctx::send_deferred_reply`. And the count of
 //! coordinators done, so servers know when nothing more will come.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
 
-use txbed_transport::{Ctx, Handled, HandlerCtx, ReplyToken};
+use txbed_transport::{Ctx, Handled, HandlerCtx, NodeStatus, ReplyToken};
 
 use crate::node::NodeState;
 use crate::protocol::LocalBoxFuture;
@@ -17,7 +17,8 @@ use crate::TxnError;
 /// A queued request: the handler it came to, where the reply goes, the request.
 pub struct Job {
     pub handler: u16,
-    pub token: ReplyToken,
+    /// None for a job a node queued for itself (`Jobs::push_local`): no reply.
+    pub token: Option<ReplyToken>,
     pub req: Vec<u8>,
 }
 
@@ -26,7 +27,8 @@ pub struct Job {
 #[derive(Default)]
 pub struct Jobs {
     queues: RefCell<BTreeMap<u16, VecDeque<Job>>>,
-    done: Cell<u64>,
+    /// Coordinators done, by node (a node declared down is forgotten: `forget`).
+    done: RefCell<BTreeMap<u16, u64>>,
     /// Per worker, its server coroutines asleep for want of work (`serve`).
     idle: RefCell<BTreeMap<u16, Vec<u32>>>,
 }
@@ -35,12 +37,27 @@ impl Jobs {
     /// A handler's body: queue the request for this worker's servers, defer the reply.
     /// One idle server of this worker wakes for it.
     pub fn defer(&self, h: &mut HandlerCtx<'_>, handler: u16, req: &[u8]) -> Handled {
-        let job = Job { handler, token: h.token(), req: req.to_vec() };
+        let job = Job { handler, token: Some(h.token()), req: req.to_vec() };
         self.queues.borrow_mut().entry(h.me.worker).or_default().push_back(job);
         if let Some(coro) = self.idle.borrow_mut().get_mut(&h.me.worker).and_then(|v| v.pop()) {
             h.wake(coro);
         }
         Handled::Defer
+    }
+
+    /// Queues a job this node gives itself (no reply): an idle server takes it when its
+    /// sleep ends.
+    pub fn push_local(&self, worker: u16, handler: u16, req: Vec<u8>) {
+        self.queues.borrow_mut().entry(worker).or_default().push_back(Job { handler, token: None, req });
+    }
+
+    /// Every queued request, by its handler.
+    pub fn for_each(&self, mut f: impl FnMut(u16, &[u8])) {
+        for q in self.queues.borrow().values() {
+            for j in q {
+                f(j.handler, &j.req);
+            }
+        }
     }
 
     pub fn pop(&self, worker: u16) -> Option<Job> {
@@ -51,15 +68,34 @@ impl Jobs {
         self.queues.borrow().values().all(|q| q.is_empty())
     }
 
-    /// A DONE handler's body: one more coordinator ran its last transaction.
-    pub fn note_done(&self) -> Handled {
-        self.done.set(self.done.get() + 1);
+    /// A DONE handler's body: one more coordinator of the sender's node ran its last
+    /// transaction.
+    pub fn note_done(&self, h: &HandlerCtx<'_>) -> Handled {
+        *self.done.borrow_mut().entry(h.src.node.0).or_default() += 1;
         Handled::Reply
     }
 
-    /// Whether every coordinator of the cluster said it is done.
+    /// A node declared down: its coordinators will not say they are done (a restarted one's
+    /// new coordinators will).
+    pub fn forget(&self, node: u16) {
+        self.done.borrow_mut().remove(&node);
+    }
+
+    /// A restarted node learns, with its state, which coordinators said they are done (it
+    /// was down when they said so).
+    pub fn learn_done(&self, from: &Jobs) {
+        let mut mine = self.done.borrow_mut();
+        for (&m, &c) in from.done.borrow().iter() {
+            let e = mine.entry(m).or_default();
+            *e = (*e).max(c);
+        }
+    }
+
+    /// Whether every coordinator of every node not down said it is done.
     pub fn all_done(&self, ctx: &Ctx, n: &NodeState) -> bool {
-        self.done.get() >= n.nodes as u64 * ctx.workers() as u64 * n.coroutines as u64
+        let each = ctx.workers() as u64 * n.coroutines as u64;
+        let done = self.done.borrow();
+        (0..n.nodes).all(|m| ctx.node_status(m) == NodeStatus::Down || done.get(&m).copied().unwrap_or(0) >= each)
     }
 }
 
@@ -99,7 +135,9 @@ pub async fn serve(
         match jobs.pop(me) {
             Some(job) => {
                 let reply = serve(ctx, n, &job).await?;
-                ctx.send_deferred_reply(job.token, reply);
+                if let Some(token) = job.token {
+                    ctx.send_deferred_reply(token, reply);
+                }
             }
             None => {
                 if ctx.now() >= end && jobs.all_done(ctx, n) && jobs.is_empty() && !busy() {

@@ -135,7 +135,7 @@ impl Protocol for Mdcc {
             (H_CLASSIC, h(|n, hc, req| part(n).jobs.defer(hc, H_CLASSIC, req))),
             (H_ACCEPT, h(accept_handler)),
             (H_VISIBLE, h(visible_handler)),
-            (H_DONE, h(|n, _, _| part(n).jobs.note_done())),
+            (H_DONE, h(|n, h, _| part(n).jobs.note_done(h))),
         ])
     }
     fn background(&self) -> Option<BackgroundFn> {

@@ -195,7 +195,7 @@ fn handlers(n: &Rc<NodeState>) -> Vec<Rc<HandlerFn>> {
         (H_REPLICATE, plain(replicate_handler)),
         (H_APPLY, plain(apply_handler)),
         (H_BACKUP, plain(backup_handler)),
-        (H_DONE, plain(|n, _, _| part(n).jobs.note_done())),
+        (H_DONE, plain(|n, h, _| part(n).jobs.note_done(h))),
     ])
 }
 

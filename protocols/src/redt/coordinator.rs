@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use txbed_transport::Ctx;
+use txbed_transport::{Ctx, NodeStatus};
 use txbed_txn::attempt::{execute, new_history, settle, Attempt};
 use txbed_txn::node::NodeState;
 use txbed_txn::ops::{self, Rec};
@@ -18,8 +18,9 @@ use txbed_txn::TxnError;
 use txbed_workloads::TxnSpec;
 
 use super::executor;
-use super::wire::{Decision, Op, Seen, SubTxn, Vote};
-use super::{cause, placement, H_DECIDE, H_SUB, STALE_VOTES_COUNT};
+use super::recovery::{deliver, Target};
+use super::wire::{Adopt, Decision, Op, Seen, SubTxn, Vote};
+use super::{cause, placement, H_SUB, STALE_VOTES_COUNT};
 
 pub async fn attempt(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Attempt {
     let mut recs = ops::records(n, spec);
@@ -27,8 +28,30 @@ pub async fn attempt(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64) -> Attem
     settle(ctx, n, r, &recs, id, id).await
 }
 
-/// The sub-transactions of `recs`, by data center: each record's replicas there.
-pub fn split(n: &NodeState, recs: &[Rec], tid: u64) -> Result<BTreeMap<u16, SubTxn>, TxnError> {
+/// Whether a replica on `node` takes part: with faults, only if the view shows it up (one
+/// that is not is absent until its restoration, Sec. 5.1).
+fn present(ctx: &Ctx, n: &NodeState, node: u16) -> bool {
+    n.recovery.is_none() || ctx.node_status(node) == NodeStatus::Up
+}
+
+/// Whether every partition `recs` touch has enough replicas up to commit (more than 3/4 of
+/// them): otherwise the transaction waits for their restoration (Sec. 5.1.2).
+fn quorums_up(ctx: &Ctx, n: &NodeState, recs: &[Rec]) -> Result<bool, TxnError> {
+    let p = placement(n);
+    for r in recs {
+        let nodes = p
+            .replicas(r.home, n.replication)
+            .map_err(|_| TxnError::Unsupported("RedT's replicas do not fit the data centers"))?;
+        if (nodes.iter().filter(|&&m| present(ctx, n, m)).count() as u16) < commit_quorum(n.replication) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// The sub-transactions of `recs`, by data center: each record's replicas there (those
+/// present).
+pub fn split(ctx: &Ctx, n: &NodeState, recs: &[Rec], tid: u64) -> Result<BTreeMap<u16, SubTxn>, TxnError> {
     let p = placement(n);
     let mut subs: BTreeMap<u16, SubTxn> = BTreeMap::new();
     for (i, r) in recs.iter().enumerate() {
@@ -36,7 +59,15 @@ pub fn split(n: &NodeState, recs: &[Rec], tid: u64) -> Result<BTreeMap<u16, SubT
             .replicas(r.home, n.replication)
             .map_err(|_| TxnError::Unsupported("RedT's replicas do not fit the data centers"))?;
         for (k, node) in nodes.into_iter().enumerate() {
-            let sub = subs.entry(p.dc_of(node)).or_insert_with(|| SubTxn { tid, ops: Vec::new() });
+            if !present(ctx, n, node) {
+                continue;
+            }
+            let sub = subs.entry(p.dc_of(node)).or_insert_with(|| SubTxn {
+                tid,
+                ops: Vec::new(),
+                executors: Vec::new(),
+                home_ops: Vec::new(),
+            });
             match sub.ops.iter_mut().find(|o| o.idx == i as u16) {
                 Some(o) => o.replicas.push((node, k as u16)),
                 None => sub.ops.push(Op {
@@ -49,17 +80,32 @@ pub fn split(n: &NodeState, recs: &[Rec], tid: u64) -> Result<BTreeMap<u16, SubT
             }
         }
     }
+    // What a new coordinator needs (Sec. 5.1.1): every executor, this data center's first,
+    // and this data center's operations. Only with faults (nothing fails otherwise).
+    if n.recovery.is_none() {
+        return Ok(subs);
+    }
+    let my_dc = p.dc_of(n.me);
+    let mut executors: Vec<(u16, u16)> = subs.keys().map(|&dc| (dc, executor_of(ctx, n, dc, tid))).collect();
+    executors.sort_by_key(|&(dc, _)| dc != my_dc);
+    let home_ops = subs.get(&my_dc).map(|s| s.ops.clone()).unwrap_or_default();
+    for sub in subs.values_mut() {
+        sub.executors = executors.clone();
+        sub.home_ops = home_ops.clone();
+    }
     Ok(subs)
 }
 
 /// The executor of data center `dc` for transaction `tid`: this node in its own data center,
-/// else one of that data center's nodes, spread by transaction.
-pub fn executor_of(n: &NodeState, dc: u16, tid: u64) -> u16 {
+/// else one of that data center's nodes (up ones, with faults), spread by transaction.
+pub fn executor_of(ctx: &Ctx, n: &NodeState, dc: u16, tid: u64) -> u16 {
     let p = placement(n);
     if dc == p.dc_of(n.me) {
         return n.me;
     }
-    let members: Vec<u16> = (0..n.nodes).filter(|&m| p.dc_of(m) == dc).collect();
+    let all: Vec<u16> = (0..n.nodes).filter(|&m| p.dc_of(m) == dc).collect();
+    let up: Vec<u16> = all.iter().copied().filter(|&m| present(ctx, n, m)).collect();
+    let members = if up.is_empty() { all } else { up };
     members[(tid.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) as usize % members.len()]
 }
 
@@ -67,7 +113,12 @@ async fn run(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64, recs: &mut [Rec]
     let start_ns = ctx.now();
     let epoch0 = ctx.view_epoch();
     let my_dc = placement(n).dc_of(n.me);
-    let subs = split(n, recs, id)?;
+    if !quorums_up(ctx, n, recs)? {
+        return Ok(Attempt::Conflict(cause::REPLICA_DOWN));
+    }
+    let subs = split(ctx, n, recs, id)?;
+    let executor =
+        |dc: u16| subs[&dc].executors.iter().find(|e| e.0 == dc).map_or_else(|| executor_of(ctx, n, dc, id), |e| e.1);
 
     // Execution phase: this data center's sub-transaction here, the others' at their
     // executors over the inter-DC links.
@@ -78,18 +129,27 @@ async fn run(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64, recs: &mut [Rec]
     }
     let mut calls = Vec::new();
     for (&dc, sub) in subs.iter().filter(|(&dc, _)| dc != my_dc) {
-        calls.push((dc, ops::send(ctx, n, executor_of(n, dc, id), H_SUB, &sub.encode())));
+        calls.push((dc, ops::send(ctx, n, executor(dc), H_SUB, &sub.encode())));
     }
     ctx.wait().await?;
     for (dc, call) in calls {
-        votes.insert(dc, Vote::decode(&ops::reply(ctx, call, "REDT_SUB")?)?);
+        let vote = match ops::reply(ctx, call, "REDT_SUB") {
+            Ok(b) => Vote::decode(&b)?,
+            // Its executor failed: a no; the abort goes to another node there (ADOPT).
+            Err(_) if n.recovery.is_some() => {
+                Vote { yes: false, cause: cause::code(cause::REPLICA_DOWN), ops: Vec::new() }
+            }
+            Err(e) => return Err(e),
+        };
+        votes.insert(dc, vote);
     }
+    ctx.clear_replies();
     let sent: u64 = subs.iter().filter(|(&dc, _)| dc != my_dc).map(|(_, s)| s.encode().len() as u64).sum();
     ops::account(ctx, n, Stage::Lock, t0, 1, sent, super::take_local(ctx, n));
 
     // The decision (Sec. 4.2.1).
     let outcome = decide(ctx, n, spec, recs, &subs, &votes);
-    let mut decision = Decision { tid: id, commit: false, cts: 0, writes: Vec::new() };
+    let mut decision = Decision { tid: id, commit: false, cts: 0, writes: Vec::new(), recovered: false };
     let result = match outcome {
         Ok((new_values, delta, cts)) => {
             let mut h = new_history(ctx, n, spec, id, start_ns);
@@ -108,21 +168,30 @@ async fn run(ctx: &Ctx, n: &NodeState, spec: &TxnSpec, id: u64, recs: &mut [Rec]
         Err(a) => a,
     };
 
-    // Commit phase: the decision to every executor.
+    // Commit phase: the decision to every executor. With faults, to the other data centers
+    // first (a failed executor's data center gets it as an ADOPT) and only then here: should
+    // this coordinator fail, a new one finds the commit at some executor before any of it is
+    // installed (`recovery`); this holds this data center's locks one inter-DC round trip
+    // longer. Without faults, here first, as the paper does.
     let t1 = ctx.now();
-    if subs.contains_key(&my_dc) {
+    let faults = n.recovery.is_some();
+    if !faults && subs.contains_key(&my_dc) {
         executor::decide(ctx, n, &decision).await?;
     }
     let req = decision.encode();
-    for &dc in subs.keys().filter(|&&dc| dc != my_dc) {
-        ops::send(ctx, n, executor_of(n, dc, id), H_DECIDE, &req);
-    }
-    let waited = ctx.wait().await;
-    let failed = ctx.failed_reply();
-    ctx.clear_replies();
-    waited?;
-    if let Some(e) = failed {
-        return Err(e.into());
+    let targets: Vec<Target> = subs
+        .iter()
+        .filter(|(&dc, _)| dc != my_dc)
+        .map(|(&dc, sub)| Target {
+            dc,
+            executor: Some(executor(dc)),
+            decide: req.clone(),
+            adopt: n.recovery.is_some().then(|| Adopt { decision: decision.clone(), ops: sub.ops.clone() }.encode()),
+        })
+        .collect();
+    deliver(ctx, n, targets).await?;
+    if faults && subs.contains_key(&my_dc) {
+        executor::decide(ctx, n, &decision).await?;
     }
     let sent = req.len() as u64 * subs.keys().filter(|&&dc| dc != my_dc).count() as u64;
     ops::account(ctx, n, Stage::Commit, t1, 1, sent, super::take_local(ctx, n));

@@ -20,10 +20,15 @@ use super::wire::{Decision, Seen, SubTxn, Vote};
 use super::{part, IntraDc, Sub, IGNORE_THOMAS_RULE};
 
 /// The replicas of `sub`'s operations, located (location cache, then index READs).
-pub async fn copies_of(ctx: &Ctx, n: &NodeState, sub: &SubTxn) -> Result<Vec<Copy>, TxnError> {
+/// With faults, only the replicas on nodes the view shows up: one on a failed node is
+/// absent (no lock, no redo entry, no vote) until its restoration.
+pub async fn copies_of(ctx: &Ctx, n: &NodeState, ops: &[super::wire::Op]) -> Result<Vec<Copy>, TxnError> {
     let mut out = Vec::new();
-    for (i, o) in sub.ops.iter().enumerate() {
+    for (i, o) in ops.iter().enumerate() {
         for &(node, copy) in &o.replicas {
+            if n.recovery.is_some() && ctx.node_status(node) != txbed_transport::NodeStatus::Up {
+                continue;
+            }
             let table = match copy {
                 0 => o.table,
                 k => store::copy_table(o.table, k).ok_or(TxnError::UnknownTable(o.table))?,
@@ -74,6 +79,7 @@ async fn latch_and_read(
     copies: &[Copy],
     which: &[usize],
     tid: u64,
+    steal: bool,
 ) -> Result<Vec<(usize, Option<Vec<u8>>)>, TxnError> {
     let scratch = ctx.scratch();
     let end = ops::buffers_end(ctx);
@@ -109,7 +115,11 @@ async fn latch_and_read(
         }
         ctx.wait().await?;
         for (k, at, len) in batch {
-            let won = ctx.load_local(at)? == 0;
+            // With `steal`, a latch held under this transaction's id is taken over: an
+            // executor that failed holding it is replaced (ADOPT) under the same id. Nothing
+            // else latches under a transaction's id (the replay uses `REPLAY_LATCH`).
+            let old = ctx.load_local(at)?;
+            let won = old == 0 || (steal && old == tid);
             let tuple = if won {
                 let mut t = vec![0u8; len as usize];
                 ctx.read_local(at + 8, &mut t)?;
@@ -164,7 +174,7 @@ pub async fn lock_all(
     let mut pending: Vec<usize> = (0..copies.len()).collect();
     let mut conflict = None;
     for round in 0.. {
-        let got = latch_and_read(ctx, n, copies, &pending, tid).await?;
+        let got = latch_and_read(ctx, n, copies, &pending, tid, false).await?;
         pending.clear();
         for (k, tuple) in got {
             let Some(mut tuple) = tuple else {
@@ -222,6 +232,18 @@ pub async fn release_all(
     copies: &[Copy],
     commit: Option<(u64, &Installs)>,
 ) -> Result<(), TxnError> {
+    release(ctx, n, tid, copies, commit, false).await
+}
+
+/// [`release_all`]; with `steal`, taking over latches held under `tid` (recovery's ADOPT).
+pub async fn release(
+    ctx: &Ctx,
+    n: &NodeState,
+    tid: u64,
+    copies: &[Copy],
+    commit: Option<(u64, &Installs)>,
+    steal: bool,
+) -> Result<(), TxnError> {
     if part(n).options.intra_dc == IntraDc::Messages {
         return super::messages::release_all(ctx, n, tid, copies, commit).await;
     }
@@ -229,7 +251,7 @@ pub async fn release_all(
     let half = ops::log_area(ctx).0;
     let began = ctx.now();
     while !pending.is_empty() {
-        let got = latch_and_read(ctx, n, copies, &pending, tid).await?;
+        let got = latch_and_read(ctx, n, copies, &pending, tid, steal).await?;
         pending.clear();
         let mut at = half;
         for (k, tuple) in got {
@@ -311,8 +333,10 @@ pub async fn write_log(
             ops::issue(ctx, n, &log_rec(*node), vec![(faa, true)]).await?;
         }
         ctx.wait().await?;
-        for i in 0..chunk.len() {
-            slots.push(ctx.load_local(scratch.addr + 8 * i as u64)?);
+        for (i, (node, _)) in chunk.iter().enumerate() {
+            let idx = ctx.load_local(scratch.addr + 8 * i as u64)?;
+            part(n).reserved.borrow_mut().insert((*node, idx));
+            slots.push(idx);
         }
     }
     let half = ops::log_area(ctx).0;
@@ -324,6 +348,7 @@ pub async fn write_log(
         let src = stage_or_wait(ctx, &bytes, &mut at, half).await?;
         let write = Op::Write { src, remote: n.catalog.remote(node, area + logbuf::slot_at(idx), bytes.len() as u32) };
         ops::issue(ctx, n, &log_rec(node), vec![(write, true)]).await?;
+        part(n).reserved.borrow_mut().remove(&(node, idx));
         out.push((node, idx, entry));
     }
     ctx.wait().await?;
@@ -406,12 +431,32 @@ pub async fn commit_log(
 /// commit phase needs stays with the node (`Sub`).
 pub async fn execute(ctx: &Ctx, n: &NodeState, sub: &SubTxn) -> Result<Vote, TxnError> {
     let tid = sub.tid;
-    let mut copies = copies_of(ctx, n, sub).await?;
+    if part(n).fenced.borrow().contains(&tid) {
+        // A new coordinator resolved it (Sec. 5.1.1): its failed coordinator's request is void.
+        return Ok(Vote { yes: false, cause: super::cause::code(super::cause::REPLICA_DOWN), ops: Vec::new() });
+    }
+    match execute_on_live(ctx, n, sub).await {
+        Ok(v) => Ok(v),
+        Err(e) if n.recovery.is_none() => Err(e),
+        Err(_) => {
+            // A replica's node failed under a verb: vote no. What was locked or logged is
+            // found again by the transaction's id when the abort comes (`recovery::clean`).
+            let copies = copies_of(ctx, n, &sub.ops).await.unwrap_or_default();
+            let sub_state = Sub::orphan(sub, copies);
+            part(n).subs.borrow_mut().insert(tid, sub_state);
+            Ok(Vote { yes: false, cause: super::cause::code(super::cause::REPLICA_DOWN), ops: Vec::new() })
+        }
+    }
+}
+
+async fn execute_on_live(ctx: &Ctx, n: &NodeState, sub: &SubTxn) -> Result<Vote, TxnError> {
+    let tid = sub.tid;
+    let mut copies = copies_of(ctx, n, &sub.ops).await?;
     let locked = lock_all(ctx, n, tid, &mut copies).await?;
     if let Err(cause) = locked {
         release_all(ctx, n, tid, &copies, None).await?;
         copies.iter_mut().for_each(|c| c.locked = false);
-        part(n).subs.borrow_mut().insert(tid, Sub { ops: sub.ops.clone(), copies, slots: Vec::new(), yes: false });
+        part(n).subs.borrow_mut().insert(tid, Sub::new(sub, copies, Vec::new(), false));
         return Ok(Vote { yes: false, cause: super::cause::code(cause), ops: Vec::new() });
     }
     // Redo log replication (Sec. 4.2.2): an entry per node of the written copies, its
@@ -431,7 +476,7 @@ pub async fn execute(ctx: &Ctx, n: &NodeState, sub: &SubTxn) -> Result<Vote, Txn
             mine.iter().max_by_key(|c| (c.item().wts, c.version())).map(|c| c.record().to_vec()).unwrap_or_default();
         ops_seen.push((i as u16, seen, freshest));
     }
-    part(n).subs.borrow_mut().insert(tid, Sub { ops: sub.ops.clone(), copies, slots, yes: true });
+    part(n).subs.borrow_mut().insert(tid, Sub::new(sub, copies, slots, true));
     Ok(Vote { yes: true, cause: 0, ops: ops_seen })
 }
 
@@ -439,17 +484,43 @@ pub async fn execute(ctx: &Ctx, n: &NodeState, sub: &SubTxn) -> Result<Vote, Txn
 /// (a sub-transaction that voted no writes fresh redo entries, committed, for the replay to
 /// install); on an abort, the abort log; then the locks go.
 pub async fn decide(ctx: &Ctx, n: &NodeState, d: &Decision) -> Result<(), TxnError> {
-    let Some(mut sub) = part(n).subs.borrow_mut().remove(&d.tid) else { return Ok(()) };
-    let sub_ops = std::mem::take(&mut sub.ops);
-    // New values by operation of this sub-transaction, and by (table, key) for log entries.
-    let mut by_op: BTreeMap<usize, (u64, Vec<u8>)> = BTreeMap::new();
+    let p = part(n);
+    if !d.recovered && p.fenced.borrow().contains(&d.tid) {
+        // Its coordinator failed and a new one took the transaction over (Sec. 5.1.1).
+        return Ok(());
+    }
+    let Some(mut sub) = p.subs.borrow_mut().remove(&d.tid) else { return Ok(()) };
+    // What a new coordinator asks (RECOVER) should this transaction's coordinator fail: the
+    // decision, with every write's value, before any of it is carried out.
+    let decided =
+        super::Decided { decision: d.clone(), executors: sub.executors.clone(), home_ops: sub.home_ops.clone() };
+    p.decided.borrow_mut().insert(super::recovery::thread_of(d.tid), decided);
+    if sub.orphan {
+        // Its execution failed part way: clean up by the transaction's id.
+        return super::recovery::clean(ctx, n, d, &sub.ops, &sub.copies).await;
+    }
+    match carry_out(ctx, n, d, &mut sub).await {
+        // A replica's node failed under a verb: finish on the live copies, by the id.
+        Err(_) if n.recovery.is_some() => super::recovery::clean(ctx, n, d, &sub.ops, &sub.copies).await,
+        r => r,
+    }
+}
+
+/// New values by operation of a sub-transaction, and by (table, key) for log entries.
+pub fn new_values(ops: &[super::wire::Op], d: &Decision) -> (Installs, BTreeMap<(u16, u64), (u64, Vec<u8>)>) {
+    let mut by_op: Installs = BTreeMap::new();
     let mut by_key: BTreeMap<(u16, u64), (u64, Vec<u8>)> = BTreeMap::new();
-    for (i, o) in sub_ops.iter().enumerate() {
+    for (i, o) in ops.iter().enumerate() {
         if let Some((_, v, value)) = d.writes.iter().find(|(idx, _, _)| *idx == o.idx) {
             by_op.insert(i, (*v, value.clone()));
             by_key.insert((o.table, o.key), (*v, value.clone()));
         }
     }
+    (by_op, by_key)
+}
+
+async fn carry_out(ctx: &Ctx, n: &NodeState, d: &Decision, sub: &mut Sub) -> Result<(), TxnError> {
+    let (by_op, by_key) = new_values(&sub.ops, d);
     match (d.commit, sub.yes) {
         (true, true) => {
             commit_log(ctx, n, &mut sub.slots, d.cts, logbuf::COMMITTED, &by_key).await?;
@@ -473,6 +544,10 @@ pub async fn decide(ctx: &Ctx, n: &NodeState, d: &Decision) -> Result<(), TxnErr
     }
     Ok(())
 }
+
+/// What the replay latches with: its entry's id with the top bit set, never a transaction's
+/// id (node + 1 < 2048 in the top 12 bits), so recovery never takes a replay's latch over.
+const REPLAY_LATCH: u64 = 1 << 63;
 
 /// One scan of this node's buffer (ReplayLog, lines 26-37): committed entries' changes are
 /// applied by the Thomas write rule, finished entries become Flushed, and the head moves over
@@ -538,7 +613,7 @@ async fn apply(ctx: &Ctx, n: &NodeState, e: &Entry) -> Result<bool, TxnError> {
             tuple: Vec::new(),
             locked: false,
         };
-        let got = latch_and_read(ctx, n, std::slice::from_ref(&c), &[0], e.tid).await?;
+        let got = latch_and_read(ctx, n, std::slice::from_ref(&c), &[0], e.tid | REPLAY_LATCH, false).await?;
         let Some(Some(mut tuple)) = got.into_iter().next().map(|(_, t)| t) else { return Ok(false) };
         let mut item = Item::read(&tuple, c.ext_at);
         let unlatch = Op::Write {

@@ -18,10 +18,11 @@ mod executor;
 pub mod item;
 pub mod logbuf;
 mod messages;
+mod recovery;
 pub mod wire;
 
 use std::cell::{Cell, OnceCell, RefCell};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 
 use serde::{Deserialize, Serialize};
@@ -108,17 +109,29 @@ pub const STALE_VOTES_COUNT: Bug = Bug {
     about: "counts yes votes of replicas that missed a write and reads the first replica rather than the freshest (stale read, lost update)",
 };
 
+/// A new coordinator aborts a failed coordinator's transaction even when an executor already
+/// received its commit (Sec. 5.1.1's rule broken): the data centers that installed it keep
+/// writes no committed transaction made (invented writes, a replica behind the others).
+pub const RECOVERY_ABORTS_COMMITTED: Bug = Bug {
+    name: "RedtRecoveryAbortsCommitted",
+    about: "a new coordinator aborts a failed coordinator's transaction that some executor already received committed (writes installed in some data centers, history without them)",
+};
+
 /// Abort causes.
 pub mod cause {
     pub const LOCK_CONFLICT: &str = "redt: lock conflict";
     pub const LATCH_BUSY: &str = "redt: latch busy";
     pub const NO_QUORUM: &str = "redt: under 3/4 of replicas up to date";
+    /// A replica's node is down (or failed under a verb): with fewer than 5 replicas the
+    /// partition waits for its restoration (Sec. 5.1.2).
+    pub const REPLICA_DOWN: &str = "redt: replica down";
 
     /// A vote's cause on the wire.
     pub fn code(cause: &str) -> u8 {
         match cause {
             LOCK_CONFLICT => 1,
             LATCH_BUSY => 2,
+            REPLICA_DOWN => 4,
             _ => 3,
         }
     }
@@ -127,6 +140,7 @@ pub mod cause {
         match code {
             1 => LOCK_CONFLICT,
             2 => LATCH_BUSY,
+            4 => REPLICA_DOWN,
             _ => NO_QUORUM,
         }
     }
@@ -145,8 +159,29 @@ pub const H_MSG_LOCK: u16 = handler_id(3);
 pub const H_MSG_RELEASE: u16 = handler_id(4);
 pub const H_MSG_LOG: u16 = handler_id(5);
 pub const H_MSG_STATUS: u16 = handler_id(6);
-pub const HANDLER_NAMES: [&str; 7] =
-    ["REDT_SUB", "REDT_DECIDE", "REDT_DONE", "REDT_MSG_LOCK", "REDT_MSG_RELEASE", "REDT_MSG_LOG", "REDT_MSG_STATUS"];
+/// RECOVER: a new coordinator asks what this executor holds of a transaction whose
+/// coordinator failed (`wire::Status`), and fences the old coordinator off (Sec. 5.1.1).
+pub const H_RECOVER: u16 = handler_id(7);
+/// ADOPT: carry out a failed executor's sub-transaction with its decision (`wire::Adopt`).
+pub const H_ADOPT: u16 = handler_id(8);
+/// Not a message: a job this node queues for itself, to resolve a transaction whose
+/// coordinator failed (`recovery::resolve`).
+pub const J_RESOLVE: u16 = handler_id(9);
+/// QUIET: a node past the run's end with no recovery work left in this view (`recovery`).
+pub const H_QUIET: u16 = handler_id(10);
+pub const HANDLER_NAMES: [&str; 11] = [
+    "REDT_SUB",
+    "REDT_DECIDE",
+    "REDT_DONE",
+    "REDT_MSG_LOCK",
+    "REDT_MSG_RELEASE",
+    "REDT_MSG_LOG",
+    "REDT_MSG_STATUS",
+    "REDT_RECOVER",
+    "REDT_ADOPT",
+    "REDT_RESOLVE",
+    "REDT_QUIET",
+];
 
 /// A sub-transaction between its phases at its executor's node.
 pub struct Sub {
@@ -155,6 +190,40 @@ pub struct Sub {
     /// The redo entries it wrote: (node, slot, entry).
     pub slots: Vec<(u16, u64, logbuf::Entry)>,
     pub yes: bool,
+    /// Every data center's executor, and the coordinator's data center's operations: what a
+    /// new coordinator needs (Sec. 5.1.1).
+    pub executors: Vec<(u16, u16)>,
+    pub home_ops: Vec<wire::Op>,
+    /// Its execution failed part way (a replica's node failed): what it locked and logged
+    /// is found again by its id.
+    pub orphan: bool,
+}
+
+impl Sub {
+    pub fn new(sub: &wire::SubTxn, copies: Vec<copy::Copy>, slots: Vec<(u16, u64, logbuf::Entry)>, yes: bool) -> Sub {
+        Sub {
+            ops: sub.ops.clone(),
+            copies,
+            slots,
+            yes,
+            executors: sub.executors.clone(),
+            home_ops: sub.home_ops.clone(),
+            orphan: false,
+        }
+    }
+
+    pub fn orphan(sub: &wire::SubTxn, copies: Vec<copy::Copy>) -> Sub {
+        Sub { orphan: true, ..Sub::new(sub, copies, Vec::new(), false) }
+    }
+}
+
+/// A decision an executor received, with what a new coordinator needs should the
+/// transaction's coordinator fail before every data center has it.
+#[derive(Clone)]
+pub struct Decided {
+    pub decision: wire::Decision,
+    pub executors: Vec<(u16, u16)>,
+    pub home_ops: Vec<wire::Op>,
 }
 
 /// A node's RedT state.
@@ -170,6 +239,21 @@ pub struct Part {
     pub placement: OnceCell<Placement>,
     /// Accesses a coroutine (worker, coroutine) made on the local path since its last stage.
     pub local: RefCell<BTreeMap<(u16, u32), u64>>,
+    /// Recovery (Sec. 5.1.1). Per coordinator thread, the last decision this executor
+    /// received (a thread runs one transaction at a time, so this bounds it).
+    pub decided: RefCell<BTreeMap<u64, Decided>>,
+    /// Transactions a new coordinator took over: their old coordinator's messages are void.
+    pub fenced: RefCell<BTreeSet<u64>>,
+    /// Transactions this node resolves as their new coordinator, and those it resolved:
+    /// (committed, when, ns).
+    pub resolving: RefCell<BTreeSet<u64>>,
+    pub verdicts: RefCell<BTreeMap<u64, (bool, u64)>>,
+    /// The view epoch each node said it was quiet in (QUIET), and the one this node said.
+    pub quiet: RefCell<BTreeMap<u16, u64>>,
+    /// Log slots (node, index) this node's executors took by FAA and have not written yet: a
+    /// slot a failed executor took and never wrote is a hole the replay would wait on.
+    pub reserved: RefCell<BTreeSet<(u16, u64)>>,
+    pub announced: Cell<Option<u64>>,
 }
 
 /// Takes the local accesses coroutine `ctx` made since its last stage.
@@ -213,7 +297,7 @@ impl Protocol for RedT {
         100_000_000
     }
     fn bugs(&self) -> &'static [Bug] {
-        &[IGNORE_THOMAS_RULE, STALE_VOTES_COUNT]
+        &[IGNORE_THOMAS_RULE, STALE_VOTES_COUNT, RECOVERY_ABORTS_COMMITTED]
     }
     fn check_options(&self, given: &OptionValues) -> Result<(), String> {
         parse_options::<Options>(given)?.check()
@@ -230,6 +314,13 @@ impl Protocol for RedT {
             replayer: Cell::new(false),
             placement: OnceCell::new(),
             local: RefCell::default(),
+            decided: RefCell::default(),
+            fenced: RefCell::default(),
+            resolving: RefCell::default(),
+            verdicts: RefCell::default(),
+            quiet: RefCell::default(),
+            announced: Cell::new(None),
+            reserved: RefCell::default(),
         })
     }
     fn handler_names(&self) -> &'static [&'static str] {
@@ -242,7 +333,7 @@ impl Protocol for RedT {
         };
         let done: Rc<HandlerFn> = {
             let n = n.clone();
-            Rc::new(move |_h: &mut HandlerCtx<'_>, _req: &[u8]| part(&n).jobs.note_done())
+            Rc::new(move |h: &mut HandlerCtx<'_>, _req: &[u8]| part(&n).jobs.note_done(h))
         };
         let on_cpu = |f: fn(&NodeState, &mut HandlerCtx<'_>, &[u8]) -> txbed_transport::Handled| -> Rc<HandlerFn> {
             let n = n.clone();
@@ -256,6 +347,10 @@ impl Protocol for RedT {
             (H_MSG_RELEASE, on_cpu(messages::release_handler)),
             (H_MSG_LOG, on_cpu(messages::log_handler)),
             (H_MSG_STATUS, on_cpu(messages::status_handler)),
+            (H_RECOVER, on_cpu(recovery::recover_handler)),
+            (H_ADOPT, queue(H_ADOPT)),
+            (J_RESOLVE, on_cpu(|_, _, _| txbed_transport::Handled::Reply)),
+            (H_QUIET, on_cpu(recovery::quiet_handler)),
         ])
     }
     fn background(&self) -> Option<BackgroundFn> {
@@ -268,10 +363,25 @@ impl Protocol for RedT {
         Some(Box::pin(txbed_txn::serve::announce_done(ctx, n, H_DONE)))
     }
     fn survives_crashes(&self) -> Result<(), &'static str> {
-        Err("RedT's recovery (Sec. 5.1: a new coordinator from the replicas' logs) is not built yet")
+        Ok(())
+    }
+    fn node_down(&self, dead: u16, live: &[(&NodeState, &dyn txbed_transport::HostMemory)]) -> u64 {
+        recovery::release_orphans(dead, live)
+    }
+    fn restore_copy(&self, ext_at: usize, candidates: &[Vec<u8>]) -> Option<Vec<u8>> {
+        recovery::restore_copy(ext_at, candidates)
+    }
+    fn joined(&self, node: &NodeState, peer: &NodeState) {
+        part(node).jobs.learn_done(&part(peer).jobs);
+    }
+    fn verdict(&self, live: &[&NodeState], tid: u64) -> Option<(bool, u64)> {
+        live.iter().find_map(|n| part(n).verdicts.borrow().get(&tid).copied())
+    }
+    fn resolving(&self, n: &NodeState, up: &dyn Fn(u16) -> bool) -> bool {
+        recovery::resolving(n, up)
     }
     fn survives_lost_messages(&self, _hybrid: Hybrid) -> Result<(), &'static str> {
-        Err("RedT's recovery (Sec. 5.1) is not built yet: a lost decision leaves locks held")
+        Err("RedT's recovery (Sec. 5.1) is for failed nodes: a decision a partition loses leaves its locks held")
     }
     fn attempt<'a>(&self, ctx: &'a Ctx, n: &'a NodeState, spec: &'a TxnSpec, id: u64) -> LocalBoxFuture<'a, Attempt> {
         Box::pin(coordinator::attempt(ctx, n, spec, id))
@@ -282,9 +392,11 @@ impl Protocol for RedT {
 /// "separate thread in each node").
 async fn background(ctx: Ctx, n: Rc<NodeState>, end: u64) -> Result<(), TxnError> {
     let p = part(&n);
-    let waiting = || !p.subs.borrow().is_empty();
+    let waiting = || !p.subs.borrow().is_empty() || recovery::has_work(&ctx, &n) || !recovery::all_quiet(&ctx, &n);
     if ctx.me().worker == 0 && !p.replayer.replace(true) {
         loop {
+            recovery::find_orphans(&ctx, &n);
+            recovery::announce_quiet(&ctx, &n, end).await;
             let empty = executor::replay_once(&ctx, &n).await?;
             if empty && ctx.now() >= end && p.jobs.all_done(&ctx, &n) && p.jobs.is_empty() && !waiting() {
                 return Ok(());
@@ -309,6 +421,16 @@ fn serve_job<'a>(ctx: &'a Ctx, n: &'a NodeState, job: &'a Job) -> LocalBoxFuture
     Box::pin(async move {
         match job.handler {
             H_SUB => Ok(executor::execute(ctx, n, &wire::SubTxn::decode(&job.req)?).await?.encode()),
+            H_ADOPT => {
+                let a = wire::Adopt::decode(&job.req)?;
+                recovery::adopt(ctx, n, &a).await?;
+                Ok(Vec::new())
+            }
+            J_RESOLVE => {
+                let tids: Vec<u64> = job.req.chunks_exact(8).map(|c| txbed_txn::wire::u64_at(c, 0)).collect();
+                recovery::resolve(ctx, n, &tids).await?;
+                Ok(Vec::new())
+            }
             _ => {
                 executor::decide(ctx, n, &wire::Decision::decode(&job.req)?).await?;
                 Ok(Vec::new())
