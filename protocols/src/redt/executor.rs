@@ -494,14 +494,14 @@ pub async fn decide(ctx: &Ctx, n: &NodeState, d: &Decision) -> Result<(), TxnErr
     // decision, with every write's value, before any of it is carried out.
     let decided =
         super::Decided { decision: d.clone(), executors: sub.executors.clone(), home_ops: sub.home_ops.clone() };
-    p.decided.borrow_mut().insert(super::recovery::thread_of(d.tid), decided);
+    p.decided.borrow_mut().insert(super::thread_of(d.tid), decided);
     if sub.orphan {
         // Its execution failed part way: clean up by the transaction's id.
-        return super::recovery::clean(ctx, n, d, &sub.ops, &sub.copies).await;
+        return clean(ctx, n, d, &sub.ops, &sub.copies).await;
     }
     match carry_out(ctx, n, d, &mut sub).await {
         // A replica's node failed under a verb: finish on the live copies, by the id.
-        Err(_) if n.recovery.is_some() => super::recovery::clean(ctx, n, d, &sub.ops, &sub.copies).await,
+        Err(_) if n.recovery.is_some() => clean(ctx, n, d, &sub.ops, &sub.copies).await,
         r => r,
     }
 }
@@ -632,4 +632,83 @@ async fn apply(ctx: &Ctx, n: &NodeState, e: &Entry) -> Result<bool, TxnError> {
         ctx.wait().await?;
     }
     Ok(true)
+}
+
+/// How long a clean-up retries what a failure interrupted before it gives up, ns.
+const RETRY_BOUND_NS: u64 = 2_000_000_000;
+/// Between retries, ns.
+const RETRY_PAUSE_NS: u64 = 20_000;
+
+/// Settles a transaction on the live copies by its id alone: its locks released (its writes
+/// installed by the Thomas rule on a commit), its latches taken back, its redo entries on the
+/// copies' nodes finished. Idempotent; retried while failures interrupt it.
+pub async fn clean(
+    ctx: &Ctx,
+    n: &NodeState,
+    d: &Decision,
+    sub_ops: &[super::wire::Op],
+    copies: &[Copy],
+) -> Result<(), TxnError> {
+    let (by_op, _) = new_values(sub_ops, d);
+    let began = ctx.now();
+    loop {
+        let live: Vec<Copy> = copies
+            .iter()
+            .filter(|c| ctx.node_status(c.node) == txbed_transport::NodeStatus::Up)
+            .cloned()
+            .map(|c| Copy { locked: true, ..c })
+            .collect();
+        let commit = d.commit.then_some((d.cts, &by_op));
+        let mut nodes: Vec<u16> = live.iter().map(|c| c.node).collect();
+        nodes.sort_unstable();
+        nodes.dedup();
+        let status = if d.commit { logbuf::FLUSHED } else { logbuf::ABORTED };
+        let done = match release(ctx, n, d.tid, &live, commit, true).await {
+            Ok(()) => settle_entries(ctx, n, d.tid, &nodes, status).await,
+            Err(e) => Err(e),
+        };
+        match done {
+            Ok(()) => return Ok(()),
+            Err(_) if ctx.now() - began < RETRY_BOUND_NS => ctx.sleep(RETRY_PAUSE_NS).await,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Finishes the transaction's LOGGED redo entries in the buffers of `nodes` (their contents
+/// were never filled: a commit installed its writes directly), so the replay's head moves on.
+async fn settle_entries(ctx: &Ctx, n: &NodeState, tid: u64, nodes: &[u16], status: u64) -> Result<(), TxnError> {
+    let area = n.catalog.layout.area_at;
+    let scratch = ctx.scratch();
+    const BATCH: u64 = 32;
+    for &node in nodes {
+        let rec = log_rec(node);
+        let local = LocalBuf { lkey: scratch.lkey, addr: scratch.addr, len: 16 };
+        let read = Op::Read { local, remote: n.catalog.remote(node, area + logbuf::HEAD, 16) };
+        ops::issue(ctx, n, &rec, vec![(read, true)]).await?;
+        ctx.wait().await?;
+        let (head, tail) = (ctx.load_local(scratch.addr)?, ctx.load_local(scratch.addr + 8)?);
+        let mut idx = head;
+        while idx < tail.min(head + logbuf::SLOTS) {
+            let end = (idx + BATCH).min(tail);
+            for (i, k) in (idx..end).enumerate() {
+                let local = LocalBuf { lkey: scratch.lkey, addr: scratch.addr + 32 * i as u64, len: 32 };
+                let read = Op::Read { local, remote: n.catalog.remote(node, area + logbuf::slot_at(k), 32) };
+                ops::issue(ctx, n, &rec, vec![(read, true)]).await?;
+            }
+            ctx.wait().await?;
+            for (i, k) in (idx..end).enumerate() {
+                let at = scratch.addr + 32 * i as u64;
+                let (entry_tid, entry_status) = (ctx.load_local(at)?, ctx.load_local(at + logbuf::STATUS_AT)?);
+                if entry_tid == tid && entry_status == logbuf::LOGGED {
+                    let word = Payload::Inline(status.to_le_bytes().to_vec());
+                    let remote = n.catalog.remote(node, area + logbuf::slot_at(k) + logbuf::STATUS_AT, 8);
+                    ops::issue(ctx, n, &rec, vec![(Op::Write { src: word, remote }, true)]).await?;
+                }
+            }
+            ctx.wait().await?;
+            idx = end;
+        }
+    }
+    Ok(())
 }

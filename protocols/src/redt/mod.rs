@@ -256,6 +256,12 @@ pub struct Part {
     pub announced: Cell<Option<u64>>,
 }
 
+/// The coordinator thread of a transaction id (node, incarnation, worker, coroutine): it runs
+/// one transaction at a time.
+pub fn thread_of(tid: u64) -> u64 {
+    tid >> 28
+}
+
 /// Takes the local accesses coroutine `ctx` made since its last stage.
 pub fn take_local(ctx: &Ctx, n: &NodeState) -> u64 {
     part(n).local.borrow_mut().remove(&(ctx.me().worker, ctx.coroutine())).unwrap_or(0)

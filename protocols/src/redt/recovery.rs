@@ -23,7 +23,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use txbed_transport::{Ctx, Handled, HandlerCtx, HostMemory, LocalBuf, NodeStatus, Op, Payload};
+use txbed_transport::{Ctx, Handled, HandlerCtx, HostMemory, NodeStatus};
 use txbed_txn::attempt::txn_node;
 use txbed_txn::node::NodeState;
 use txbed_txn::ops;
@@ -31,23 +31,16 @@ use txbed_txn::store::LOCK;
 use txbed_txn::wire::{put_u64_at, u64_at};
 use txbed_txn::TxnError;
 
-use super::copy::Copy;
-use super::executor::{self, copies_of, new_values};
+use super::executor::{self, clean, copies_of};
 use super::item::{Item, EXT_BYTES};
 use super::logbuf;
 use super::wire::{Adopt, Decision, Op as SubOp, Status};
-use super::{part, placement, H_ADOPT, H_DECIDE, H_QUIET, H_RECOVER, J_RESOLVE};
+use super::{part, placement, thread_of, H_ADOPT, H_DECIDE, H_QUIET, H_RECOVER, J_RESOLVE};
 
 /// How long recovery retries what a failure interrupted before it gives up, ns.
 const RETRY_BOUND_NS: u64 = 2_000_000_000;
 /// Between retries, ns.
 const RETRY_PAUSE_NS: u64 = 20_000;
-
-/// The coordinator thread of a transaction id (node, incarnation, worker, coroutine): it runs
-/// one transaction at a time.
-pub fn thread_of(tid: u64) -> u64 {
-    tid >> 28
-}
 
 /// RECOVER (a handler: no verbs): what this executor holds of the transaction; from now on
 /// its old coordinator's requests for it are void.
@@ -348,78 +341,6 @@ pub async fn adopt(ctx: &Ctx, n: &NodeState, a: &Adopt) -> Result<(), TxnError> 
     }
     let copies = copies_of(ctx, n, &a.ops).await.unwrap_or_default();
     clean(ctx, n, &a.decision, &a.ops, &copies).await
-}
-
-/// Settles a transaction on the live copies by its id alone: its locks released (its writes
-/// installed by the Thomas rule on a commit), its latches taken back, its redo entries on the
-/// copies' nodes finished. Idempotent; retried while failures interrupt it.
-pub async fn clean(ctx: &Ctx, n: &NodeState, d: &Decision, sub_ops: &[SubOp], copies: &[Copy]) -> Result<(), TxnError> {
-    let (by_op, _) = new_values(sub_ops, d);
-    let began = ctx.now();
-    loop {
-        let live: Vec<Copy> = copies
-            .iter()
-            .filter(|c| ctx.node_status(c.node) == NodeStatus::Up)
-            .cloned()
-            .map(|c| Copy { locked: true, ..c })
-            .collect();
-        let commit = d.commit.then_some((d.cts, &by_op));
-        let mut nodes: Vec<u16> = live.iter().map(|c| c.node).collect();
-        nodes.sort_unstable();
-        nodes.dedup();
-        let status = if d.commit { logbuf::FLUSHED } else { logbuf::ABORTED };
-        let done = match executor::release(ctx, n, d.tid, &live, commit, true).await {
-            Ok(()) => settle_entries(ctx, n, d.tid, &nodes, status).await,
-            Err(e) => Err(e),
-        };
-        match done {
-            Ok(()) => return Ok(()),
-            Err(_) if ctx.now() - began < RETRY_BOUND_NS => ctx.sleep(RETRY_PAUSE_NS).await,
-            Err(e) => return Err(e),
-        }
-    }
-}
-
-/// Finishes the transaction's LOGGED redo entries in the buffers of `nodes` (their contents
-/// were never filled: a commit installed its writes directly), so the replay's head moves on.
-async fn settle_entries(ctx: &Ctx, n: &NodeState, tid: u64, nodes: &[u16], status: u64) -> Result<(), TxnError> {
-    let area = n.catalog.layout.area_at;
-    let scratch = ctx.scratch();
-    const BATCH: u64 = 32;
-    for &node in nodes {
-        let rec = log_rec(node);
-        let local = LocalBuf { lkey: scratch.lkey, addr: scratch.addr, len: 16 };
-        let read = Op::Read { local, remote: n.catalog.remote(node, area + logbuf::HEAD, 16) };
-        ops::issue(ctx, n, &rec, vec![(read, true)]).await?;
-        ctx.wait().await?;
-        let (head, tail) = (ctx.load_local(scratch.addr)?, ctx.load_local(scratch.addr + 8)?);
-        let mut idx = head;
-        while idx < tail.min(head + logbuf::SLOTS) {
-            let end = (idx + BATCH).min(tail);
-            for (i, k) in (idx..end).enumerate() {
-                let local = LocalBuf { lkey: scratch.lkey, addr: scratch.addr + 32 * i as u64, len: 32 };
-                let read = Op::Read { local, remote: n.catalog.remote(node, area + logbuf::slot_at(k), 32) };
-                ops::issue(ctx, n, &rec, vec![(read, true)]).await?;
-            }
-            ctx.wait().await?;
-            for (i, k) in (idx..end).enumerate() {
-                let at = scratch.addr + 32 * i as u64;
-                let (entry_tid, entry_status) = (ctx.load_local(at)?, ctx.load_local(at + logbuf::STATUS_AT)?);
-                if entry_tid == tid && entry_status == logbuf::LOGGED {
-                    let word = Payload::Inline(status.to_le_bytes().to_vec());
-                    let remote = n.catalog.remote(node, area + logbuf::slot_at(k) + logbuf::STATUS_AT, 8);
-                    ops::issue(ctx, n, &rec, vec![(Op::Write { src: word, remote }, true)]).await?;
-                }
-            }
-            ctx.wait().await?;
-            idx = end;
-        }
-    }
-    Ok(())
-}
-
-fn log_rec(node: u16) -> ops::Rec {
-    ops::Rec { table: 0, key: 0, home: node, write: true, offset: 0, locked: false, asked: false, tuple: Vec::new() }
 }
 
 /// The membership declared `dead` down (a step of its service, as the generic rebuild is):
