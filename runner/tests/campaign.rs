@@ -4,7 +4,7 @@
 //! shrink a failure to fewer faults, and the written file must replay to the same verdict and
 //! digest.
 //!
-//! `TXBED_CAMPAIGN_SEEDS=N` runs N seeds per protocol and workload (default 30: 360 runs).
+//! `TXBED_CAMPAIGN_SEEDS=N` runs N seeds per protocol and workload (default 20: 520 runs, 13 protocols).
 //!
 //! `tests/campaign-found/` holds the failures the full-size campaign found in the fault
 //! machinery, shrunk (all fixed since); `failures_the_campaign_found_replay_clean` replays them.
@@ -66,7 +66,7 @@ fn every_profile_fits_both_campaign_scenarios_and_every_protocol() {
 /// The CI-sized campaign: every protocol, SmallBank and YCSB, the `mixed` profile.
 #[test]
 fn ci_sized_campaign_over_every_protocol_is_clean_or_unsupported() {
-    let seeds: u64 = std::env::var("TXBED_CAMPAIGN_SEEDS").ok().and_then(|v| v.parse().ok()).unwrap_or(30);
+    let seeds: u64 = std::env::var("TXBED_CAMPAIGN_SEEDS").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
     let dir = scratch("ci");
     let start = std::time::Instant::now();
     let mut bad = Vec::new();
