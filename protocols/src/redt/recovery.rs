@@ -335,10 +335,8 @@ pub async fn deliver(ctx: &Ctx, n: &NodeState, targets: Vec<Target>) -> Result<(
 /// copies of this data center.
 pub async fn adopt(ctx: &Ctx, n: &NodeState, a: &Adopt) -> Result<(), TxnError> {
     let p = part(n);
-    // A sub-transaction this node runs itself under this id is its own (e.g. adopted twice).
-    if let Some(sub) = p.subs.borrow_mut().remove(&a.decision.tid) {
-        let _ = sub;
-    }
+    // Whatever this node held of it as an executor is settled by the clean-up below.
+    p.subs.borrow_mut().remove(&a.decision.tid);
     let copies = copies_of(ctx, n, &a.ops).await.unwrap_or_default();
     clean(ctx, n, &a.decision, &a.ops, &copies).await
 }
