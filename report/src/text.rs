@@ -204,6 +204,9 @@ fn fault_lines(r: &TxnReport) -> String {
             (Some(u), _) => line.push_str(&format!(", up at {}", us(u))),
             (None, _) => {}
         }
+        if n.caught_up > 0 {
+            line.push_str(&format!(", then caught up on {} records written while it was restored", n.caught_up));
+        }
         out.push_str(&line);
         out.push('\n');
     }

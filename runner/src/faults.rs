@@ -120,6 +120,9 @@ pub struct NodeRecovery {
     pub replica_records: u64,
     /// Recovered only after the run, for the final check.
     pub after_run: bool,
+    /// For a protocol that keeps its own replicas: records its copies took after it was up,
+    /// written by transactions that committed without it while it was restored.
+    pub caught_up: u64,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -135,6 +138,13 @@ enum Action {
     Up {
         node: u16,
         inc: u32,
+    },
+    /// Up `node`'s incarnation `inc` takes, once nothing committed before `epoch` (the view
+    /// it came up in) is still completing, the writes its copies missed while it was restored.
+    CatchUp {
+        node: u16,
+        inc: u32,
+        epoch: u64,
     },
 }
 
@@ -172,6 +182,8 @@ pub(crate) struct Driver {
     pub lost: Vec<(u16, u16)>,
     /// Restarted nodes waiting to be rebuilt, and the membership epoch they joined in.
     joined: BTreeMap<u16, u64>,
+    /// Up nodes whose copies still take the writes they missed while restored (`CatchUp`).
+    catching_up: std::collections::BTreeSet<u16>,
 }
 
 impl Driver {
@@ -187,6 +199,7 @@ impl Driver {
             current: Vec::new(),
             lost: Vec::new(),
             joined: BTreeMap::new(),
+            catching_up: Default::default(),
         };
         for (i, f) in plan.schedule.iter().enumerate() {
             d.push(f.at_us * 1000, Action::Fault(i));
@@ -288,6 +301,15 @@ impl Driver {
                         self.up(w, node);
                     }
                 }
+                Action::CatchUp { node, inc, epoch } => {
+                    if !w.sim.is_alive(node) || w.sim.incarnation(node) != inc {
+                        self.catching_up.remove(&node);
+                    } else if barrier_clear(w, epoch) && self.sources_ready(w, node) && self.catch_up(w, node, false) {
+                        self.catching_up.remove(&node);
+                    } else {
+                        self.push(now + BARRIER_POLL_NS, Action::CatchUp { node, inc, epoch });
+                    }
+                }
             }
             if self.report.fatal.is_some() {
                 // No fault after a fatal one; but the membership still declares crashed nodes
@@ -320,9 +342,6 @@ impl Driver {
             return Some("its recovery assumes NVM: a crashed node keeps its copies and log buffer (faults.durable: [Store, Logs])");
         }
         let dcs = self.plan.dcs.len().max(1);
-        if w.spec.replication >= 5 {
-            return Some("with 5 or more replicas a partition commits with one of them down, and restoring a replica that missed those writes while the others take new ones is not built (it needs the restored copy's writes fenced per partition): use 3 or 4 replicas, with which a partition waits for its replicas (docs/protocols.md, \"RedT: failures\")");
-        }
         if w.spec.replication < 2 || dcs < 2 {
             return Some("a failed coordinator's transactions are resolved by executors in other data centers: it needs 2 or more data centers and protocol.replication 2 or more");
         }
@@ -698,58 +717,13 @@ impl Driver {
         let st = w.states[node as usize].clone();
         let mem = w.sim.memory(node);
         let live: Vec<u16> = self.alive(w).into_iter().filter(|&m| m != node && self.view.is_up(m)).collect();
-        let placement = crate::spec::placement(w.spec);
-        let layout = &w.catalog.layout;
-        let (mut records, mut bytes) = (0u64, 0u64);
-        // Copy 0 of the node's own rows, and copy k of the homes it backs.
-        let mut held: Vec<(u16, Vec<u16>)> = vec![(0, vec![node])];
-        for (k, homes) in crate::spec::copies_held(w.spec, node).into_iter().enumerate() {
-            held.push((k as u16 + 1, homes));
-        }
-        for (k, homes) in held {
-            for place in &layout.tables {
-                let per = place.spec.rows_per_node;
-                let Some(mine) = txbed_txn::store::copy_table(place.spec.id, k).and_then(|id| layout.table(id)) else {
-                    continue;
-                };
-                for &home in &homes {
-                    let Ok(replicas) = placement.replicas(home, w.spec.replication) else { continue };
-                    for row in home as u64 * per..(home as u64 + 1) * per {
-                        let Some(at) = txbed_txn::store::find_local(&*mem, st.base(), mine, row) else { continue };
-                        let mut candidates = Vec::new();
-                        for (j, &m) in replicas.iter().enumerate() {
-                            if !live.contains(&m) {
-                                continue;
-                            }
-                            let Some(theirs) =
-                                txbed_txn::store::copy_table(place.spec.id, j as u16).and_then(|id| layout.table(id))
-                            else {
-                                continue;
-                            };
-                            let mm = w.sim.memory(m);
-                            let base = w.states[m as usize].base();
-                            let Some(off) = txbed_txn::store::find_local(&*mm, base, theirs, row) else { continue };
-                            let mut t = vec![0u8; theirs.tuple_bytes as usize];
-                            if mm.read(base + off, &mut t).is_ok() {
-                                candidates.push(t);
-                            }
-                        }
-                        let mut own = vec![0u8; mine.tuple_bytes as usize];
-                        let _ = mem.read(st.base() + at, &mut own);
-                        if candidates.is_empty() {
-                            candidates.push(own.clone());
-                        }
-                        if let Some(t) = protocol.restore_copy(mine.ext_at as usize, &candidates) {
-                            if t != own {
-                                records += 1;
-                                bytes += t.len() as u64;
-                            }
-                            let _ = mem.write(st.base() + at, &t);
-                        }
-                    }
-                }
+        let (records, bytes, _) = merge_copies(w, node, &live, &mut |ext_at, own, candidates| {
+            if candidates.is_empty() {
+                protocol.restore_copy(ext_at, &[own.to_vec()])
+            } else {
+                protocol.restore_copy(ext_at, candidates)
             }
-        }
+        });
         txbed_txn::index::build(&st, &*mem);
         if let Some(&peer) = live.first() {
             protocol.joined(&st, &w.states[peer as usize]);
@@ -791,11 +765,19 @@ impl Driver {
         self.push(w.sim.now() + wire_ns + cpu_ns, Action::Up { node, inc });
     }
 
-    /// Rebuilt `node` is up: it serves its records and its coordinators start.
+    /// Rebuilt `node` is up: it serves its records and its coordinators start. A protocol
+    /// that keeps its own replicas may have committed without its copies since they were
+    /// restored (5+ replicas: more than 3/4 were up): they catch up once every transaction
+    /// that did not include them has completed (`CatchUp`).
     fn up(&mut self, w: &mut World<'_>, node: u16) {
         let now = w.sim.now();
         self.set_view(w, node, NodeStatus::Up);
         self.record(node).up_ns = Some(now);
+        if w.spec.protocol.stores_replicas() {
+            let (inc, epoch) = (w.sim.incarnation(node), self.view.epoch);
+            self.catching_up.insert(node);
+            self.push(now, Action::CatchUp { node, inc, epoch });
+        }
         let st = w.states[node as usize].clone();
         for wk in 0..w.spec.workers {
             for c in 0..w.spec.coroutines {
@@ -809,6 +791,26 @@ impl Driver {
                 }
             }
         }
+    }
+
+    /// Up `node`'s copies take, record by record, the newest write among the live replicas
+    /// that they miss (`Protocol::catch_up_copy`: value, version and wts; its own latch and
+    /// locks stay). A record whose latch is held is being changed by an executor: unless
+    /// `force`, it is left for the next poll. Returns whether every record was merged.
+    fn catch_up(&mut self, w: &mut World<'_>, node: u16, force: bool) -> bool {
+        let protocol = w.spec.protocol;
+        let live: Vec<u16> = self.alive(w).into_iter().filter(|&m| m != node && self.view.is_up(m)).collect();
+        let mut busy = 0u64;
+        let st = w.states[node as usize].clone();
+        let (records, _, _) = merge_copies(w, node, &live, &mut |ext_at, own, candidates| {
+            if !force && txbed_txn::wire::u64_at(own, txbed_txn::store::LOCK as usize) != 0 {
+                busy += 1;
+                return None;
+            }
+            protocol.catch_up_copy(&st, ext_at, own, candidates)
+        });
+        self.record(node).caught_up += records;
+        busy == 0
     }
 
     /// After the run: every node still down is restarted and rebuilt (never up), so the
@@ -837,6 +839,12 @@ impl Driver {
                 (None, None) => break,
             }
         }
+        // Up nodes still catching up finish now: every transaction has completed.
+        for node in std::mem::take(&mut self.catching_up) {
+            if w.sim.is_alive(node) {
+                self.catch_up(w, node, true);
+            }
+        }
         self.queue.clear();
         if up {
             for node in self.report.down_at_end[down_before..].to_vec() {
@@ -847,6 +855,70 @@ impl Driver {
         (self.report.lost, self.report.duplicated, self.report.gave_up) =
             (s.fault_lost, s.fault_duplicated, s.fault_gave_up);
     }
+}
+
+/// Each record copy `node` holds (copy 0 of its own rows, copy k of the homes it backs),
+/// with the tuples of that record on the `live` replicas: `pick(ext_at, own, candidates)`
+/// says what the copy becomes (`None`: left as is). Returns (records changed, their bytes,
+/// records visited).
+fn merge_copies(
+    w: &World<'_>,
+    node: u16,
+    live: &[u16],
+    pick: &mut dyn FnMut(usize, &[u8], &[Vec<u8>]) -> Option<Vec<u8>>,
+) -> (u64, u64, u64) {
+    let st = &w.states[node as usize];
+    let mem = w.sim.memory(node);
+    let placement = crate::spec::placement(w.spec);
+    let layout = &w.catalog.layout;
+    let (mut records, mut bytes, mut visited) = (0u64, 0u64, 0u64);
+    let mut held: Vec<(u16, Vec<u16>)> = vec![(0, vec![node])];
+    for (k, homes) in crate::spec::copies_held(w.spec, node).into_iter().enumerate() {
+        held.push((k as u16 + 1, homes));
+    }
+    for (k, homes) in held {
+        for place in &layout.tables {
+            let per = place.spec.rows_per_node;
+            let Some(mine) = txbed_txn::store::copy_table(place.spec.id, k).and_then(|id| layout.table(id)) else {
+                continue;
+            };
+            for &home in &homes {
+                let Ok(replicas) = placement.replicas(home, w.spec.replication) else { continue };
+                for row in home as u64 * per..(home as u64 + 1) * per {
+                    let Some(at) = txbed_txn::store::find_local(&*mem, st.base(), mine, row) else { continue };
+                    visited += 1;
+                    let mut candidates = Vec::new();
+                    for (j, &m) in replicas.iter().enumerate() {
+                        if !live.contains(&m) {
+                            continue;
+                        }
+                        let Some(theirs) =
+                            txbed_txn::store::copy_table(place.spec.id, j as u16).and_then(|id| layout.table(id))
+                        else {
+                            continue;
+                        };
+                        let mm = w.sim.memory(m);
+                        let base = w.states[m as usize].base();
+                        let Some(off) = txbed_txn::store::find_local(&*mm, base, theirs, row) else { continue };
+                        let mut t = vec![0u8; theirs.tuple_bytes as usize];
+                        if mm.read(base + off, &mut t).is_ok() {
+                            candidates.push(t);
+                        }
+                    }
+                    let mut own = vec![0u8; mine.tuple_bytes as usize];
+                    let _ = mem.read(st.base() + at, &mut own);
+                    if let Some(t) = pick(mine.ext_at as usize, &own, &candidates) {
+                        if t != own {
+                            records += 1;
+                            bytes += t.len() as u64;
+                            let _ = mem.write(st.base() + at, &t);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    (records, bytes, visited)
 }
 
 /// The nodes holding partition `p` (records homed on node `p`): the primary and the next

@@ -601,9 +601,13 @@ pub fn commit_point(
 /// not changed and every home of its records is up. A protocol whose commit point is
 /// irrevocable (DrTM's XEND) tests this just before it, where it can still abort.
 pub fn commit_allowed(ctx: &Ctx, n: &NodeState, epoch0: u64, recs: &[Rec]) -> bool {
+    // A protocol that keeps its own replicas counts them itself (RedT commits with a home
+    // down when more than 3/4 of its replicas are up).
+    let own_replicas = !n.catalog.layout.copies.is_empty();
     n.recovery.is_none()
         || !recs.iter().any(|r| r.write)
-        || (ctx.view_epoch() == epoch0 && recs.iter().all(|r| ctx.node_status(r.home) == NodeStatus::Up))
+        || (ctx.view_epoch() == epoch0
+            && (own_replicas || recs.iter().all(|r| ctx.node_status(r.home) == NodeStatus::Up)))
 }
 
 /// A committed transaction is complete (logged and written back everywhere): its history

@@ -260,6 +260,19 @@ pub trait Protocol: Sync {
         None
     }
 
+    /// What up `node`'s copy of a record takes from the live replicas' tuples after its
+    /// restoration (`stores_replicas`): the newest write it missed, its own latch and locks
+    /// kept; `None`: it misses nothing.
+    fn catch_up_copy(
+        &self,
+        _node: &NodeState,
+        _ext_at: usize,
+        _own: &[u8],
+        _candidates: &[Vec<u8>],
+    ) -> Option<Vec<u8>> {
+        None
+    }
+
     /// A restarted node (`stores_replicas`) was restored: it learns from live `peer` the
     /// protocol state a joining node is given (e.g. which coordinators are done).
     fn joined(&self, _node: &NodeState, _peer: &NodeState) {}

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use txbed_transport::{Ctx, LocalBuf, Op, Payload};
+use txbed_transport::{Ctx, LocalBuf, NodeStatus, Op, Payload};
 use txbed_txn::node::NodeState;
 use txbed_txn::ops::{self, Path, Rec};
 use txbed_txn::store::{self, LOCK, VERSION};
@@ -324,35 +324,90 @@ pub async fn write_log(
     }
     let area = n.catalog.layout.area_at;
     let scratch = ctx.scratch();
-    // The FAAs, all at once; their old values land in the scratch's first half.
+    // The FAAs, all at once; their old values land in the scratch's first half. A slot whose
+    // FAA landed is known by its value replacing the sentinel, even when another FAA of the
+    // batch failed: it must be finished then (`finish_slots`), or each replay's head stops.
+    const NO_SLOT: u64 = u64::MAX;
     let mut slots = Vec::with_capacity(entries.len());
+    let mut taken: Vec<(u16, u64)> = Vec::with_capacity(entries.len());
     for chunk in entries.chunks((ctx.scratch().len as usize / 16).max(1)) {
+        let mut failed = None;
         for (i, (node, _)) in chunk.iter().enumerate() {
             let local = LocalBuf { lkey: scratch.lkey, addr: scratch.addr + 8 * i as u64, len: 8 };
+            ctx.store_local(local.addr, NO_SLOT)?;
             let faa = Op::Faa { local, remote: n.catalog.remote(*node, area + logbuf::TAIL, 8), add: 1 };
-            ops::issue(ctx, n, &log_rec(*node), vec![(faa, true)]).await?;
+            if let Err(e) = ops::issue(ctx, n, &log_rec(*node), vec![(faa, true)]).await {
+                failed.get_or_insert(e);
+            }
         }
-        ctx.wait().await?;
+        if let Err(e) = ctx.wait().await {
+            failed.get_or_insert(e.into());
+        }
         for (i, (node, _)) in chunk.iter().enumerate() {
             let idx = ctx.load_local(scratch.addr + 8 * i as u64)?;
-            part(n).reserved.borrow_mut().insert((*node, idx));
-            slots.push(idx);
+            if idx != NO_SLOT {
+                part(n).reserved.borrow_mut().insert((*node, idx));
+                taken.push((*node, idx));
+                slots.push(idx);
+            }
+        }
+        if let Some(e) = failed {
+            finish_slots(ctx, n, &taken).await;
+            return Err(e);
         }
     }
     let half = ops::log_area(ctx).0;
     let mut at = half;
     let mut out = Vec::with_capacity(entries.len());
-    for ((node, entry), idx) in entries.into_iter().zip(slots) {
-        wait_for_room(ctx, n, node, idx).await?;
-        let bytes = entry.encode();
-        let src = stage_or_wait(ctx, &bytes, &mut at, half).await?;
-        let write = Op::Write { src, remote: n.catalog.remote(node, area + logbuf::slot_at(idx), bytes.len() as u32) };
-        ops::issue(ctx, n, &log_rec(node), vec![(write, true)]).await?;
-        part(n).reserved.borrow_mut().remove(&(node, idx));
-        out.push((node, idx, entry));
+    let written = async {
+        for ((node, entry), idx) in entries.into_iter().zip(slots) {
+            wait_for_room(ctx, n, node, idx).await?;
+            let bytes = entry.encode();
+            let src = stage_or_wait(ctx, &bytes, &mut at, half).await?;
+            let write =
+                Op::Write { src, remote: n.catalog.remote(node, area + logbuf::slot_at(idx), bytes.len() as u32) };
+            ops::issue(ctx, n, &log_rec(node), vec![(write, true)]).await?;
+            out.push((node, idx, entry));
+        }
+        ctx.wait().await?;
+        Ok::<(), TxnError>(())
     }
-    ctx.wait().await?;
+    .await;
+    if let Err(e) = written {
+        // A failure (a copy's node died) stopped the writes: the slots taken and not written
+        // would stop each replay's head for good. They are finished as empty aborted entries
+        // where the node is up, and left to the membership's hole check elsewhere.
+        let unwritten: Vec<(u16, u64)> =
+            taken.into_iter().filter(|&(node, idx)| !out.iter().any(|o| o.0 == node && o.1 == idx)).collect();
+        finish_slots(ctx, n, &unwritten).await;
+        return Err(e);
+    }
+    for (node, idx) in taken {
+        part(n).reserved.borrow_mut().remove(&(node, idx));
+    }
     Ok(out)
+}
+
+/// Best effort, after a failure: the log slots `taken` by FAA and never written get an empty
+/// ABORTED header on the nodes that are up.
+async fn finish_slots(ctx: &Ctx, n: &NodeState, taken: &[(u16, u64)]) {
+    let area = n.catalog.layout.area_at;
+    let mut header = vec![0u8; logbuf::ENTRY_HEADER as usize];
+    txbed_txn::wire::put_u64_at(&mut header, logbuf::STATUS_AT as usize, logbuf::ABORTED);
+    for &(node, idx) in taken {
+        if ctx.node_status(node) == NodeStatus::Up {
+            let write = Op::Write {
+                src: Payload::Inline(header.clone()),
+                remote: n.catalog.remote(node, area + logbuf::slot_at(idx), header.len() as u32),
+            };
+            let _ = ops::issue(ctx, n, &log_rec(node), vec![(write, true)]).await;
+        }
+    }
+    let _ = ctx.wait().await;
+    ctx.clear_replies();
+    for key in taken {
+        part(n).reserved.borrow_mut().remove(key);
+    }
 }
 
 /// The lazy head check (lines 16-18): only when slot `idx` is a whole buffer ahead of the

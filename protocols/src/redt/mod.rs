@@ -117,6 +117,13 @@ pub const RECOVERY_ABORTS_COMMITTED: Bug = Bug {
     about: "a new coordinator aborts a failed coordinator's transaction that some executor already received committed (writes installed in some data centers, history without them)",
 };
 
+/// A restored copy (5+ replicas) never takes the writes committed without it while it was
+/// restored (Sec. 5.1.2's restoration cut short): it serves them stale.
+pub const RESTORED_COPY_MISSES_WRITES: Bug = Bug {
+    name: "RedtRestoredCopyMissesWrites",
+    about: "a restored replica skips the catch-up on writes committed without it while it was restored (a replica behind the others: lost writes on it)",
+};
+
 /// Abort causes.
 pub mod cause {
     pub const LOCK_CONFLICT: &str = "redt: lock conflict";
@@ -303,7 +310,7 @@ impl Protocol for RedT {
         100_000_000
     }
     fn bugs(&self) -> &'static [Bug] {
-        &[IGNORE_THOMAS_RULE, STALE_VOTES_COUNT, RECOVERY_ABORTS_COMMITTED]
+        &[IGNORE_THOMAS_RULE, STALE_VOTES_COUNT, RECOVERY_ABORTS_COMMITTED, RESTORED_COPY_MISSES_WRITES]
     }
     fn check_options(&self, given: &OptionValues) -> Result<(), String> {
         parse_options::<Options>(given)?.check()
@@ -376,6 +383,12 @@ impl Protocol for RedT {
     }
     fn restore_copy(&self, ext_at: usize, candidates: &[Vec<u8>]) -> Option<Vec<u8>> {
         recovery::restore_copy(ext_at, candidates)
+    }
+    fn catch_up_copy(&self, node: &NodeState, ext_at: usize, own: &[u8], candidates: &[Vec<u8>]) -> Option<Vec<u8>> {
+        if node.bug == Some(RESTORED_COPY_MISSES_WRITES) {
+            return None;
+        }
+        recovery::catch_up_copy(ext_at, own, candidates)
     }
     fn joined(&self, node: &NodeState, peer: &NodeState) {
         part(node).jobs.learn_done(&part(peer).jobs);

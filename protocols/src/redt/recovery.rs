@@ -428,3 +428,57 @@ pub fn restore_copy(ext_at: usize, candidates: &[Vec<u8>]) -> Option<Vec<u8>> {
     clear.write(&mut best, ext_at);
     Some(best)
 }
+
+/// An up copy's record after its restoration (5+ replicas commit without a restored copy
+/// until every transaction that excluded it has completed): the live replicas' newest write
+/// if it is newer than the copy's (version, writer, record and wts, the Thomas rule), the
+/// copy's own latch, lock and owners kept (transactions that include it hold them).
+pub fn catch_up_copy(ext_at: usize, own: &[u8], candidates: &[Vec<u8>]) -> Option<Vec<u8>> {
+    let best = candidates.iter().max_by_key(|t| Item::read(t, ext_at).wts)?;
+    let mine = Item::read(own, ext_at);
+    let theirs = Item::read(best, ext_at);
+    if theirs.wts <= mine.wts {
+        return None;
+    }
+    let mut t = own.to_vec();
+    let latch = LOCK as usize + 8;
+    t[latch..ext_at].copy_from_slice(&best[latch..ext_at]);
+    Item { wts: theirs.wts, ..mine }.write(&mut t, ext_at);
+    Some(t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::item::{Lock, LockType, OWNERS};
+    use super::*;
+
+    /// A tuple: latch, version, writer, a 16-byte record of `fill`, then the ext.
+    fn tuple(latch: u64, version: u64, fill: u8, item: &Item) -> (Vec<u8>, usize) {
+        let ext_at = 24 + 16;
+        let mut t = vec![fill; ext_at + EXT_BYTES as usize];
+        put_u64_at(&mut t, LOCK as usize, latch);
+        put_u64_at(&mut t, 8, version);
+        put_u64_at(&mut t, 16, 0);
+        item.write(&mut t, ext_at);
+        (t, ext_at)
+    }
+
+    #[test]
+    fn a_caught_up_copy_takes_the_newest_write_and_keeps_its_own_locks() {
+        let locked = Item { lock: Lock { kind: LockType::Ex, num: 1 }, owners: [9, 0, 0, 0], wts: 5 };
+        let (own, ext_at) = tuple(0, 2, 0xaa, &locked);
+        let free = |wts| Item { lock: Lock { kind: LockType::Null, num: 0 }, owners: [0; OWNERS], wts };
+        let (older, _) = tuple(0, 1, 0x11, &free(4));
+        let (newer, _) = tuple(7, 3, 0xbb, &free(8));
+        let got = catch_up_copy(ext_at, &own, &[older.clone(), newer.clone()]).expect("a newer write");
+        assert_eq!(u64_at(&got, LOCK as usize), 0, "its own latch stays");
+        assert_eq!(&got[8..ext_at], &newer[8..ext_at], "version, writer and record of the newest");
+        assert_eq!(
+            Item::read(&got, ext_at),
+            Item { wts: 8, ..locked },
+            "its lock and owners stay, the wts is the newest"
+        );
+        assert_eq!(catch_up_copy(ext_at, &own, &[older]), None, "nothing newer: nothing taken");
+        assert_eq!(catch_up_copy(ext_at, &own, &[]), None);
+    }
+}
