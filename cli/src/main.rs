@@ -24,6 +24,9 @@ enum Command {
     /// Run every combination of a sweep file's axes and seeds in parallel; write results.csv,
     /// summary.csv (mean and 95% CI across seeds) and plots.
     Sweep(commands::sweep::Args),
+    /// Merge the shards of a sweep (`txbed sweep --shard I/N` on a cluster) into the outputs
+    /// one machine's sweep writes.
+    Merge(commands::merge::Args),
     /// Run every valid hybrid code of a scenario's protocol over several seeds and rank the
     /// codes by throughput and latency, with 95% confidence intervals (RCC Sec. 5.1).
     HybridSearch(commands::hybrid_search::Args),
@@ -84,6 +87,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Run(a) => commands::run::run(a),
         Command::Sweep(a) => commands::sweep::run(a),
+        Command::Merge(a) => commands::merge::run(a),
         Command::HybridSearch(a) => commands::hybrid_search::run(a),
         Command::Sensitivity(a) => commands::sensitivity::run(a),
         Command::Campaign(a) => commands::campaign::run(a),

@@ -6,6 +6,7 @@
 mod campaign_cli;
 mod cli;
 mod clocks_cli;
+mod cluster_cli;
 mod common;
 mod elle_cli;
 mod faults_cli;

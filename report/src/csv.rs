@@ -1,12 +1,13 @@
 //! A sweep's CSVs: results.csv (one row per run) and summary.csv (per combination of axis
 //! values: mean and 95% confidence interval across seeds, Student's t via statrs).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+use serde::{Deserialize, Serialize};
 use statrs::distribution::{ContinuousCDF, StudentsT};
 use txbed_runner::report::TxnReport;
-use txbed_scenario::sweep::{Point, Sweep};
+use txbed_scenario::sweep::Point;
 
 use crate::provenance::Provenance;
 
@@ -24,6 +25,94 @@ fn per_txn_col(stage: &str) -> String {
     format!("per_txn_{stage}_us")
 }
 
+/// An `f64` kept exactly through JSON (its bits: JSON has no NaN, and a decimal round trip
+/// is only as good as the printer), so a merged sweep computes what a single one does.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct Exact(pub f64);
+
+impl Serialize for Exact {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(self.0.to_bits())
+    }
+}
+
+impl<'de> Deserialize<'de> for Exact {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        u64::deserialize(d).map(|b| Exact(f64::from_bits(b)))
+    }
+}
+
+/// One run of a sweep, as its CSVs, latency files and verdicts need it: what a shard of a
+/// sweep writes and `txbed merge` reads back, so a merged sweep writes what one machine would.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunRow {
+    /// The point's axis values, in the sweep's axis order.
+    pub values: Vec<String>,
+    pub seed: u64,
+    pub outcome: Result<RunStats, String>,
+    /// `Provenance::csv_values` of the command that ran it.
+    pub provenance: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunStats {
+    /// In `METRICS` order.
+    pub metrics: Vec<Exact>,
+    pub committed: u64,
+    pub aborted: u64,
+    /// Stage -> (mean us per execution, us per committed transaction).
+    pub stages: BTreeMap<String, (Exact, Exact)>,
+    pub warnings: Vec<String>,
+    pub failures: Vec<String>,
+    /// The checker accepted the history (`CheckReport::clean`).
+    pub checked_clean: bool,
+    pub digest: String,
+    /// The latency distribution, as `latency::hgrm` prints it.
+    pub hgrm: String,
+}
+
+impl RunStats {
+    pub fn of(r: &TxnReport) -> RunStats {
+        RunStats {
+            metrics: metrics(r).into_iter().map(Exact).collect(),
+            committed: r.committed,
+            aborted: r.aborted,
+            stages: r
+                .stages
+                .iter()
+                .map(|(k, v)| (k.to_string(), (Exact(v.mean_us), Exact(v.per_committed_us))))
+                .collect(),
+            warnings: r.warnings.clone(),
+            failures: r.failures.clone(),
+            checked_clean: r.check.clean,
+            digest: r.digest.clone(),
+            hgrm: crate::latency::hgrm(&r.latency_hist),
+        }
+    }
+
+    /// No failure and the checker accepted it (`TxnReport::clean`).
+    pub fn clean(&self) -> bool {
+        self.failures.is_empty() && self.checked_clean
+    }
+
+    fn metric(&self, k: usize) -> f64 {
+        self.metrics.get(k).map_or(f64::NAN, |x| x.0)
+    }
+}
+
+impl RunRow {
+    pub fn of(p: &Point, r: &Result<TxnReport, String>, provenance: &Provenance) -> RunRow {
+        RunRow {
+            values: p.values.clone(),
+            seed: p.seed,
+            outcome: r.as_ref().map(RunStats::of).map_err(Clone::clone),
+            provenance: provenance.csv_values().to_vec(),
+        }
+    }
+}
+
 /// What `write_csvs` wrote, and warnings for the user (stderr).
 pub struct Written {
     pub results: PathBuf,
@@ -37,22 +126,22 @@ fn csv_error(path: &Path) -> impl Fn(csv::Error) -> String {
     move |e| format!("{name}: {e}")
 }
 
-/// Writes results.csv (every row with the provenance's columns) and summary.csv into `dir`.
-pub fn write_csvs(
-    sweep: &Sweep,
-    points: &[Point],
-    reports: &[Result<TxnReport, String>],
-    dir: &Path,
-    provenance: &Provenance,
-) -> Result<Written, String> {
-    let stages: Vec<&str> =
-        reports.iter().flatten().flat_map(|r| r.stages.keys().copied()).collect::<BTreeSet<_>>().into_iter().collect();
-    let axes: Vec<&str> = sweep.axes.iter().map(|a| a.path.as_str()).collect();
+/// Writes results.csv (one row per run, with the provenance of the command that ran it) and
+/// summary.csv (per combination of axis values, in sweep order) into `dir`. `axes`: the
+/// sweep's axis paths.
+pub fn write_csvs(axes: &[String], runs: &[RunRow], dir: &Path) -> Result<Written, String> {
+    let stages: Vec<&str> = runs
+        .iter()
+        .filter_map(|r| r.outcome.as_ref().ok())
+        .flat_map(|r| r.stages.keys().map(String::as_str))
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
     // results.csv
     let results = dir.join("results.csv");
     let err = csv_error(&results);
     let mut w = csv::Writer::from_path(&results).map_err(&err)?;
-    let mut head: Vec<String> = axes.iter().map(|s| s.to_string()).collect();
+    let mut head: Vec<String> = axes.to_vec();
     head.push("seed".into());
     head.extend(METRICS.iter().map(|m| m.to_string()));
     head.extend(["committed", "aborted"].map(String::from));
@@ -62,19 +151,16 @@ pub fn write_csvs(
     head.extend(["serializable", "digest", "error"].map(String::from));
     head.extend(Provenance::csv_columns().map(String::from));
     w.write_record(&head).map_err(&err)?;
-    let prov = provenance.csv_values();
-    for (p, r) in points.iter().zip(reports) {
-        let mut row: Vec<String> = p.values.clone();
-        row.push(p.seed.to_string());
-        match r {
+    for run in runs {
+        let mut row: Vec<String> = run.values.clone();
+        row.push(run.seed.to_string());
+        match &run.outcome {
             Ok(r) => {
-                row.extend(metrics(r).iter().map(|x| format!("{x}")));
+                row.extend((0..METRICS.len()).map(|k| format!("{}", r.metric(k))));
                 row.push(r.committed.to_string());
                 row.push(r.aborted.to_string());
-                row.extend(stages.iter().map(|s| r.stages.get(s).map_or(String::new(), |x| format!("{}", x.mean_us))));
-                row.extend(
-                    stages.iter().map(|s| r.stages.get(s).map_or(String::new(), |x| format!("{}", x.per_committed_us))),
-                );
+                row.extend(stages.iter().map(|s| r.stages.get(*s).map_or(String::new(), |x| format!("{}", x.0 .0))));
+                row.extend(stages.iter().map(|s| r.stages.get(*s).map_or(String::new(), |x| format!("{}", x.1 .0))));
                 row.push(r.warnings.len().to_string());
                 row.push(r.clean().to_string());
                 row.push(r.digest.clone());
@@ -85,7 +171,7 @@ pub fn write_csvs(
                 row.extend([String::new(), String::new(), e.clone()]);
             }
         }
-        row.extend(prov.iter().cloned());
+        row.extend(run.provenance.iter().cloned());
         w.write_record(&row).map_err(&err)?;
     }
     w.flush().map_err(|e| format!("{}: {e}", results.display()))?;
@@ -93,7 +179,7 @@ pub fn write_csvs(
     let summary = dir.join("summary.csv");
     let err = csv_error(&summary);
     let mut w = csv::Writer::from_path(&summary).map_err(&err)?;
-    let mut head: Vec<String> = axes.iter().map(|s| s.to_string()).collect();
+    let mut head: Vec<String> = axes.to_vec();
     head.push("runs".into());
     head.push("n_seeds".into());
     let names: Vec<String> = METRICS
@@ -109,16 +195,15 @@ pub fn write_csvs(
     w.write_record(&head).map_err(&err)?;
     let mut warnings = Vec::new();
     let mut seen: Vec<&Vec<String>> = Vec::new();
-    for p in points {
+    for p in runs {
         if seen.contains(&&p.values) {
             continue;
         }
         seen.push(&p.values);
-        let group: Vec<(u64, &TxnReport)> = points
+        let group: Vec<(u64, &RunStats)> = runs
             .iter()
-            .zip(reports)
-            .filter(|(q, _)| q.values == p.values)
-            .filter_map(|(q, r)| r.as_ref().ok().map(|r| (q.seed, r)))
+            .filter(|q| q.values == p.values)
+            .filter_map(|q| q.outcome.as_ref().ok().map(|r| (q.seed, r)))
             .collect();
         let n_seeds = group.iter().map(|g| g.0).collect::<BTreeSet<_>>().len();
         if n_seeds < 2 {
@@ -132,20 +217,20 @@ pub fn write_csvs(
         let mut row: Vec<String> = p.values.clone();
         row.push(group.len().to_string());
         row.push(n_seeds.to_string());
-        for (k, _) in METRICS.iter().enumerate() {
-            let xs: Vec<f64> = group.iter().map(|(_, r)| metrics(r)[k]).collect();
+        for k in 0..METRICS.len() {
+            let xs: Vec<f64> = group.iter().map(|(_, r)| r.metric(k)).collect();
             let (m, ci) = mean_ci95(&xs);
             row.push(fmt_num(m));
             row.push(fmt_num(ci));
         }
         for s in &stages {
-            let xs: Vec<f64> = group.iter().filter_map(|(_, r)| r.stages.get(s).map(|x| x.mean_us)).collect();
+            let xs: Vec<f64> = group.iter().filter_map(|(_, r)| r.stages.get(*s).map(|x| x.0 .0)).collect();
             let (m, ci) = mean_ci95(&xs);
             row.push(fmt_num(m));
             row.push(fmt_num(ci));
         }
         for s in &stages {
-            let xs: Vec<f64> = group.iter().filter_map(|(_, r)| r.stages.get(s).map(|x| x.per_committed_us)).collect();
+            let xs: Vec<f64> = group.iter().filter_map(|(_, r)| r.stages.get(*s).map(|x| x.1 .0)).collect();
             let (m, ci) = mean_ci95(&xs);
             row.push(fmt_num(m));
             row.push(fmt_num(ci));

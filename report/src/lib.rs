@@ -13,5 +13,6 @@ pub mod provenance;
 pub mod rank;
 pub mod replay;
 pub mod sensitivity;
+pub mod shard;
 pub mod text;
 pub mod trace;

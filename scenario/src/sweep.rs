@@ -63,6 +63,7 @@ impl fmt::Display for AxisValue {
 }
 
 /// One run of a sweep: its axis values, seed and scenario.
+#[derive(Clone)]
 pub struct Point {
     pub values: Vec<String>,
     pub seed: u64,

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use txbed_report::csv::write_csvs;
+use txbed_report::csv::{write_csvs, RunRow};
 use txbed_report::output::prepare_dir;
 use txbed_report::rank::rank;
 use txbed_runner::parallel::run_points;
@@ -75,7 +75,9 @@ pub fn run(a: Args) -> ExitCode {
     let bar = runs_bar(points.len(), quiet);
     let reports = run_points(&points, jobs, &|| bar.inc(1));
     bar.finish_and_clear();
-    let written = match write_csvs(&sweep, &points, &reports, &dir, &provenance).and_then(|w| {
+    let runs: Vec<RunRow> = points.iter().zip(&reports).map(|(p, r)| RunRow::of(p, r, &provenance)).collect();
+    let axes: Vec<String> = sweep.axes.iter().map(|x| x.path.clone()).collect();
+    let written = match write_csvs(&axes, &runs, &dir).and_then(|w| {
         provenance.write(&dir)?;
         Ok(w)
     }) {

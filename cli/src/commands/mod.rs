@@ -10,6 +10,7 @@ pub mod compare;
 pub mod devices;
 pub mod hybrid_search;
 pub mod list;
+pub mod merge;
 pub mod plot;
 pub mod protocols;
 pub mod replay;
