@@ -548,6 +548,7 @@ pub fn run_real_node(
     };
     let (history, report, stats, measured, failures) = assemble(spec, results);
     Ok(Some(TxnRunResult {
+        wall: Default::default(),
         measured,
         history,
         report,

@@ -213,6 +213,22 @@ fn fault_lines(r: &TxnReport) -> String {
     out
 }
 
+/// Where the simulator's wall-clock time went, and how many committed transactions it
+/// simulated per wall second.
+fn wall_line(r: &TxnReport) -> String {
+    match (r.sim.wall, r.sim.committed_per_wall_s) {
+        (Some(w), Some(c)) => format!(
+            "  wall       {:.2} s: set-up {:.2} s, event loop {:.2} s, results and check {:.2} s; {:.0} committed transactions simulated per wall second\n",
+            w.setup_s + w.loop_s + w.finish_s,
+            w.setup_s,
+            w.loop_s,
+            w.finish_s,
+            c
+        ),
+        _ => String::new(),
+    }
+}
+
 /// The messages between data centers, when the scenario has them: the simulator's count,
 /// then the coordinators' by stage (also on sockets, which counts no whole-run total).
 fn inter_dc_line(r: &TxnReport) -> String {
@@ -316,10 +332,12 @@ pub fn txn_text(s: &Scenario, r: &TxnReport) -> String {
         fault_lines(r),
         if r.backend == "sim" {
             format!(
-                "  simulator  {} events, {:.2} M events/s, {} us simulated\n  digest     {}\n",
+                "  simulator  {} events, {:.2} M events/s{}, {} us simulated\n{}  digest     {}\n",
                 r.sim.events,
                 r.sim.events_per_s / 1e6,
+                if r.sim.wall.is_some() { " in the event loop" } else { "" },
                 r.sim.simulated_ns / 1000,
+                wall_line(r),
                 r.digest
             )
         } else {

@@ -133,6 +133,18 @@ pub struct TxnRunResult {
     /// Traffic between data centers (simulator, scenarios with `cluster.datacenters`); `None`
     /// otherwise.
     pub inter_dc: Option<InterDc>,
+    /// Where the simulator's wall-clock time went (zero on real backends).
+    pub wall: WallTimes,
+}
+
+/// Wall-clock seconds of a simulated run by phase: building the cluster and loading the
+/// stores, the event loop (the run's window, its stragglers and recovery), and collecting the
+/// nodes' results and checking the history.
+#[derive(Copy, Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct WallTimes {
+    pub setup_s: f64,
+    pub loop_s: f64,
+    pub finish_s: f64,
 }
 
 /// Messages that crossed a link between data centers, whole run (the simulator's count:

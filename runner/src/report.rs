@@ -139,9 +139,17 @@ pub const DEFAULT_BUCKETS: u64 = 20;
 #[derive(Debug, Serialize)]
 pub struct SimInfo {
     pub events: u64,
-    /// Events per second of wall time (one core).
+    /// Events per second of wall time (one core): of the event loop alone when `wall` says
+    /// how long it took, else of the whole run.
     pub events_per_s: f64,
     pub simulated_ns: u64,
+    /// A transactional run's wall-clock seconds by phase (set-up, event loop, check).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wall: Option<crate::outcome::WallTimes>,
+    /// Committed transactions of the whole run per wall-clock second of the whole run: how
+    /// fast the simulator answers a researcher.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub committed_per_wall_s: Option<f64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -623,7 +631,17 @@ pub fn txn_report(
             retransmits: d.retransmits,
             lost: d.lost,
         }),
-        sim: SimInfo { events: r.events, events_per_s: r.events as f64 / wall.max(1e-9), simulated_ns: r.simulated_ns },
+        sim: {
+            let phases = (r.wall.loop_s > 0.0).then_some(r.wall);
+            let loop_s = phases.map_or(wall, |p| p.loop_s);
+            SimInfo {
+                events: r.events,
+                events_per_s: r.events as f64 / loop_s.max(1e-9),
+                simulated_ns: r.simulated_ns,
+                wall: phases,
+                committed_per_wall_s: phases.map(|_| r.stats.committed as f64 / wall.max(1e-9)),
+            }
+        },
         failures: r.failures.clone(),
         check: CheckReport {
             clean: r.report.clean(),

@@ -10,7 +10,7 @@ use txbed_txn::node::NodeState;
 
 use crate::faults::{Driver, World};
 use crate::node::{add_measured, coordinator, load_partition, node_result, node_state, run_background, Shared};
-use crate::outcome::{assemble, Measured, TxnRunResult};
+use crate::outcome::{assemble, Measured, TxnRunResult, WallTimes};
 use crate::spec::{check_spec, coroutines_per_worker, layout, scratch_per_coroutine, TxnRunSpec};
 
 /// Simulated time transactions in flight get to finish after the run's end.
@@ -24,6 +24,8 @@ pub fn run_txns(spec: &TxnRunSpec) -> Result<TxnRunResult, String> {
 /// [`run_txns`], calling `progress(simulated ns, end ns)` about a hundred times on the way.
 /// The run is simulated in slices; the result and digest are the same as in one go.
 pub fn run_txns_with(spec: &TxnRunSpec, progress: &mut dyn FnMut(u64, u64)) -> Result<TxnRunResult, String> {
+    // Wall-clock phases for the report only (`WallTimes`): nothing simulated reads them.
+    let began = std::time::Instant::now();
     check_spec(spec)?;
     let mut cfg = SimConfig::new(spec.nodes, spec.workers, spec.profile.clone(), spec.seed);
     cfg.max_coroutines = coroutines_per_worker(spec);
@@ -109,6 +111,7 @@ pub fn run_txns_with(spec: &TxnRunSpec, progress: &mut dyn FnMut(u64, u64)) -> R
         sim.enable_clocks(c.clone(), sh.end)?;
     }
     // Start nothing after the end; let transactions in flight finish.
+    let loop_began = std::time::Instant::now();
     let mut driver = spec.faults.as_ref().map(|p| Driver::new(p, spec.nodes, spec.replication));
     let slice = (sh.end / 100).max(1);
     let mut t = 0;
@@ -176,6 +179,7 @@ pub fn run_txns_with(spec: &TxnRunSpec, progress: &mut dyn FnMut(u64, u64)) -> R
             sh.failures.borrow_mut().push(f.clone());
         }
     }
+    let loop_ended = std::time::Instant::now();
     // Backups catch up on the logs still in their rings (a recovering backup would too).
     for (b, st) in states.iter().enumerate() {
         let mem = sim.memory(b as u16);
@@ -214,7 +218,13 @@ pub fn run_txns_with(spec: &TxnRunSpec, progress: &mut dyn FnMut(u64, u64)) -> R
         .flat_map(|n| (0..servers).map(move |wk| (n, wk)))
         .map(|(n, wk)| sim.worker(n, wk).stats().cpu_busy_ns)
         .collect();
+    let wall = WallTimes {
+        setup_s: (loop_began - began).as_secs_f64(),
+        loop_s: (loop_ended - loop_began).as_secs_f64(),
+        finish_s: loop_ended.elapsed().as_secs_f64(),
+    };
     Ok(TxnRunResult {
+        wall,
         server_busy_ns,
         measured,
         history,
