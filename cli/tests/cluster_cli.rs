@@ -109,3 +109,57 @@ fn a_sweep_in_three_shards_merges_to_what_one_machine_writes() {
         assert_eq!(code, Some(2), "--shard {bad}: {err}");
     }
 }
+
+/// A campaign run as 2 shards and merged: campaign.csv has the same rows in the same order
+/// as the campaign on one machine, every column but each run's wall time, with the replay
+/// files under the merged directory and their contents the same (paths apart).
+#[test]
+fn a_campaign_in_two_shards_merges_to_what_one_machine_writes() {
+    let dir = scratch("campaign-shards");
+    let s = |p: &Path| p.display().to_string();
+    let (full, shards, merged) = (dir.join("full"), dir.join("shards"), dir.join("merged"));
+    let args = |out: &Path| {
+        let mut v: Vec<String> = ["campaign", "scenarios/redt/campaign-node.ron", "--seeds", "6", "-q", "--no-shrink"]
+            .map(String::from)
+            .to_vec();
+        v.extend(["--bug".into(), "RedtRecoveryAbortsCommitted".into(), "--out".into(), s(out)]);
+        v
+    };
+    let (code, _, err) = out(txbed().args(args(&full)));
+    assert_eq!(code, Some(1), "the planted bug fails some seeds: {err}");
+    for i in 0..2 {
+        let (code, _, err) = out(txbed().args(args(&shards)).args(["--shard", &format!("{i}/2")]));
+        assert!(code == Some(0) || code == Some(1), "shard {i}: {err}");
+    }
+    let (code, table, err) = out(txbed().args(["merge", &s(&shards), "--out", &s(&merged)]));
+    assert_eq!(code, Some(1), "{err}");
+    assert!(table.contains("RedT") && table.contains("6 runs from 2 shards"), "{table}");
+    let rows = |d: &Path| -> Vec<Vec<String>> {
+        let mut r = csv::Reader::from_path(d.join("campaign.csv")).unwrap();
+        let h: Vec<String> = r.headers().unwrap().iter().map(String::from).collect();
+        let (wall, replay) =
+            (h.iter().position(|c| c == "wall_s").unwrap(), h.iter().position(|c| c == "replay").unwrap());
+        r.records()
+            .map(|x| {
+                let mut row: Vec<String> = x.unwrap().iter().map(String::from).collect();
+                row[wall].clear();
+                if !row[replay].is_empty() {
+                    let p = Path::new(&row[replay]);
+                    assert!(p.starts_with(d.join("failures")), "{p:?} under {d:?}");
+                    row[replay] = p.file_name().unwrap().to_string_lossy().into_owned();
+                }
+                row
+            })
+            .collect()
+    };
+    let (a, b) = (rows(&full), rows(&merged));
+    assert_eq!(a.len(), 6);
+    assert!(a.iter().any(|r| r[3] != "clean"), "some seed failed: {a:?}");
+    assert_eq!(a, b);
+    let failures = |d: &Path| files(&d.join("failures"));
+    assert_eq!(failures(&full), failures(&merged));
+    for f in failures(&full) {
+        let text = |d: &Path| std::fs::read_to_string(d.join("failures").join(&f)).unwrap().replace(&s(d), "DIR");
+        assert_eq!(text(&full), text(&merged), "{f}");
+    }
+}

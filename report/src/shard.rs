@@ -213,6 +213,191 @@ pub fn merge(shards: Vec<(PathBuf, SweepShard)>) -> Result<(SweepShard, Vec<RunR
     Ok((first, runs))
 }
 
+/// What a shard of a campaign (`txbed campaign --shard I/N`) writes beside its campaign.csv
+/// and failures/: which shard, and what every shard of the campaign must share.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CampaignShard {
+    /// `txbed-campaign-shard`.
+    pub format: String,
+    pub index: u32,
+    pub count: u32,
+    /// The campaign's name (its default output directory is results/campaign-<name>).
+    pub name: String,
+    /// The scenario as resolved, the fault profile, protocols, planted bug, seeds and shrink
+    /// budget: equal in every shard of one campaign.
+    pub identity: String,
+    /// The protocols in the order they run (campaign.csv's row order: protocol, then seed).
+    pub protocols: Vec<String>,
+    /// txbed version, commit and dirty flag of the build that ran it.
+    pub build: Vec<String>,
+}
+
+pub const CAMPAIGN_FORMAT: &str = "txbed-campaign-shard";
+/// The file that marks a directory as a campaign's shard.
+pub const CAMPAIGN_MARKER: &str = "campaign-shard.json";
+
+impl CampaignShard {
+    pub fn write(&self, dir: &Path) -> Result<(), String> {
+        let path = dir.join(CAMPAIGN_MARKER);
+        let text = serde_json::to_string_pretty(self).map_err(|e| format!("{}: {e}", path.display()))?;
+        std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    pub fn read(dir: &Path) -> Result<CampaignShard, String> {
+        let path = dir.join(CAMPAIGN_MARKER);
+        let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let s: CampaignShard = serde_json::from_str(&text).map_err(|e| {
+            format!("{}: not a campaign shard (line {}, column {}): {e}", path.display(), e.line(), e.column())
+        })?;
+        if s.format != CAMPAIGN_FORMAT {
+            return Err(format!("{}: format {:?}, expected {CAMPAIGN_FORMAT:?}", path.display(), s.format));
+        }
+        Ok(s)
+    }
+}
+
+/// The campaign shard directories among `paths` (a shard's directory, or one holding them);
+/// empty if there are none (then they are a sweep's shards).
+pub fn campaign_shard_dirs(paths: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
+    let mut dirs = Vec::new();
+    for p in paths {
+        if p.join(CAMPAIGN_MARKER).is_file() {
+            dirs.push(p.clone());
+        } else if p.is_dir() {
+            let mut found: Vec<PathBuf> = std::fs::read_dir(p)
+                .map_err(|e| format!("{}: {e}", p.display()))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|d| d.join(CAMPAIGN_MARKER).is_file())
+                .collect();
+            found.sort();
+            dirs.extend(found);
+        }
+    }
+    Ok(dirs)
+}
+
+/// A merged campaign: its name, and its rows as campaign.csv has them.
+pub struct MergedCampaign {
+    pub name: String,
+    pub header: Vec<String>,
+    pub rows: Vec<Vec<String>>,
+}
+
+/// Merges campaign shards (`dirs`) into `out`: campaign.csv with every shard's rows in the
+/// order one machine writes them (protocol, then seed), and failures/ with every shard's
+/// replay files (their paths, in the CSV and in the files' headers, now under `out`).
+pub fn merge_campaign(dirs: &[PathBuf], out: &Path) -> Result<MergedCampaign, String> {
+    let mut shards = Vec::new();
+    for d in dirs {
+        shards.push((d.clone(), CampaignShard::read(d)?));
+    }
+    let Some((first_dir, first)) = shards.first().cloned() else {
+        return Err("no campaign shards to merge".into());
+    };
+    let mut seen = vec![None::<PathBuf>; first.count as usize];
+    for (d, s) in &shards {
+        if s.count == 0 || s.index >= s.count {
+            return Err(format!("{}: shard {} of {} is not a shard", d.display(), s.index, s.count));
+        }
+        if s.count != first.count
+            || s.identity != first.identity
+            || s.protocols != first.protocols
+            || s.name != first.name
+        {
+            return Err(format!(
+                "{} and {} are shards of different campaigns (scenario, options or shard count differ)",
+                first_dir.display(),
+                d.display()
+            ));
+        }
+        if s.build != first.build {
+            return Err(format!(
+                "{} and {} ran different txbed builds ({:?} against {:?}): their runs cannot be merged",
+                first_dir.display(),
+                d.display(),
+                first.build,
+                s.build
+            ));
+        }
+        if let Some(other) = &seen[s.index as usize] {
+            return Err(format!("{} and {} are both shard {} of {}", other.display(), d.display(), s.index, s.count));
+        }
+        seen[s.index as usize] = Some(d.clone());
+    }
+    let missing: Vec<String> =
+        seen.iter().enumerate().filter(|(_, s)| s.is_none()).map(|(i, _)| i.to_string()).collect();
+    if !missing.is_empty() {
+        return Err(format!(
+            "missing shard{} {} of {}",
+            if missing.len() == 1 { "" } else { "s" },
+            missing.join(", "),
+            first.count
+        ));
+    }
+    let new_failures = out.join("failures");
+    let mut header: Vec<String> = Vec::new();
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    for (d, _) in &shards {
+        let path = d.join("campaign.csv");
+        let mut r = csv::Reader::from_path(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let h: Vec<String> =
+            r.headers().map_err(|e| format!("{}: {e}", path.display()))?.iter().map(String::from).collect();
+        if header.is_empty() {
+            header = h;
+        } else if h != header {
+            return Err(format!("{}: its columns differ from {}'s", path.display(), first_dir.display()));
+        }
+        let replay =
+            header.iter().position(|c| c == "replay").ok_or_else(|| format!("{}: no replay column", path.display()))?;
+        let mut old_failures: Option<String> = None;
+        for rec in r.records() {
+            let mut row: Vec<String> =
+                rec.map_err(|e| format!("{}: {e}", path.display()))?.iter().map(String::from).collect();
+            if let Some(cell) = row.get_mut(replay).filter(|c| !c.is_empty()) {
+                let old = PathBuf::from(cell.as_str());
+                old_failures.get_or_insert_with(|| old.parent().map_or(String::new(), |p| p.display().to_string()));
+                let name =
+                    old.file_name().ok_or_else(|| format!("{}: replay {cell:?} names no file", path.display()))?;
+                *cell = new_failures.join(name).display().to_string();
+            }
+            rows.push(row);
+        }
+        // The shard's replay files, their headers' paths moved with them.
+        let fdir = d.join("failures");
+        if fdir.is_dir() {
+            std::fs::create_dir_all(&new_failures).map_err(|e| format!("{}: {e}", new_failures.display()))?;
+            for e in std::fs::read_dir(&fdir).map_err(|e| format!("{}: {e}", fdir.display()))? {
+                let src = e.map_err(|e| format!("{}: {e}", fdir.display()))?.path();
+                let text = std::fs::read_to_string(&src).map_err(|e| format!("{}: {e}", src.display()))?;
+                let text = match &old_failures {
+                    Some(old) if !old.is_empty() => text.replace(old.as_str(), &new_failures.display().to_string()),
+                    _ => text,
+                };
+                let dst = new_failures.join(src.file_name().unwrap_or_default());
+                std::fs::write(&dst, text).map_err(|e| format!("{}: {e}", dst.display()))?;
+            }
+        }
+    }
+    let col = |name: &str| header.iter().position(|c| c == name);
+    let (Some(pc), Some(sc)) = (col("protocol"), col("seed")) else {
+        return Err(format!("{}: no protocol or seed column", first_dir.display()));
+    };
+    let order = |r: &Vec<String>| {
+        let p = first.protocols.iter().position(|x| *x == r[pc]).unwrap_or(usize::MAX);
+        (p, r[sc].parse::<u64>().unwrap_or(u64::MAX))
+    };
+    rows.sort_by_key(order);
+    let path = out.join("campaign.csv");
+    let mut w = csv::Writer::from_path(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    w.write_record(&header).map_err(|e| format!("{}: {e}", path.display()))?;
+    for r in &rows {
+        w.write_record(r).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    w.flush().map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(MergedCampaign { name: first.name, header, rows })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

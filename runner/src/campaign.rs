@@ -266,6 +266,11 @@ impl Kind {
     pub fn is_failure(self) -> bool {
         !matches!(self, Kind::Clean | Kind::Unsupported)
     }
+
+    /// The kind `name` names (campaign.csv's verdict column).
+    pub fn from_name(name: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.name() == name)
+    }
 }
 
 /// What one run gave.

@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use txbed_report::output::prepare_dir;
+use txbed_report::shard::{CampaignShard, Shard};
 use txbed_runner::campaign::{self, Kind, Protocols, Setup};
 use txbed_scenario::Scenario;
 
@@ -59,6 +60,12 @@ pub struct Args {
     /// No progress bar and no table; failures and errors are still printed.
     #[arg(short, long)]
     pub quiet: bool,
+    /// Run one share of the seeds: I/N (0-based: the seeds at positions I, I+N, ...), or
+    /// `auto` (a Slurm job array's task, else an MPI rank and size). Writes the campaign's
+    /// outputs to DIR/shard-I-of-N/ (default DIR: results/campaign-<name>-shards) for
+    /// `txbed merge` (docs/cluster.md).
+    #[arg(long, value_name = "I/N|auto")]
+    pub shard: Option<String>,
 }
 
 pub fn run(a: Args) -> ExitCode {
@@ -82,14 +89,58 @@ pub fn run(a: Args) -> ExitCode {
     let Some(last) = a.from_seed.checked_add(a.seeds - 1) else {
         return fail(format!("--from-seed {} --seeds {}: the seeds run past {}", a.from_seed, a.seeds, u64::MAX));
     };
-    let setup = Setup { targets, profile, seeds: (a.from_seed..=last).collect(), bug };
+    let shard = match a.shard.as_deref() {
+        None => None,
+        Some("auto") => Some(Shard::from_env(|k| std::env::var(k).ok(), &txbed_real::bootstrap::LAUNCHERS)),
+        Some(x) => Some(Shard::parse(x)),
+    };
+    let shard = match shard.transpose() {
+        Ok(s) => s,
+        Err(e) => return fail(e),
+    };
+    let all_seeds: Vec<u64> = (a.from_seed..=last).collect();
+    let seeds: Vec<u64> = match shard {
+        Some(sh) => all_seeds.iter().enumerate().filter(|(j, _)| sh.owns(*j)).map(|(_, &x)| x).collect(),
+        None => all_seeds,
+    };
+    let protocol_names: Vec<String> = targets.iter().map(|t| t.protocol.name().to_string()).collect();
+    let setup = Setup { targets, profile, seeds, bug };
     let stem = a.scenario.file_stem().map_or("campaign".into(), |x| x.to_string_lossy().into_owned());
     let name = if s.name.is_empty() { stem } else { s.name.clone() };
-    let dir = a.out.unwrap_or_else(|| PathBuf::from("results").join(format!("campaign-{name}")));
+    let dir = match shard {
+        Some(sh) => a
+            .out
+            .unwrap_or_else(|| PathBuf::from("results").join(format!("campaign-{name}-shards")))
+            .join(format!("shard-{}-of-{}", sh.index, sh.count)),
+        None => a.out.unwrap_or_else(|| PathBuf::from("results").join(format!("campaign-{name}"))),
+    };
     if let Err(e) = prepare_dir(&dir, a.force) {
         return fail(e);
     }
     let provenance = super::provenance("sim");
+    if let Some(sh) = shard {
+        let identity = format!(
+            "{}\nfaults {:?}\nprotocols {:?}\nbug {:?}\nseeds {}..={last}\nshrink {:?}",
+            s.to_ron(),
+            a.faults,
+            a.protocols,
+            a.bug,
+            a.from_seed,
+            (!a.no_shrink).then_some(a.shrink_budget)
+        );
+        let marker = CampaignShard {
+            format: txbed_report::shard::CAMPAIGN_FORMAT.into(),
+            index: sh.index,
+            count: sh.count,
+            name: name.clone(),
+            identity,
+            protocols: protocol_names,
+            build: provenance.csv_values()[..3].to_vec(),
+        };
+        if let Err(e) = marker.write(&dir) {
+            return fail(e);
+        }
+    }
     let jobs = super::jobs(a.jobs);
     let runs = setup.targets.len() * setup.seeds.len();
     if !a.quiet {
