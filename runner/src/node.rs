@@ -35,7 +35,7 @@ pub fn load_partition(
     let w = &*spec.workload;
     let load = |place: &store::TablePlace, table: u16, homes: &[u16], per: u64| {
         let keys: Vec<u64> = homes.iter().flat_map(|&h| h as u64 * per..(h as u64 + 1) * per).collect();
-        let init = |row: u64| w.initial(Key { table, row });
+        let init = |row: u64, rec: &mut [u8]| w.initial_into(Key { table, row }, rec);
         match store::load_table(mem, mr, place, &keys, &init) {
             Ok(Some(_)) => Ok(()),
             Ok(None) => Err("the index's overflow pool is too small for this table".to_string()),

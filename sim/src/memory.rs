@@ -242,6 +242,14 @@ impl HostMemory for NodeMemory {
     fn write(&self, addr: u64, data: &[u8]) -> Result<(), MemError> {
         self.raw_write(addr, data)
     }
+    fn update(&self, addr: u64, len: usize, f: &mut dyn FnMut(&mut [u8])) -> Result<(), MemError> {
+        let (i, off) =
+            self.locate(addr, len as u64, None, None).ok_or(MemError::OutOfBounds { addr, len: len as u64 })?;
+        // As every write: in-flight READs first save what they sampled of these lines.
+        self.save_raced_lines(addr, len as u64);
+        f(&mut self.regions.borrow_mut()[i].data[off..off + len]);
+        Ok(())
+    }
     fn cas_u64(&self, addr: u64, compare: u64, swap: u64) -> Result<u64, MemError> {
         aligned(addr)?;
         let old = self.load_u64(addr)?;

@@ -15,8 +15,8 @@ fn key(node: u16, i: u64) -> u64 {
     (node as u64) << 40 | (i * 7 + 3)
 }
 
-fn initial(k: u64) -> Vec<u8> {
-    k.to_le_bytes().to_vec()
+fn initial(k: u64, record: &mut [u8]) {
+    record.copy_from_slice(&k.to_le_bytes());
 }
 
 /// A 3-node store of one table (8-byte records) at the given bucket occupancy.

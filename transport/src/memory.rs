@@ -44,6 +44,15 @@ pub trait HostMemory {
     /// CPU fetch-and-add on an aligned word; returns the old value.
     fn faa_u64(&self, addr: u64, add: u64) -> Result<u64, MemError>;
 
+    /// `f` on the `len` bytes from `addr`, in place where the memory allows it (bulk loading
+    /// without copies); by default they are read, given to `f` and written back.
+    fn update(&self, addr: u64, len: usize, f: &mut dyn FnMut(&mut [u8])) -> Result<(), MemError> {
+        let mut buf = vec![0u8; len];
+        self.read(addr, &mut buf)?;
+        f(&mut buf);
+        self.write(addr, &buf)
+    }
+
     fn load_u64(&self, addr: u64) -> Result<u64, MemError> {
         let mut b = [0u8; 8];
         self.read(addr, &mut b)?;

@@ -330,7 +330,7 @@ pub fn probe(bucket: &[u8], key: u64) -> Probe {
 }
 
 /// Loads a node's partition of a table: tuples for `keys` (incarnation 1, version 0, their
-/// initial records) and the index over them, written through the node's own memory. Returns
+/// initial records, which `initial(key, record)` writes into the zeroed record) and the index over them, written through the node's own memory. Returns
 /// the number of indirect buckets used, or `None` if the pool ran out (raise the layout's
 /// load factor headroom).
 pub fn load_table(
@@ -338,38 +338,56 @@ pub fn load_table(
     region: MemoryRegion,
     place: &TablePlace,
     keys: &[u64],
-    initial: &dyn Fn(u64) -> Vec<u8>,
+    initial: &dyn Fn(u64, &mut [u8]),
 ) -> Result<Option<u64>, MemError> {
     if keys.len() as u64 > place.spec.rows_per_node {
         return Ok(None);
     }
-    // The table's tuples, buckets and overflow pool are built in host memory and written in
-    // three calls: a write per tuple and a read per bucket probe made loading the bulk of a
-    // large run's wall time. The index is built from what the region holds (zero when fresh).
-    let base = region.addr;
+    // Buckets, pool and tuples are contiguous (`Layout`): one pass over them in place (the
+    // simulator's memory is filled without copies; other memories copy in and out). A write
+    // per tuple and a read per bucket probe once made loading most of a large run's wall time.
+    let index_len = ((place.buckets + place.pool) * BUCKET_BYTES) as usize;
+    let len = index_len + keys.len() * place.tuple_bytes as usize;
+    let mut used = None;
+    mem.update(region.addr + place.buckets_at, len, &mut |area| {
+        let (index, tuples) = area.split_at_mut(index_len);
+        let fresh = index.iter().all(|&b| b == 0);
+        used = fill_table(place, keys, initial, index, tuples, fresh);
+    })?;
+    Ok(used)
+}
+
+/// `load_table` on the table's memory: `index` its buckets then its pool, `tuples` its first
+/// `keys.len()` tuples. `by_bucket` (a fresh, zero index): insert bucket by bucket.
+fn fill_table(
+    place: &TablePlace,
+    keys: &[u64],
+    initial: &dyn Fn(u64, &mut [u8]),
+    index: &mut [u8],
+    tuples: &mut [u8],
+    by_bucket: bool,
+) -> Option<u64> {
     let tb = place.tuple_bytes as usize;
-    let mut tuples = vec![0u8; keys.len() * tb];
-    let mut index = vec![0u8; ((place.buckets + place.pool) * BUCKET_BYTES) as usize];
-    let pool_from = (place.buckets * BUCKET_BYTES) as usize;
-    mem.read(base + place.buckets_at, &mut index[..pool_from])?;
-    if place.pool > 0 {
-        mem.read(base + place.pool_at, &mut index[pool_from..])?;
-    }
-    // Offsets in the index image: buckets from 0, the pool after them.
-    let image_at = |offset: u64| -> usize {
-        match offset >= place.pool_at {
-            true => pool_from + (offset - place.pool_at) as usize,
-            false => (offset - place.buckets_at) as usize,
-        }
-    };
-    let mut pool_used = 0u64;
     for (row, &key) in keys.iter().enumerate() {
-        let toff = place.tuples_at + row as u64 * place.tuple_bytes;
         let tuple = &mut tuples[row * tb..(row + 1) * tb];
+        tuple.fill(0);
         tuple[VERSION as usize..VERSION as usize + 8].copy_from_slice(&version_word(1, 0).to_le_bytes());
-        let rec = initial(key);
-        let n = rec.len().min(place.spec.record_bytes as usize);
-        tuple[META_BYTES as usize..META_BYTES as usize + n].copy_from_slice(&rec[..n]);
+        initial(key, &mut tuple[META_BYTES as usize..META_BYTES as usize + place.spec.record_bytes as usize]);
+    }
+    // The index: keys inserted bucket by bucket (each bucket's keys in key order) touch the
+    // index in address order instead of at random, the cache misses that were most of a
+    // large run's set-up; the pool buckets chains overflow into are numbered as inserting in
+    // key order numbers them (`pool_order`), so the index is byte for byte the same.
+    let (order, pool_of) = match by_bucket {
+        true => pool_order(keys, place.buckets),
+        false => (keys.iter().enumerate().map(|(row, &k)| (k, row as u32)).collect(), Vec::new()),
+    };
+    // Offsets in `index`: the pool follows the buckets.
+    let image_at = |offset: u64| (offset - place.buckets_at) as usize;
+    let mut pool_used = 0u64;
+    for &(key, row) in &order {
+        let row = row as usize;
+        let toff = place.tuples_at + row as u64 * place.tuple_bytes;
         // Insert into the chain of the key's bucket.
         let mut bucket = place.buckets_at + bucket_of(key, place.buckets) * BUCKET_BYTES;
         'insert: loop {
@@ -389,10 +407,14 @@ pub fn load_table(
                 }
             }
             // Full: move the last entry into a fresh indirect bucket and link to it.
-            if pool_used == place.pool {
-                return Ok(None);
+            let next = match pool_of.get(row) {
+                Some(&p) => p as u64,
+                None => pool_used,
+            };
+            if next >= place.pool {
+                return None;
             }
-            let fresh = place.pool_at + pool_used * BUCKET_BYTES;
+            let fresh = place.pool_at + next * BUCKET_BYTES;
             pool_used += 1;
             let last = at + (BUCKET_SLOTS - 1) * 16;
             let moved: [u8; 16] = index[last..last + 16].try_into().expect("16 bytes");
@@ -402,14 +424,44 @@ pub fn load_table(
             bucket = fresh;
         }
     }
-    if !tuples.is_empty() {
-        mem.write(base + place.tuples_at, &tuples)?;
+    Some(pool_used)
+}
+
+/// For loading `keys` into a fresh index of `buckets` buckets: (key, row) in bucket order
+/// (stable: a bucket's rows in key order), and, per row, the pool bucket its insertion
+/// takes if it overflows its chain, numbered in key order as `load_table` used to insert.
+/// A chain's tail bucket fills to `BUCKET_SLOTS`; the next key moves the last entry into a
+/// fresh pool bucket, which then holds that entry and the new key.
+fn pool_order(keys: &[u64], buckets: u64) -> (Vec<(u64, u32)>, Vec<u32>) {
+    let bucket: Vec<u32> = keys.iter().map(|&k| bucket_of(k, buckets) as u32).collect();
+    let mut tail_filled = vec![0u8; buckets as usize];
+    let mut pool_of = vec![u32::MAX; keys.len()];
+    let mut next_pool = 0u32;
+    for (row, &b) in bucket.iter().enumerate() {
+        let f = &mut tail_filled[b as usize];
+        if (*f as usize) < BUCKET_SLOTS {
+            *f += 1;
+        } else {
+            pool_of[row] = next_pool;
+            next_pool += 1;
+            *f = 2;
+        }
     }
-    mem.write(base + place.buckets_at, &index[..pool_from])?;
-    if pool_used > 0 {
-        mem.write(base + place.pool_at, &index[pool_from..])?;
+    // A counting sort by bucket.
+    let mut start = vec![0u32; buckets as usize + 1];
+    for &b in &bucket {
+        start[b as usize + 1] += 1;
     }
-    Ok(Some(pool_used))
+    for i in 0..buckets as usize {
+        start[i + 1] += start[i];
+    }
+    // (key, row): the insertion reads both without going back to `keys` at random.
+    let mut order = vec![(0u64, 0u32); keys.len()];
+    for (row, (&b, &key)) in bucket.iter().zip(keys).enumerate() {
+        order[start[b as usize] as usize] = (key, row as u32);
+        start[b as usize] += 1;
+    }
+    (order, pool_of)
 }
 
 /// Looks `key` up in this node's own index, through its memory (participant side).
@@ -430,4 +482,33 @@ pub fn find_local(mem: &dyn HostMemory, base: u64, place: &TablePlace, key: u64)
 /// The key a history names: table in the top 16 bits, row below (as `workloads::Key`).
 pub fn history_key(table: u16, row: u64) -> u64 {
     ((table as u64) << 48) | row
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Loading bucket by bucket gives the index, byte for byte, that inserting in key order
+    /// gives, chains spilling into the pool included (a full table: many overflow).
+    #[test]
+    fn loading_by_bucket_builds_the_same_index_as_in_key_order() {
+        for (rows, load_factor) in [(1000u64, 0.9), (5000, 1.0), (64, 0.5)] {
+            let layout = Layout::new(&[TableSpec { id: 1, record_bytes: 8, rows_per_node: rows }], load_factor);
+            let place = &layout.tables[0];
+            let keys: Vec<u64> = (0..rows).map(|i| (3u64 << 40) | (i * 7 + 3)).collect();
+            let index_len = ((place.buckets + place.pool) * BUCKET_BYTES) as usize;
+            let load = |by_bucket: bool| {
+                let (mut index, mut tuples) =
+                    (vec![0u8; index_len], vec![0u8; rows as usize * place.tuple_bytes as usize]);
+                let init = |k: u64, r: &mut [u8]| r.copy_from_slice(&k.to_le_bytes());
+                let used = fill_table(place, &keys, &init, &mut index, &mut tuples, by_bucket);
+                (used, index, tuples)
+            };
+            let (a, b) = (load(true), load(false));
+            assert!(a.0.is_some_and(|u| rows < 100 || u > 0), "{rows} rows: some chains overflow ({:?})", a.0);
+            assert_eq!(a.0, b.0, "{rows} rows: pool buckets used");
+            assert!(a.1 == b.1, "{rows} rows: the index differs");
+            assert!(a.2 == b.2, "{rows} rows: the tuples differ");
+        }
+    }
 }

@@ -87,6 +87,14 @@ pub trait Workload: Send + Sync {
     }
     /// The value every record holds before the run.
     fn initial(&self, key: Key) -> Vec<u8>;
+    /// `initial(key)` into `record` (zeroed, the table's record size; a longer value is cut
+    /// to it): bulk loading calls it once per record of every table, so a workload whose
+    /// records are fixed overrides it to skip the allocation.
+    fn initial_into(&self, key: Key, record: &mut [u8]) {
+        let v = self.initial(key);
+        let n = v.len().min(record.len());
+        record[..n].copy_from_slice(&v[..n]);
+    }
     /// Draws the next transaction for a coroutine on `node` of a `nodes`-node cluster.
     fn generate(&self, rng: &mut ChaCha8Rng, node: u16, nodes: u16) -> TxnSpec;
     /// Runs the logic: `read_values` for `spec.reads`, `old_values` for `spec.writes`.

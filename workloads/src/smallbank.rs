@@ -117,6 +117,11 @@ impl Workload for SmallBank {
     fn initial(&self, _key: Key) -> Vec<u8> {
         INITIAL_BALANCE.to_le_bytes().to_vec()
     }
+    fn initial_into(&self, _key: Key, record: &mut [u8]) {
+        let b = INITIAL_BALANCE.to_le_bytes();
+        let n = b.len().min(record.len());
+        record[..n].copy_from_slice(&b[..n]);
+    }
 
     fn generate(&self, rng: &mut ChaCha8Rng, node: u16, nodes: u16) -> TxnSpec {
         let first_node = if self.locality { node } else { rng.gen_range(0..nodes) };

@@ -153,6 +153,9 @@ impl Workload for PreparedYcsb {
     fn initial(&self, _key: Key) -> Vec<u8> {
         vec![0; self.cfg.record_bytes as usize]
     }
+    fn initial_into(&self, _key: Key, _record: &mut [u8]) {
+        // Zero, as the record already is.
+    }
     fn generate(&self, rng: &mut ChaCha8Rng, _node: u16, _nodes: u16) -> TxnSpec {
         let mut reads = Vec::new();
         let mut writes = Vec::new();
