@@ -101,15 +101,50 @@ impl SweepShard {
     }
 
     pub fn read(path: &Path) -> Result<SweepShard, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let s: SweepShard = serde_json::from_str(&text).map_err(|e| {
-            format!("{}: not a sweep shard (line {}, column {}): {e}", path.display(), e.line(), e.column())
-        })?;
-        if s.format != FORMAT {
-            return Err(format!("{}: format {:?}, expected {FORMAT:?}", path.display(), s.format));
-        }
-        Ok(s)
+        read_shard(path, "sweep", FORMAT, |s: &SweepShard| &s.format)
     }
+}
+
+/// A shard file of `what` (sweep, campaign), refused unless it is JSON of that kind with
+/// `format` as its format field.
+fn read_shard<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    what: &str,
+    format: &str,
+    format_of: impl Fn(&T) -> &String,
+) -> Result<T, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let s: T = serde_json::from_str(&text).map_err(|e| {
+        format!("{}: not a {what} shard (line {}, column {}): {e}", path.display(), e.line(), e.column())
+    })?;
+    if format_of(&s) != format {
+        return Err(format!("{}: format {:?}, expected {format:?}", path.display(), format_of(&s)));
+    }
+    Ok(s)
+}
+
+/// Checks that `shards` (path, index, count) are every one of `count` shards, each once.
+fn check_complete<'a>(shards: impl Iterator<Item = (&'a Path, u32, u32)>, count: u32) -> Result<(), String> {
+    let mut seen = vec![None::<&Path>; count as usize];
+    for (path, index, n) in shards {
+        if n == 0 || index >= n || n != count {
+            return Err(format!("{}: shard {index} of {n} is not one of {count} shards", path.display()));
+        }
+        if let Some(other) = seen[index as usize] {
+            return Err(format!("{} and {} are both shard {index} of {n}", other.display(), path.display()));
+        }
+        seen[index as usize] = Some(path);
+    }
+    let missing: Vec<String> =
+        seen.iter().enumerate().filter(|(_, s)| s.is_none()).map(|(i, _)| i.to_string()).collect();
+    if !missing.is_empty() {
+        return Err(format!(
+            "missing shard{} {} of {count}",
+            if missing.len() == 1 { "" } else { "s" },
+            missing.join(", ")
+        ));
+    }
+    Ok(())
 }
 
 /// The shard files among `paths`: a file as given, a directory's `shard-*-of-*.json`.
@@ -144,14 +179,11 @@ pub fn merge(shards: Vec<(PathBuf, SweepShard)>) -> Result<(SweepShard, Vec<RunR
     let Some((first_path, first)) = shards.first().cloned() else {
         return Err("no shards to merge".into());
     };
-    let mut seen = vec![None::<PathBuf>; first.count as usize];
+    check_complete(shards.iter().map(|(p, s)| (p.as_path(), s.index, s.count)), first.count)?;
     let mut runs: Vec<Option<RunRow>> = vec![None; first.total];
     let build = |r: &RunRow| r.provenance.get(..3).map(|p| p.to_vec());
     let mut builds: Option<(PathBuf, Option<Vec<String>>)> = None;
     for (path, s) in shards {
-        if s.count == 0 || s.index >= s.count {
-            return Err(format!("{}: shard {} of {} is not a shard", path.display(), s.index, s.count));
-        }
         let same = s.count == first.count
             && s.name == first.name
             && s.axes == first.axes
@@ -166,17 +198,6 @@ pub fn merge(shards: Vec<(PathBuf, SweepShard)>) -> Result<(SweepShard, Vec<RunR
                 path.display()
             ));
         }
-        let slot = &mut seen[s.index as usize];
-        if let Some(other) = slot {
-            return Err(format!(
-                "{} and {} are both shard {} of {}",
-                other.display(),
-                path.display(),
-                s.index,
-                s.count
-            ));
-        }
-        *slot = Some(path.clone());
         let shard = Shard { index: s.index, count: s.count };
         for (k, run) in s.runs {
             if k >= first.total || !shard.owns(k) || runs[k].is_some() {
@@ -197,16 +218,6 @@ pub fn merge(shards: Vec<(PathBuf, SweepShard)>) -> Result<(SweepShard, Vec<RunR
             }
             runs[k] = Some(run);
         }
-    }
-    let missing: Vec<String> =
-        seen.iter().enumerate().filter(|(_, s)| s.is_none()).map(|(i, _)| i.to_string()).collect();
-    if !missing.is_empty() {
-        return Err(format!(
-            "missing shard{} {} of {}",
-            if missing.len() == 1 { "" } else { "s" },
-            missing.join(", "),
-            first.count
-        ));
     }
     let runs: Option<Vec<RunRow>> = runs.into_iter().collect();
     let runs = runs.ok_or_else(|| "a shard is missing some of its runs (was it cut short?)".to_string())?;
@@ -245,15 +256,7 @@ impl CampaignShard {
     }
 
     pub fn read(dir: &Path) -> Result<CampaignShard, String> {
-        let path = dir.join(CAMPAIGN_MARKER);
-        let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let s: CampaignShard = serde_json::from_str(&text).map_err(|e| {
-            format!("{}: not a campaign shard (line {}, column {}): {e}", path.display(), e.line(), e.column())
-        })?;
-        if s.format != CAMPAIGN_FORMAT {
-            return Err(format!("{}: format {:?}, expected {CAMPAIGN_FORMAT:?}", path.display(), s.format));
-        }
-        Ok(s)
+        read_shard(&dir.join(CAMPAIGN_MARKER), "campaign", CAMPAIGN_FORMAT, |s: &CampaignShard| &s.format)
     }
 }
 
@@ -295,11 +298,7 @@ pub fn merge_campaign(dirs: &[PathBuf], out: &Path) -> Result<MergedCampaign, St
     let Some((first_dir, first)) = shards.first().cloned() else {
         return Err("no campaign shards to merge".into());
     };
-    let mut seen = vec![None::<PathBuf>; first.count as usize];
     for (d, s) in &shards {
-        if s.count == 0 || s.index >= s.count {
-            return Err(format!("{}: shard {} of {} is not a shard", d.display(), s.index, s.count));
-        }
         if s.count != first.count
             || s.identity != first.identity
             || s.protocols != first.protocols
@@ -320,21 +319,8 @@ pub fn merge_campaign(dirs: &[PathBuf], out: &Path) -> Result<MergedCampaign, St
                 s.build
             ));
         }
-        if let Some(other) = &seen[s.index as usize] {
-            return Err(format!("{} and {} are both shard {} of {}", other.display(), d.display(), s.index, s.count));
-        }
-        seen[s.index as usize] = Some(d.clone());
     }
-    let missing: Vec<String> =
-        seen.iter().enumerate().filter(|(_, s)| s.is_none()).map(|(i, _)| i.to_string()).collect();
-    if !missing.is_empty() {
-        return Err(format!(
-            "missing shard{} {} of {}",
-            if missing.len() == 1 { "" } else { "s" },
-            missing.join(", "),
-            first.count
-        ));
-    }
+    check_complete(shards.iter().map(|(d, s)| (d.as_path(), s.index, s.count)), first.count)?;
     let new_failures = out.join("failures");
     let mut header: Vec<String> = Vec::new();
     let mut rows: Vec<Vec<String>> = Vec::new();

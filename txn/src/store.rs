@@ -343,9 +343,10 @@ pub fn load_table(
     if keys.len() as u64 > place.spec.rows_per_node {
         return Ok(None);
     }
-    // Buckets, pool and tuples are contiguous (`Layout`): one pass over them in place (the
-    // simulator's memory is filled without copies; other memories copy in and out). A write
-    // per tuple and a read per bucket probe once made loading most of a large run's wall time.
+    // Buckets, pool and tuples are contiguous (`Layout`): one pass over them in place (a
+    // memory that can lend its bytes is filled without copies; others copy in and out). A
+    // write per tuple and a read per bucket probe once made loading most of a large run's
+    // wall time.
     let index_len = ((place.buckets + place.pool) * BUCKET_BYTES) as usize;
     let len = index_len + keys.len() * place.tuple_bytes as usize;
     let mut used = None;
