@@ -244,7 +244,7 @@ impl Driver {
         if w.spec.protocol.stores_replicas() {
             // Its copies are restored from the live replicas, once no failed coordinator's
             // transaction is still being resolved.
-            let live: Vec<u16> = self.alive(w).into_iter().filter(|&m| m != node && self.view.is_up(m)).collect();
+            let live: Vec<u16> = self.up_peers(w, node);
             let up = |m: u16| self.view.is_up(m);
             let states: Vec<&NodeState> = live.iter().map(|&m| &*w.states[m as usize]).collect();
             let decided = self.crashed.get(&node).is_none_or(|old| {
@@ -474,6 +474,12 @@ impl Driver {
 
     fn alive(&self, w: &World<'_>) -> Vec<u16> {
         (0..w.spec.nodes).filter(|&n| w.sim.is_alive(n)).collect()
+    }
+
+    /// The nodes other than `node` that are alive and up: where a restored copy's records
+    /// come from.
+    fn up_peers(&self, w: &World<'_>, node: u16) -> Vec<u16> {
+        self.alive(w).into_iter().filter(|&m| m != node && self.view.is_up(m)).collect()
     }
 
     /// Restarts `node`: a new incarnation that joins (log records yes, its records no);
@@ -716,7 +722,7 @@ impl Driver {
         let protocol = w.spec.protocol;
         let st = w.states[node as usize].clone();
         let mem = w.sim.memory(node);
-        let live: Vec<u16> = self.alive(w).into_iter().filter(|&m| m != node && self.view.is_up(m)).collect();
+        let live: Vec<u16> = self.up_peers(w, node);
         let (records, bytes, _) = merge_copies(w, node, &live, &mut |ext_at, own, candidates| {
             if candidates.is_empty() {
                 protocol.restore_copy(ext_at, &[own.to_vec()])
@@ -799,7 +805,7 @@ impl Driver {
     /// `force`, it is left for the next poll. Returns whether every record was merged.
     fn catch_up(&mut self, w: &mut World<'_>, node: u16, force: bool) -> bool {
         let protocol = w.spec.protocol;
-        let live: Vec<u16> = self.alive(w).into_iter().filter(|&m| m != node && self.view.is_up(m)).collect();
+        let live: Vec<u16> = self.up_peers(w, node);
         let mut busy = 0u64;
         let st = w.states[node as usize].clone();
         let (records, _, _) = merge_copies(w, node, &live, &mut |ext_at, own, candidates| {
