@@ -723,7 +723,7 @@ impl Driver {
         let st = w.states[node as usize].clone();
         let mem = w.sim.memory(node);
         let live: Vec<u16> = self.up_peers(w, node);
-        let (records, bytes, _) = merge_copies(w, node, &live, &mut |ext_at, own, candidates| {
+        let (records, bytes) = merge_copies(w, node, &live, &mut |ext_at, own, candidates| {
             if candidates.is_empty() {
                 protocol.restore_copy(ext_at, &[own.to_vec()])
             } else {
@@ -808,7 +808,7 @@ impl Driver {
         let live: Vec<u16> = self.up_peers(w, node);
         let mut busy = 0u64;
         let st = w.states[node as usize].clone();
-        let (records, _, _) = merge_copies(w, node, &live, &mut |ext_at, own, candidates| {
+        let (records, _) = merge_copies(w, node, &live, &mut |ext_at, own, candidates| {
             if !force && txbed_txn::wire::u64_at(own, txbed_txn::store::LOCK as usize) != 0 {
                 busy += 1;
                 return None;
@@ -865,19 +865,18 @@ impl Driver {
 
 /// Each record copy `node` holds (copy 0 of its own rows, copy k of the homes it backs),
 /// with the tuples of that record on the `live` replicas: `pick(ext_at, own, candidates)`
-/// says what the copy becomes (`None`: left as is). Returns (records changed, their bytes,
-/// records visited).
+/// says what the copy becomes (`None`: left as is). Returns (records changed, their bytes).
 fn merge_copies(
     w: &World<'_>,
     node: u16,
     live: &[u16],
     pick: &mut dyn FnMut(usize, &[u8], &[Vec<u8>]) -> Option<Vec<u8>>,
-) -> (u64, u64, u64) {
+) -> (u64, u64) {
     let st = &w.states[node as usize];
     let mem = w.sim.memory(node);
     let placement = crate::spec::placement(w.spec);
     let layout = &w.catalog.layout;
-    let (mut records, mut bytes, mut visited) = (0u64, 0u64, 0u64);
+    let (mut records, mut bytes) = (0u64, 0u64);
     let mut held: Vec<(u16, Vec<u16>)> = vec![(0, vec![node])];
     for (k, homes) in crate::spec::copies_held(w.spec, node).into_iter().enumerate() {
         held.push((k as u16 + 1, homes));
@@ -892,7 +891,6 @@ fn merge_copies(
                 let Ok(replicas) = placement.replicas(home, w.spec.replication) else { continue };
                 for row in home as u64 * per..(home as u64 + 1) * per {
                     let Some(at) = txbed_txn::store::find_local(&*mem, st.base(), mine, row) else { continue };
-                    visited += 1;
                     let mut candidates = Vec::new();
                     for (j, &m) in replicas.iter().enumerate() {
                         if !live.contains(&m) {
@@ -924,7 +922,7 @@ fn merge_copies(
             }
         }
     }
-    (records, bytes, visited)
+    (records, bytes)
 }
 
 /// The nodes holding partition `p` (records homed on node `p`): the primary and the next
