@@ -10,13 +10,44 @@
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
-use txbed_transport::{HostMemory, MemError, MemoryRegion};
+use txbed_transport::{HostMemory, LazyFill, MemError, MemoryRegion};
 
 pub const CACHE_LINE: u64 = 64;
 
 struct Region {
     mr: MemoryRegion,
     data: Vec<u8>,
+    /// Per `CHUNK` bytes of `data`: 0 when its bytes are real, else 1 + the index in `fills`
+    /// of the filler that makes them on first touch (`HostMemory::load_lazily`).
+    lazy: Vec<u32>,
+    /// Fillers and where their ranges start (offsets in `data`).
+    fills: Vec<(u64, LazyFill)>,
+}
+
+/// Bytes a lazily loaded region materialises at a time: a page, so what a run never touches
+/// is never faulted in either.
+const CHUNK: u64 = 4096;
+
+impl Region {
+    /// Fills the chunks of `[off, off+len)` still lazy, but those a write (`overwrite`) is
+    /// about to replace whole.
+    fn materialise(&mut self, off: u64, len: u64, overwrite: bool) {
+        if self.fills.is_empty() || len == 0 {
+            return;
+        }
+        for c in off / CHUNK..=(off + len - 1) / CHUNK {
+            let f = std::mem::take(&mut self.lazy[c as usize]);
+            if f == 0 {
+                continue;
+            }
+            let (a, b) = (c * CHUNK, ((c + 1) * CHUNK).min(self.data.len() as u64));
+            if overwrite && off <= a && b <= off + len {
+                continue;
+            }
+            let (at, fill) = &self.fills[f as usize - 1];
+            fill(a - at, &mut self.data[a as usize..b as usize]);
+        }
+    }
 }
 
 struct PendingRead {
@@ -70,7 +101,7 @@ impl NodeMemory {
         assert!(len <= REGION_BASE, "region of {len} bytes");
         let addr = REGION_BASE * (r.len() as u64 + 1);
         let mr = MemoryRegion { addr, len, rkey, lkey };
-        r.push(Region { mr, data: vec![0; len as usize] });
+        r.push(Region { mr, data: vec![0; len as usize], lazy: Vec::new(), fills: Vec::new() });
         mr
     }
 
@@ -99,7 +130,9 @@ impl NodeMemory {
         let (i, off) = self
             .locate(addr, out.len() as u64, None, None)
             .ok_or(MemError::OutOfBounds { addr, len: out.len() as u64 })?;
-        out.copy_from_slice(&self.regions.borrow()[i].data[off..off + out.len()]);
+        let mut regions = self.regions.borrow_mut();
+        regions[i].materialise(off as u64, out.len() as u64, false);
+        out.copy_from_slice(&regions[i].data[off..off + out.len()]);
         Ok(())
     }
 
@@ -107,6 +140,9 @@ impl NodeMemory {
     fn raw_write(&self, addr: u64, data: &[u8]) -> Result<(), MemError> {
         let len = data.len() as u64;
         let (i, off) = self.locate(addr, len, None, None).ok_or(MemError::OutOfBounds { addr, len })?;
+        // A READ in flight may save these lines' old bytes: they must be real then.
+        let overwrite = self.pending.borrow().is_empty();
+        self.regions.borrow_mut()[i].materialise(off as u64, len, overwrite);
         self.save_raced_lines(addr, len);
         self.regions.borrow_mut()[i].data[off..off + data.len()].copy_from_slice(data);
         Ok(())
@@ -245,10 +281,50 @@ impl HostMemory for NodeMemory {
     fn update(&self, addr: u64, len: usize, f: &mut dyn FnMut(&mut [u8])) -> Result<(), MemError> {
         let (i, off) =
             self.locate(addr, len as u64, None, None).ok_or(MemError::OutOfBounds { addr, len: len as u64 })?;
+        self.regions.borrow_mut()[i].materialise(off as u64, len as u64, false);
         // As every write: in-flight READs first save what they sampled of these lines.
         self.save_raced_lines(addr, len as u64);
         f(&mut self.regions.borrow_mut()[i].data[off..off + len]);
         Ok(())
+    }
+    fn load_lazily(&self, addr: u64, len: u64, fill: LazyFill) -> Result<(), MemError> {
+        let (i, off) = self.locate(addr, len, None, None).ok_or(MemError::OutOfBounds { addr, len })?;
+        let off = off as u64;
+        if len == 0 {
+            return Ok(());
+        }
+        // READs in flight save the old bytes of lines they sampled: those must be real.
+        if !self.pending.borrow().is_empty() {
+            self.regions.borrow_mut()[i].materialise(off, len, false);
+            self.save_raced_lines(addr, len);
+        }
+        let mut regions = self.regions.borrow_mut();
+        let r = &mut regions[i];
+        if r.lazy.is_empty() {
+            r.lazy = vec![0; (r.data.len() as u64).div_ceil(CHUNK) as usize];
+        }
+        r.fills.push((off, fill.clone()));
+        let id = r.fills.len() as u32;
+        // Chunks the range covers whole become lazy; one it shares with other bytes at either
+        // end is filled now, so a lazy chunk always belongs to one filler alone.
+        let (first, last) = (off / CHUNK, (off + len - 1) / CHUNK);
+        for c in first..=last {
+            let (a, b) = (c * CHUNK, ((c + 1) * CHUNK).min(r.data.len() as u64));
+            if off <= a && b <= off + len {
+                r.lazy[c as usize] = id;
+            } else {
+                r.materialise(a, b - a, false);
+                let (lo, hi) = (a.max(off), b.min(off + len));
+                fill(lo - off, &mut r.data[lo as usize..hi as usize]);
+            }
+        }
+        Ok(())
+    }
+    fn untouched_since_load(&self, addr: u64, len: u64) -> bool {
+        let Some((i, off)) = self.locate(addr, len, None, None) else { return false };
+        let r = &self.regions.borrow()[i];
+        let off = off as u64;
+        !r.lazy.is_empty() && len > 0 && (off / CHUNK..=(off + len - 1) / CHUNK).all(|c| r.lazy[c as usize] != 0)
     }
     fn cas_u64(&self, addr: u64, compare: u64, swap: u64) -> Result<u64, MemError> {
         aligned(addr)?;

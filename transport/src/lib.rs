@@ -24,7 +24,7 @@ pub mod worker;
 
 pub use clock::{ClockReading, ClockSource, NodeClock};
 pub use membership::{NodeStatus, View};
-pub use memory::{HostMemory, MemError};
+pub use memory::{HostMemory, LazyFill, MemError};
 pub use rpc::{CallId, Handled, HandlerCtx, HandlerFn, ReplyToken, RpcConfig, RpcError};
 pub use trace::TraceEvent;
 pub use verbs::*;

@@ -9,6 +9,9 @@ use std::fmt;
 
 use crate::verbs::MemoryRegion;
 
+/// The filler `HostMemory::load_lazily` calls: (offset in the range, bytes to fill from it).
+pub type LazyFill = std::rc::Rc<dyn Fn(u64, &mut [u8])>;
+
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum MemError {
     /// The range is not inside one registered region.
@@ -51,6 +54,29 @@ pub trait HostMemory {
         self.read(addr, &mut buf)?;
         f(&mut buf);
         self.write(addr, &buf)
+    }
+
+    /// Makes `[addr, addr+len)` hold what `fill` gives: `fill(offset, out)` writes the bytes
+    /// from `addr + offset` into `out`. A memory that can defer it (the simulator's) fills a
+    /// part when it is first touched, so a run pays for the records it uses, not for every
+    /// record loaded; by default the whole range is filled now.
+    fn load_lazily(&self, addr: u64, len: u64, fill: LazyFill) -> Result<(), MemError> {
+        // In slices, so the default needs no buffer the size of a store.
+        const SLICE: u64 = 1 << 20;
+        let mut off = 0;
+        while off < len {
+            let n = SLICE.min(len - off);
+            self.update(addr + off, n as usize, &mut |buf| fill(off, buf))?;
+            off += n;
+        }
+        Ok(())
+    }
+
+    /// Whether `[addr, addr+len)` is untouched since `load_lazily` filled it, so still holds
+    /// exactly what its fill gives (collecting results skips such records). A memory that
+    /// does not track it says false.
+    fn untouched_since_load(&self, _addr: u64, _len: u64) -> bool {
+        false
     }
 
     fn load_u64(&self, addr: u64) -> Result<u64, MemError> {

@@ -295,8 +295,14 @@ mod tests {
         let layout = Layout::new(&[TableSpec { id: 1, record_bytes: 8, rows_per_node: 16 }], store::LOAD_FACTOR);
         let region = MemoryRegion { addr: 0x1000, len: layout.bytes, rkey: 1, lkey: 1 };
         let mem = Mem(region, RefCell::new(vec![0; layout.bytes as usize]));
-        store::load_table(&mem, region, &layout.tables[0], &[5, 6, 7], &|k, rec| rec.copy_from_slice(&k.to_le_bytes()))
-            .unwrap();
+        store::load_table(
+            &mem,
+            region,
+            &layout.tables[0],
+            vec![5, 6, 7],
+            Rc::new(|k, rec| rec.copy_from_slice(&k.to_le_bytes())),
+        )
+        .unwrap();
         let n = NodeState {
             me: 0,
             nodes: 1,

@@ -25,6 +25,9 @@
 //! (16 B at 90% occupancy = 17.8 B) and the indirect pool (a third of the buckets, 5.9 B):
 //! under 32 B per record.
 
+use std::cell::RefCell;
+use std::rc::Rc;
+
 use txbed_transport::{HostMemory, MemError, MemoryRegion};
 
 pub const BUCKET_SLOTS: usize = 8;
@@ -329,140 +332,229 @@ pub fn probe(bucket: &[u8], key: u64) -> Probe {
     Probe::Absent
 }
 
-/// Loads a node's partition of a table: tuples for `keys` (incarnation 1, version 0, their
-/// initial records, which `initial(key, record)` writes into the zeroed record) and the index over them, written through the node's own memory. Returns
-/// the number of indirect buckets used, or `None` if the pool ran out (raise the layout's
-/// load factor headroom).
+/// Loads `keys` (row numbers, in order) into `place`'s table of `region`: the index and the
+/// tuples, version 0 of incarnation 1, records from `initial(key, record)`. Returns the pool
+/// buckets used, `None` when the keys do not fit (too many, or the overflow pool too small).
+///
+/// A memory that can defer it fills a part of the table when it is first touched
+/// (`HostMemory::load_lazily`; others fill it now): a run reads a few thousand of millions
+/// of records, and writing them all was most of a large run's wall time.
 pub fn load_table(
     mem: &dyn HostMemory,
     region: MemoryRegion,
     place: &TablePlace,
-    keys: &[u64],
-    initial: &dyn Fn(u64, &mut [u8]),
+    keys: Vec<u64>,
+    initial: Rc<dyn Fn(u64, &mut [u8])>,
 ) -> Result<Option<u64>, MemError> {
     if keys.len() as u64 > place.spec.rows_per_node {
         return Ok(None);
     }
-    // Buckets, pool and tuples are contiguous (`Layout`): one pass over them in place (a
-    // memory that can lend its bytes is filled without copies; others copy in and out). A
-    // write per tuple and a read per bucket probe once made loading most of a large run's
-    // wall time.
-    let index_len = ((place.buckets + place.pool) * BUCKET_BYTES) as usize;
-    let len = index_len + keys.len() * place.tuple_bytes as usize;
-    let mut used = None;
-    mem.update(region.addr + place.buckets_at, len, &mut |area| {
-        let (index, tuples) = area.split_at_mut(index_len);
-        let fresh = index.iter().all(|&b| b == 0);
-        used = fill_table(place, keys, initial, index, tuples, fresh);
-    })?;
-    Ok(used)
+    let Some(image) = TableImage::new(place, keys, initial) else { return Ok(None) };
+    let used = image.overflows.len() as u64;
+    let len = image.index_len + image.keys.len() as u64 * place.tuple_bytes;
+    let image = Rc::new(image);
+    mem.load_lazily(region.addr + place.buckets_at, len, Rc::new(move |off, out| image.fill(off, out)))?;
+    Ok(Some(used))
 }
 
-/// `load_table` on the table's memory: `index` its buckets then its pool, `tuples` its first
-/// `keys.len()` tuples. `by_bucket` (a fresh, zero index): insert bucket by bucket.
-fn fill_table(
-    place: &TablePlace,
-    keys: &[u64],
-    initial: &dyn Fn(u64, &mut [u8]),
-    index: &mut [u8],
-    tuples: &mut [u8],
-    by_bucket: bool,
-) -> Option<u64> {
-    let tb = place.tuple_bytes as usize;
-    for (row, &key) in keys.iter().enumerate() {
-        let tuple = &mut tuples[row * tb..(row + 1) * tb];
-        tuple.fill(0);
-        tuple[VERSION as usize..VERSION as usize + 8].copy_from_slice(&version_word(1, 0).to_le_bytes());
-        initial(key, &mut tuple[META_BYTES as usize..META_BYTES as usize + place.spec.record_bytes as usize]);
-    }
-    // The index: keys inserted bucket by bucket (each bucket's keys in key order) touch the
-    // index in address order instead of at random, the cache misses that were most of a
-    // large run's set-up; the pool buckets chains overflow into are numbered as inserting in
-    // key order numbers them (`pool_order`), so the index is byte for byte the same.
-    let (order, pool_of) = match by_bucket {
-        true => pool_order(keys, place.buckets),
-        false => (keys.iter().enumerate().map(|(row, &k)| (k, row as u32)).collect(), Vec::new()),
-    };
-    // Offsets in `index`: the pool follows the buckets.
-    let image_at = |offset: u64| (offset - place.buckets_at) as usize;
-    let mut pool_used = 0u64;
-    for &(key, row) in &order {
-        let row = row as usize;
-        let toff = place.tuples_at + row as u64 * place.tuple_bytes;
-        // Insert into the chain of the key's bucket.
-        let mut bucket = place.buckets_at + bucket_of(key, place.buckets) * BUCKET_BYTES;
-        'insert: loop {
-            let at = image_at(bucket);
-            for i in 0..BUCKET_SLOTS {
-                match decode_slot(&index[at + i * 16..at + i * 16 + 16]) {
-                    Slot::Empty => {
-                        let s = encode_slot(Slot::Entry { key, offset: toff, incarnation: 1 });
-                        index[at + i * 16..at + i * 16 + 16].copy_from_slice(&s);
-                        break 'insert;
-                    }
-                    Slot::Link { offset } => {
-                        bucket = offset;
-                        continue 'insert;
-                    }
-                    Slot::Entry { .. } => {}
-                }
-            }
-            // Full: move the last entry into a fresh indirect bucket and link to it.
-            let next = match pool_of.get(row) {
-                Some(&p) => p as u64,
-                None => pool_used,
-            };
-            if next >= place.pool {
-                return None;
-            }
-            let fresh = place.pool_at + next * BUCKET_BYTES;
-            pool_used += 1;
-            let last = at + (BUCKET_SLOTS - 1) * 16;
-            let moved: [u8; 16] = index[last..last + 16].try_into().expect("16 bytes");
-            let f = image_at(fresh);
-            index[f..f + 16].copy_from_slice(&moved);
-            index[last..last + 16].copy_from_slice(&encode_slot(Slot::Link { offset: fresh }));
-            bucket = fresh;
-        }
-    }
-    Some(pool_used)
+/// A table as loading makes it: buckets, then pool, then tuples (contiguous, `Layout`), any
+/// part of which `fill` writes on demand. The index is the one inserting the keys in order
+/// into an empty table gives, byte for byte (`tests`), built a chain at a time.
+///
+/// Loading only hashes the keys and partitions them by group of `GROUP` buckets (a scatter
+/// into a few thousand sequential streams, which caches absorb; a scatter by bucket missed
+/// the cache on every key and was most of set-up); a group is sorted by bucket when first
+/// filled.
+struct TableImage {
+    place: TablePlace,
+    keys: Vec<u64>,
+    initial: Rc<dyn Fn(u64, &mut [u8])>,
+    /// Entries (`entry`) by group, rows ascending within each; a group once sorted holds them
+    /// by bucket, rows ascending within each bucket.
+    entries: RefCell<Vec<[u64; 2]>>,
+    group_start: Vec<u32>,
+    /// Where each bucket's entries start, valid for the buckets of sorted groups.
+    bucket_start: RefCell<Vec<u32>>,
+    sorted: RefCell<Vec<bool>>,
+    /// Rows whose insertion found their chain's tail full, ascending: the k-th of them took
+    /// pool bucket k (as inserting in key order numbers them).
+    overflows: Vec<u32>,
+    index_len: u64,
 }
 
-/// For loading `keys` into a fresh index of `buckets` buckets: (key, row) in bucket order
-/// (stable: a bucket's rows in key order), and, per row, the pool bucket its insertion
-/// takes if it overflows its chain, numbered in key order as `load_table` used to insert.
-/// A chain's tail bucket fills to `BUCKET_SLOTS`; the next key moves the last entry into a
-/// fresh pool bucket, which then holds that entry and the new key.
-fn pool_order(keys: &[u64], buckets: u64) -> (Vec<(u64, u32)>, Vec<u32>) {
-    let bucket: Vec<u32> = keys.iter().map(|&k| bucket_of(k, buckets) as u32).collect();
-    let mut tail_filled = vec![0u8; buckets as usize];
-    let mut pool_of = vec![u32::MAX; keys.len()];
-    let mut next_pool = 0u32;
-    for (row, &b) in bucket.iter().enumerate() {
-        let f = &mut tail_filled[b as usize];
-        if (*f as usize) < BUCKET_SLOTS {
-            *f += 1;
-        } else {
-            pool_of[row] = next_pool;
-            next_pool += 1;
-            *f = 2;
+/// Buckets per group (`TableImage`): 4 KiB of buckets.
+const GROUP: u64 = 32;
+
+/// A key in its group: [key, row | pool << 32], pool being the pool bucket its insertion took
+/// if it overflowed its chain, else `NO_POOL`. Plain words so a zeroed vector comes free.
+fn entry(key: u64, row: u32, pool: u32) -> [u64; 2] {
+    [key, row as u64 | (pool as u64) << 32]
+}
+
+const NO_POOL: u32 = u32::MAX;
+
+impl TableImage {
+    /// `None` when the overflow pool is too small for these keys.
+    fn new(place: &TablePlace, keys: Vec<u64>, initial: Rc<dyn Fn(u64, &mut [u8])>) -> Option<TableImage> {
+        let buckets = place.buckets as usize;
+        let groups = place.buckets.div_ceil(GROUP) as usize;
+        let bucket: Vec<u32> = keys.iter().map(|&k| bucket_of(k, place.buckets) as u32).collect();
+        // A chain's tail fills to `BUCKET_SLOTS`; the next key moves the tail's last entry into
+        // a fresh pool bucket, which then holds that entry and the new key.
+        let mut tail_filled = vec![0u8; buckets];
+        let mut overflows = Vec::new();
+        let mut group_start = vec![0u32; groups + 1];
+        for (row, &b) in bucket.iter().enumerate() {
+            let f = &mut tail_filled[b as usize];
+            if (*f as usize) < BUCKET_SLOTS {
+                *f += 1;
+            } else {
+                overflows.push(row as u32);
+                *f = 2;
+            }
+            group_start[b as usize / GROUP as usize + 1] += 1;
+        }
+        if overflows.len() as u64 > place.pool {
+            return None;
+        }
+        for i in 0..groups {
+            group_start[i + 1] += group_start[i];
+        }
+        let mut next = group_start.clone();
+        let mut entries = vec![[0u64; 2]; keys.len()];
+        let mut pool = 0;
+        for (row, (&b, &key)) in bucket.iter().zip(&keys).enumerate() {
+            let overflowed = overflows.get(pool) == Some(&(row as u32));
+            let g = b as usize / GROUP as usize;
+            entries[next[g] as usize] = entry(key, row as u32, if overflowed { pool as u32 } else { NO_POOL });
+            pool += overflowed as usize;
+            next[g] += 1;
+        }
+        let index_len = (place.buckets + place.pool) * BUCKET_BYTES;
+        Some(TableImage {
+            place: place.clone(),
+            keys,
+            initial,
+            entries: RefCell::new(entries),
+            group_start,
+            bucket_start: RefCell::new(vec![0; buckets + 1]),
+            sorted: RefCell::new(vec![false; groups]),
+            overflows,
+            index_len,
+        })
+    }
+
+    /// Sorts the group of bucket `b` by bucket (stable) unless done, noting where each of its
+    /// buckets starts.
+    fn sort_group(&self, b: u64) {
+        let g = (b / GROUP) as usize;
+        if std::mem::replace(&mut self.sorted.borrow_mut()[g], true) {
+            return;
+        }
+        let (lo, hi) = (self.group_start[g] as usize, self.group_start[g + 1] as usize);
+        let first = g as u64 * GROUP;
+        let mut entries = self.entries.borrow_mut();
+        let group = &mut entries[lo..hi];
+        let local: Vec<u8> = group.iter().map(|e| (bucket_of(e[0], self.place.buckets) - first) as u8).collect();
+        let mut at = [0u32; GROUP as usize + 1];
+        for &l in &local {
+            at[l as usize + 1] += 1;
+        }
+        for i in 0..GROUP as usize {
+            at[i + 1] += at[i];
+        }
+        let mut starts = self.bucket_start.borrow_mut();
+        for (i, &a) in at.iter().enumerate().take(GROUP.min(self.place.buckets - first) as usize + 1) {
+            starts[first as usize + i] = lo as u32 + a;
+        }
+        let mut sorted = vec![[0u64; 2]; group.len()];
+        for (e, &l) in group.iter().zip(&local) {
+            sorted[at[l as usize] as usize] = *e;
+            at[l as usize] += 1;
+        }
+        group.copy_from_slice(&sorted);
+    }
+
+    /// The buckets of bucket `b`'s chain, (offset from the region base, bytes): its main
+    /// bucket, then the pool buckets its overflows took.
+    fn chain(&self, b: u64, out: &mut Vec<(u64, [u8; BUCKET_BYTES as usize])>) {
+        self.sort_group(b);
+        let p = &self.place;
+        out.clear();
+        out.push((p.buckets_at + b * BUCKET_BYTES, [0; BUCKET_BYTES as usize]));
+        let mut filled = 0;
+        let starts = self.bucket_start.borrow();
+        let entries = self.entries.borrow();
+        for &[key, rp] in &entries[starts[b as usize] as usize..starts[b as usize + 1] as usize] {
+            let (row, pool) = (rp as u32, (rp >> 32) as u32);
+            let offset = p.tuples_at + row as u64 * p.tuple_bytes;
+            let entry = encode_slot(Slot::Entry { key, offset, incarnation: 1 });
+            if filled == BUCKET_SLOTS {
+                debug_assert!(pool != NO_POOL, "an overflow without its pool bucket");
+                let fresh = p.pool_at + pool as u64 * BUCKET_BYTES;
+                let tail = &mut out.last_mut().expect("a chain has its main bucket").1;
+                let last = (BUCKET_SLOTS - 1) * SLOT_BYTES as usize;
+                let mut bucket = [0u8; BUCKET_BYTES as usize];
+                bucket[..SLOT_BYTES as usize].copy_from_slice(&tail[last..]);
+                tail[last..].copy_from_slice(&encode_slot(Slot::Link { offset: fresh }));
+                out.push((fresh, bucket));
+                filled = 1;
+            }
+            let at = filled * SLOT_BYTES as usize;
+            out.last_mut().expect("a chain has its main bucket").1[at..at + SLOT_BYTES as usize]
+                .copy_from_slice(&entry);
+            filled += 1;
         }
     }
-    // A counting sort by bucket.
-    let mut start = vec![0u32; buckets as usize + 1];
-    for &b in &bucket {
-        start[b as usize + 1] += 1;
+
+    /// Writes the table's bytes from `off` (from its first bucket) into `out`.
+    fn fill(&self, off: u64, out: &mut [u8]) {
+        let p = &self.place;
+        out.fill(0);
+        let (lo, hi) = (off, off + out.len() as u64);
+        // Copies the part of `bytes` (at `at` from the first bucket) inside [lo, hi).
+        let mut put = |at: u64, bytes: &[u8]| {
+            let (a, b) = (at.max(lo), (at + bytes.len() as u64).min(hi));
+            if a < b {
+                out[(a - lo) as usize..(b - lo) as usize].copy_from_slice(&bytes[(a - at) as usize..(b - at) as usize]);
+            }
+        };
+        let mut chain = Vec::new();
+        let mut put_chain = |b: u64, put: &mut dyn FnMut(u64, &[u8])| {
+            self.chain(b, &mut chain);
+            for (at, bytes) in &chain {
+                put(at - p.buckets_at, bytes);
+            }
+        };
+        let main = p.buckets * BUCKET_BYTES;
+        if lo < main {
+            for b in lo / BUCKET_BYTES..=(hi.min(main) - 1) / BUCKET_BYTES {
+                put_chain(b, &mut put);
+            }
+        }
+        if lo < self.index_len && hi > main {
+            let first = (lo.max(main) - main) / BUCKET_BYTES;
+            let last = (hi.min(self.index_len) - 1 - main) / BUCKET_BYTES;
+            // Pool buckets past the used ones stay zero.
+            for k in first..=last {
+                let Some(&row) = self.overflows.get(k as usize) else { break };
+                put_chain(bucket_of(self.keys[row as usize], p.buckets), &mut put);
+            }
+        }
+        if hi > self.index_len {
+            let tb = p.tuple_bytes;
+            let first = (lo.max(self.index_len) - self.index_len) / tb;
+            let last = ((hi - 1 - self.index_len) / tb).min(self.keys.len() as u64 - 1);
+            let mut tuple = vec![0u8; tb as usize];
+            let record = META_BYTES as usize..(META_BYTES + p.spec.record_bytes as u64) as usize;
+            for row in first..=last {
+                tuple.fill(0);
+                tuple[VERSION as usize..VERSION as usize + 8].copy_from_slice(&version_word(1, 0).to_le_bytes());
+                (self.initial)(self.keys[row as usize], &mut tuple[record.clone()]);
+                put(self.index_len + row * tb, &tuple);
+            }
+        }
     }
-    for i in 0..buckets as usize {
-        start[i + 1] += start[i];
-    }
-    // (key, row): the insertion reads both without going back to `keys` at random.
-    let mut order = vec![(0u64, 0u32); keys.len()];
-    for (row, (&b, &key)) in bucket.iter().zip(keys).enumerate() {
-        order[start[b as usize] as usize] = (key, row as u32);
-        start[b as usize] += 1;
-    }
-    (order, pool_of)
 }
 
 /// Looks `key` up in this node's own index, through its memory (participant side).
@@ -489,27 +581,90 @@ pub fn history_key(table: u16, row: u64) -> u64 {
 mod tests {
     use super::*;
 
-    /// Loading bucket by bucket gives the index, byte for byte, that inserting in key order
+    /// The loading `load_table` did before images: insert each key in order into the chain of
+    /// its bucket in an empty index, walking the chain; a full tail's last entry moves into the
+    /// next free pool bucket. Returns (pool buckets used, the table's bytes).
+    fn insert_in_key_order(place: &TablePlace, keys: &[u64], init: &dyn Fn(u64, &mut [u8])) -> (Option<u64>, Vec<u8>) {
+        let index_len = ((place.buckets + place.pool) * BUCKET_BYTES) as usize;
+        let tb = place.tuple_bytes as usize;
+        let mut image = vec![0u8; index_len + keys.len() * tb];
+        let (index, tuples) = image.split_at_mut(index_len);
+        for (row, &key) in keys.iter().enumerate() {
+            let tuple = &mut tuples[row * tb..(row + 1) * tb];
+            tuple[VERSION as usize..VERSION as usize + 8].copy_from_slice(&version_word(1, 0).to_le_bytes());
+            init(key, &mut tuple[META_BYTES as usize..META_BYTES as usize + place.spec.record_bytes as usize]);
+        }
+        let at = |offset: u64| (offset - place.buckets_at) as usize;
+        let mut pool_used = 0u64;
+        for (row, &key) in keys.iter().enumerate() {
+            let toff = place.tuples_at + row as u64 * place.tuple_bytes;
+            let mut bucket = place.buckets_at + bucket_of(key, place.buckets) * BUCKET_BYTES;
+            'insert: loop {
+                let b = at(bucket);
+                for i in 0..BUCKET_SLOTS {
+                    match decode_slot(&index[b + i * 16..b + i * 16 + 16]) {
+                        Slot::Empty => {
+                            let s = encode_slot(Slot::Entry { key, offset: toff, incarnation: 1 });
+                            index[b + i * 16..b + i * 16 + 16].copy_from_slice(&s);
+                            break 'insert;
+                        }
+                        Slot::Link { offset } => {
+                            bucket = offset;
+                            continue 'insert;
+                        }
+                        Slot::Entry { .. } => {}
+                    }
+                }
+                if pool_used >= place.pool {
+                    return (None, image);
+                }
+                let fresh = place.pool_at + pool_used * BUCKET_BYTES;
+                pool_used += 1;
+                let last = b + (BUCKET_SLOTS - 1) * 16;
+                let moved: [u8; 16] = index[last..last + 16].try_into().expect("16 bytes");
+                let f = at(fresh);
+                index[f..f + 16].copy_from_slice(&moved);
+                index[last..last + 16].copy_from_slice(&encode_slot(Slot::Link { offset: fresh }));
+                bucket = fresh;
+            }
+        }
+        (Some(pool_used), image)
+    }
+
+    /// A table's image, filled whole or in pieces of any size and alignment (as a memory
+    /// filling on first touch asks for it), is byte for byte what inserting the keys in order
     /// gives, chains spilling into the pool included (a full table: many overflow).
     #[test]
-    fn loading_by_bucket_builds_the_same_index_as_in_key_order() {
-        for (rows, load_factor) in [(1000u64, 0.9), (5000, 1.0), (64, 0.5)] {
+    fn a_table_image_in_any_pieces_is_the_index_inserting_in_key_order_builds() {
+        for (rows, load_factor) in [(1000u64, 0.9), (5000, 1.0), (64, 0.5), (1, 0.9)] {
             let layout = Layout::new(&[TableSpec { id: 1, record_bytes: 8, rows_per_node: rows }], load_factor);
             let place = &layout.tables[0];
             let keys: Vec<u64> = (0..rows).map(|i| (3u64 << 40) | (i * 7 + 3)).collect();
-            let index_len = ((place.buckets + place.pool) * BUCKET_BYTES) as usize;
-            let load = |by_bucket: bool| {
-                let (mut index, mut tuples) =
-                    (vec![0u8; index_len], vec![0u8; rows as usize * place.tuple_bytes as usize]);
-                let init = |k: u64, r: &mut [u8]| r.copy_from_slice(&k.to_le_bytes());
-                let used = fill_table(place, &keys, &init, &mut index, &mut tuples, by_bucket);
-                (used, index, tuples)
-            };
-            let (a, b) = (load(true), load(false));
-            assert!(a.0.is_some_and(|u| rows < 100 || u > 0), "{rows} rows: some chains overflow ({:?})", a.0);
-            assert_eq!(a.0, b.0, "{rows} rows: pool buckets used");
-            assert!(a.1 == b.1, "{rows} rows: the index differs");
-            assert!(a.2 == b.2, "{rows} rows: the tuples differ");
+            let init = |k: u64, r: &mut [u8]| r.copy_from_slice(&k.to_le_bytes());
+            let (used, want) = insert_in_key_order(place, &keys, &init);
+            let image = TableImage::new(place, keys.clone(), Rc::new(init)).expect("the pool suffices");
+            assert!(used.is_some_and(|u| rows < 100 || u > 0), "{rows} rows: some chains overflow ({used:?})");
+            assert_eq!(used, Some(image.overflows.len() as u64), "{rows} rows: pool buckets used");
+            for piece in [want.len(), 4096, 1000, 77, 1] {
+                // Pieces over stale bytes: a fill writes every byte of its piece.
+                let mut got = vec![0xa5u8; want.len()];
+                for (i, out) in got.chunks_mut(piece).enumerate() {
+                    image.fill((i * piece) as u64, out);
+                }
+                assert!(got == want, "{rows} rows, pieces of {piece} bytes: the image differs");
+            }
         }
+    }
+
+    /// Keys the overflow pool cannot hold are refused, as inserting them would run out.
+    #[test]
+    fn a_table_whose_chains_outgrow_the_pool_is_refused() {
+        let layout = Layout::new(&[TableSpec { id: 1, record_bytes: 8, rows_per_node: 4000 }], 0.5);
+        let place = &layout.tables[0];
+        // Four times the rows the layout was sized for, in as many buckets: chains overflow.
+        let keys: Vec<u64> = (0..4 * place.buckets * BUCKET_SLOTS as u64).collect();
+        let init = |_: u64, _: &mut [u8]| {};
+        assert_eq!(insert_in_key_order(place, &keys, &init).0, None);
+        assert!(TableImage::new(place, keys, Rc::new(init)).is_none());
     }
 }
