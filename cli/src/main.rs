@@ -8,6 +8,10 @@ use clap::{CommandFactory, Parser, Subcommand};
 mod commands;
 mod progress;
 
+/// A well-kept allocator: allocation was a tenth of the simulator's time with the system's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// txbed: a testbed for RDMA-enabled distributed transactions.
 #[derive(Parser)]
 #[command(name = "txbed", version, about)]

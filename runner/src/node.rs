@@ -33,7 +33,9 @@ pub fn load_partition(
     spec: &TxnRunSpec,
 ) -> Result<(), String> {
     let load = |place: &store::TablePlace, table: u16, homes: &[u16], per: u64| {
-        let keys: Vec<u64> = homes.iter().flat_map(|&h| h as u64 * per..(h as u64 + 1) * per).collect();
+        // Sized first: growing a vector of millions of keys copies it at every doubling.
+        let mut keys = Vec::with_capacity(homes.len() * per as usize);
+        keys.extend(homes.iter().flat_map(|&h| h as u64 * per..(h as u64 + 1) * per));
         let w = spec.workload.clone();
         let init = Rc::new(move |row: u64, rec: &mut [u8]| w.initial_into(Key { table, row }, rec));
         match store::load_table(mem, mr, place, keys, init) {

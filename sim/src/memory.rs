@@ -10,13 +10,13 @@
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
-use txbed_transport::{HostMemory, LazyFill, MemError, MemoryRegion};
+use txbed_transport::{HostMemory, LazyFill, MemError, MemoryRegion, ZeroedBytes};
 
 pub const CACHE_LINE: u64 = 64;
 
 struct Region {
     mr: MemoryRegion,
-    data: Vec<u8>,
+    data: ZeroedBytes,
     /// Per `CHUNK` bytes of `data`: 0 when its bytes are real, else 1 + the index in `fills`
     /// of the filler that makes them on first touch (`HostMemory::load_lazily`).
     lazy: Vec<u32>,
@@ -101,7 +101,7 @@ impl NodeMemory {
         assert!(len <= REGION_BASE, "region of {len} bytes");
         let addr = REGION_BASE * (r.len() as u64 + 1);
         let mr = MemoryRegion { addr, len, rkey, lkey };
-        r.push(Region { mr, data: vec![0; len as usize], lazy: Vec::new(), fills: Vec::new() });
+        r.push(Region { mr, data: ZeroedBytes::new(len as usize), lazy: Vec::new(), fills: Vec::new() });
         mr
     }
 

@@ -21,6 +21,7 @@ pub mod rpc;
 pub mod trace;
 pub mod verbs;
 pub mod worker;
+pub mod zeroed;
 
 pub use clock::{ClockReading, ClockSource, NodeClock};
 pub use membership::{NodeStatus, View};
@@ -29,3 +30,4 @@ pub use rpc::{CallId, Handled, HandlerCtx, HandlerFn, ReplyToken, RpcConfig, Rpc
 pub use trace::TraceEvent;
 pub use verbs::*;
 pub use worker::{CpuCosts, Ctx, StepOutcome, Tx, WorkerConfig, WorkerCore, WorkerStats};
+pub use zeroed::ZeroedBytes;

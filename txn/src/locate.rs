@@ -64,7 +64,7 @@ impl CacheStats {
 
 pub struct LocationCache {
     /// `SLOT_BYTES` per slot, direct-mapped.
-    entries: Vec<u8>,
+    entries: txbed_transport::ZeroedBytes,
     slots: usize,
     pub stats: CacheStats,
 }
@@ -79,7 +79,11 @@ impl LocationCache {
     /// A cache of `capacity_bytes` worth of buckets (0 disables it).
     pub fn new(capacity_bytes: u64) -> Self {
         let slots = (capacity_bytes / BUCKET_BYTES) as usize;
-        LocationCache { entries: vec![0u8; slots * SLOT_BYTES], slots, stats: CacheStats::default() }
+        LocationCache {
+            entries: txbed_transport::ZeroedBytes::new(slots * SLOT_BYTES),
+            slots,
+            stats: CacheStats::default(),
+        }
     }
 
     /// The slot (its bytes) a bucket maps to.
