@@ -617,8 +617,12 @@ pub fn node_result(
         if key.row / per != node as u64 {
             return None;
         }
-        let mut rec = vec![0u8; place.spec.record_bytes as usize];
         let off = base + place.tuples_at + (key.row - node as u64 * per) * place.tuple_bytes;
+        // An untouched record is its initial value: made alone, without filling its page.
+        if mem.untouched_since_load(off, place.tuple_bytes) {
+            return Some(w.initial(key));
+        }
+        let mut rec = vec![0u8; place.spec.record_bytes as usize];
         mem.read(off + store::META_BYTES, &mut rec).ok()?;
         Some(rec)
     };

@@ -6,6 +6,8 @@
 //!   exactly: per table buckets (rows / 0.9 / 8 x 128 B), the overflow pool, rows x tuple (24 B
 //!   of metadata, the record and the protocol's extension, each rounded up to 8); then one log
 //!   ring of `log_ring_kib` per (node, worker) and the protocol's own area;
+//! - table images: what the simulator keeps to make a store's parts on first touch
+//!   (`txbed_txn::store::load_table`), 24 B per row and 5 B per bucket;
 //! - location cache: `cache_mb` worth of 128-byte buckets, allocated up front;
 //! - coroutines: workers x (coroutines + 1) x 16 KiB of scratch (the smallest a coroutine gets);
 //! - QPs: workers x (1 + nodes x qps_per_node) x the simulator's per-QP state.
@@ -108,6 +110,11 @@ pub fn estimate(s: &Scenario, profile: &NicProfile) -> Result<Estimate, (String,
         })?;
         per_node.push(("records and index", store.log_at, "workload"));
         per_node.push(("log rings", store.bytes - store.log_at, "protocol.log_ring_kib"));
+        let images = store.tables.iter().chain(&store.copies).fold(0u64, |a, t| {
+            a.saturating_add(t.spec.rows_per_node.saturating_mul(txbed_txn::store::IMAGE_BYTES_PER_ROW))
+                .saturating_add(t.buckets.saturating_mul(txbed_txn::store::IMAGE_BYTES_PER_BUCKET))
+        });
+        per_node.push(("table images", images, "workload"));
         once = tables.iter().map(|t| t.rows_per_node).max().unwrap_or(0).saturating_mul(8);
         let cache =
             p.cache_mb.checked_mul(1 << 20).and_then(LocationCache::bytes_for).ok_or_else(|| {

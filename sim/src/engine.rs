@@ -10,7 +10,7 @@
 //! scheduling order, exactly as a (time, sequence) heap would.
 
 use std::cmp::Ordering;
-use std::collections::BinaryHeap;
+use std::collections::{BTreeMap, BinaryHeap};
 
 use txbed_transport::Nanos;
 
@@ -55,6 +55,12 @@ pub struct EventQueue<E> {
     occupied: [u64; WORDS],
     in_wheel: usize,
     far: BinaryHeap<Scheduled<E>>,
+    /// Far events scheduled by key (`schedule_keyed`): at most one per key, a later one
+    /// replacing it, so a worker's deadline pushed back at every step leaves no stale entry
+    /// behind (they once outnumbered live events in `far`). Ordered by (time, sequence).
+    keyed: BTreeMap<(Nanos, u64), (usize, E)>,
+    /// Per key, its entry in `keyed`.
+    key_at: Vec<Option<(Nanos, u64)>>,
     seq: u64,
     now: Nanos,
     digest: u64,
@@ -89,6 +95,8 @@ impl<E: Copy> EventQueue<E> {
             occupied: [0; WORDS],
             in_wheel: 0,
             far: BinaryHeap::new(),
+            keyed: BTreeMap::new(),
+            key_at: Vec::new(),
             seq: 0,
             now: 0,
             digest: 0x7478_6265_6400_0001,
@@ -111,6 +119,38 @@ impl<E: Copy> EventQueue<E> {
             self.put(time, event);
         } else {
             self.far.push(Scheduled { time, seq: self.seq, event });
+        }
+    }
+
+    /// Schedules `event` at `time` as `key`'s one pending far event: one scheduled earlier
+    /// under `key` and not yet due within the wheel's window is dropped. For events that a
+    /// later one of the same key makes void anyway (a worker's wake-up: its generation no
+    /// longer matches); the order of the others is `schedule`'s.
+    #[inline]
+    pub fn schedule_keyed(&mut self, key: usize, time: Nanos, event: E) {
+        if key >= self.key_at.len() {
+            self.key_at.resize(key + 1, None);
+        }
+        if let Some(old) = self.key_at[key].take() {
+            self.keyed.remove(&old);
+        }
+        assert!(time >= self.now, "event scheduled at {time} ns, in the past (now {} ns)", self.now);
+        self.seq += 1;
+        if time < self.now + SPAN {
+            self.put(time, event);
+        } else {
+            self.keyed.insert((time, self.seq), (key, event));
+            self.key_at[key] = Some((time, self.seq));
+        }
+    }
+
+    /// The earliest far event, of `far` and `keyed`: (time, sequence, from `keyed`).
+    fn next_far(&self) -> Option<(Nanos, u64, bool)> {
+        let heap = self.far.peek().map(|s| (s.time, s.seq, false));
+        let keyed = self.keyed.first_key_value().map(|(&(t, q), _)| (t, q, true));
+        match (heap, keyed) {
+            (Some(h), Some(k)) => Some(if (k.0, k.1) < (h.0, h.1) { k } else { h }),
+            (h, k) => h.or(k),
         }
     }
 
@@ -151,12 +191,19 @@ impl<E: Copy> EventQueue<E> {
     fn advance(&mut self, t: Nanos) {
         debug_assert!(t >= self.now, "time moved backwards");
         self.now = t;
-        while let Some(top) = self.far.peek() {
-            if top.time >= self.now + SPAN {
+        // Both far sets, merged in (time, sequence) order: a bucket is a FIFO.
+        while let Some((time, _, keyed)) = self.next_far() {
+            if time >= self.now + SPAN {
                 break;
             }
-            let s = self.far.pop().expect("peeked");
-            self.put(s.time, s.event);
+            if keyed {
+                let ((time, _), (key, event)) = self.keyed.pop_first().expect("peeked");
+                self.key_at[key] = None;
+                self.put(time, event);
+            } else {
+                let s = self.far.pop().expect("peeked");
+                self.put(s.time, s.event);
+            }
         }
     }
 
@@ -165,7 +212,7 @@ impl<E: Copy> EventQueue<E> {
     pub fn pop_until(&mut self, until: Nanos) -> Option<E> {
         let t = match self.next_in_wheel() {
             Some(t) => t,
-            None => self.far.peek()?.time,
+            None => self.next_far()?.0,
         };
         if t > until {
             return None;
@@ -206,11 +253,11 @@ impl<E: Copy> EventQueue<E> {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.in_wheel == 0 && self.far.is_empty()
+        self.in_wheel == 0 && self.far.is_empty() && self.keyed.is_empty()
     }
 
     pub fn next_time(&self) -> Option<Nanos> {
-        self.next_in_wheel().or_else(|| self.far.peek().map(|s| s.time))
+        self.next_in_wheel().or_else(|| self.next_far().map(|f| f.0))
     }
 
     /// Moves time forward to `t` with no event (end of a run window). A window ending at or
@@ -258,6 +305,58 @@ mod tests {
             assert_eq!(popped, sorted, "seed {seed}");
             assert_eq!(popped.len() as u64, seq);
             assert!(q.is_empty());
+        }
+    }
+
+    /// Keyed events pop in (time, sequence) order among the others, and a key's far event is
+    /// replaced by its next one: the live events (a keyed one is void once a newer one of its
+    /// key is scheduled) pop exactly as from a plain queue.
+    #[test]
+    fn a_keyed_event_replaces_the_keys_far_one_and_keeps_the_order() {
+        type Ev = (Option<usize>, u64);
+        for seed in 0..20 {
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            let (mut keyed, mut plain) = (EventQueue::<Ev>::new(), EventQueue::<Ev>::new());
+            let mut newest = [0u64; 4];
+            let (mut got, mut want, mut popped) = (Vec::new(), Vec::new(), (0, 0));
+            let live = |newest: &[u64; 4], (k, s): Ev| k.is_none_or(|k| newest[k] == s);
+            let mut seq = 0u64;
+            for round in 0..400u64 {
+                seq += 1;
+                let ahead = if rng.gen_bool(0.5) { rng.gen_range(0..SPAN) } else { rng.gen_range(SPAN..4 * SPAN) };
+                let t = keyed.now() + ahead;
+                if rng.gen_bool(0.5) {
+                    let k = rng.gen_range(0..4);
+                    newest[k] = seq;
+                    keyed.schedule_keyed(k, t, (Some(k), seq));
+                    plain.schedule(t, (Some(k), seq));
+                } else {
+                    keyed.schedule(t, (None, seq));
+                    plain.schedule(t, (None, seq));
+                }
+                let until = if round == 399 { u64::MAX } else { keyed.now() + rng.gen_range(0..SPAN) };
+                if round % 3 == 0 || round == 399 {
+                    while let Some(e) = keyed.pop_until(until) {
+                        popped.0 += 1;
+                        if live(&newest, e) {
+                            got.push((keyed.now(), e));
+                        }
+                    }
+                    while let Some(e) = plain.pop_until(until) {
+                        popped.1 += 1;
+                        if live(&newest, e) {
+                            want.push((plain.now(), e));
+                        }
+                    }
+                    if until != u64::MAX {
+                        keyed.advance_to(until);
+                        plain.advance_to(until);
+                    }
+                }
+            }
+            assert_eq!(got, want, "seed {seed}");
+            assert!(popped.0 < popped.1, "seed {seed}: void far events were dropped ({popped:?})");
+            assert!(keyed.is_empty() && plain.is_empty());
         }
     }
 }

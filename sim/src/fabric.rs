@@ -1024,7 +1024,10 @@ impl Sim {
         w.gen = w.gen.wrapping_add(1);
         w.wake_at = Some(t);
         let gen = w.gen;
-        self.q.schedule(t, Ev::Wake { node, worker, gen });
+        // The new generation voids the worker's earlier wake-up: keyed, a far one (an RPC
+        // deadline, pushed back at nearly every step) leaves the queue instead of waiting there.
+        let key = node as usize * self.cfg.workers as usize + worker as usize;
+        self.q.schedule_keyed(key, t, Ev::Wake { node, worker, gen });
     }
 
     fn dispatch(&mut self, ev: Ev) {

@@ -382,6 +382,11 @@ struct TableImage {
     index_len: u64,
 }
 
+/// Host memory a `TableImage` keeps per row (its key, and its entry) and per bucket (where
+/// its entries start, its group's flag, loading's count), for memory estimates.
+pub const IMAGE_BYTES_PER_ROW: u64 = 24;
+pub const IMAGE_BYTES_PER_BUCKET: u64 = 5;
+
 /// Buckets per group (`TableImage`): 4 KiB of buckets.
 const GROUP: u64 = 32;
 
