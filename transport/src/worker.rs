@@ -1453,9 +1453,17 @@ impl Ctx {
     /// whose cost is charged elsewhere (the local path puts a record where a NIC READ would
     /// have, and the caller's copy out of that buffer is the one memcpy a local read costs).
     pub fn place_local(&self, dst: u64, src: u64, len: usize) -> Result<(), MemError> {
-        let mut buf = vec![0u8; len];
+        // A record fits on the stack: no allocation per local read.
+        let (mut small, mut large);
+        let buf: &mut [u8] = if len <= 512 {
+            small = [0u8; 512];
+            &mut small[..len]
+        } else {
+            large = vec![0u8; len];
+            &mut large
+        };
         let s = self.shared.borrow();
-        s.mem.read(src, &mut buf).and_then(|_| s.mem.write(dst, &buf))
+        s.mem.read(src, buf).and_then(|_| s.mem.write(dst, buf))
     }
     pub fn load_local(&self, addr: u64) -> Result<u64, MemError> {
         self.htm_sees(addr, 8, false);
