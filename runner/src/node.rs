@@ -33,9 +33,7 @@ pub fn load_partition(
     spec: &TxnRunSpec,
 ) -> Result<(), String> {
     let load = |place: &store::TablePlace, table: u16, homes: &[u16], per: u64| {
-        // Sized first: growing a vector of millions of keys copies it at every doubling.
-        let mut keys = Vec::with_capacity(homes.len() * per as usize);
-        keys.extend(homes.iter().flat_map(|&h| h as u64 * per..(h as u64 + 1) * per));
+        let keys = store::Keys::Ranges(homes.iter().map(|&h| h as u64 * per..(h as u64 + 1) * per).collect());
         let w = spec.workload.clone();
         let init = Rc::new(move |row: u64, rec: &mut [u8]| w.initial_into(Key { table, row }, rec));
         match store::load_table(mem, mr, place, keys, init) {

@@ -299,7 +299,7 @@ mod tests {
             &mem,
             region,
             &layout.tables[0],
-            vec![5, 6, 7],
+            store::Keys::List(vec![5, 6, 7]),
             Rc::new(|k, rec| rec.copy_from_slice(&k.to_le_bytes())),
         )
         .unwrap();

@@ -332,6 +332,53 @@ pub fn probe(bucket: &[u8], key: u64) -> Probe {
     Probe::Absent
 }
 
+/// The keys a table is loaded with, in row order.
+#[derive(Clone, Debug)]
+pub enum Keys {
+    List(Vec<u64>),
+    /// Runs of consecutive keys (a node's own rows, or those of the partitions it copies):
+    /// nothing per key to keep.
+    Ranges(Vec<std::ops::Range<u64>>),
+}
+
+impl Keys {
+    pub fn len(&self) -> usize {
+        match self {
+            Keys::List(k) => k.len(),
+            Keys::Ranges(r) => r.iter().map(|r| (r.end - r.start) as usize).sum(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The key of row `row` (< `len()`).
+    pub fn get(&self, row: usize) -> u64 {
+        match self {
+            Keys::List(k) => k[row],
+            Keys::Ranges(ranges) => {
+                let mut row = row as u64;
+                for r in ranges {
+                    let n = r.end - r.start;
+                    if row < n {
+                        return r.start + row;
+                    }
+                    row -= n;
+                }
+                panic!("row past the keys")
+            }
+        }
+    }
+
+    pub fn iter(&self) -> Box<dyn Iterator<Item = u64> + '_> {
+        match self {
+            Keys::List(k) => Box::new(k.iter().copied()),
+            Keys::Ranges(r) => Box::new(r.iter().flat_map(|r| r.clone())),
+        }
+    }
+}
+
 /// Loads `keys` (row numbers, in order) into `place`'s table of `region`: the index and the
 /// tuples, version 0 of incarnation 1, records from `initial(key, record)`. Returns the pool
 /// buckets used, `None` when the keys do not fit (too many, or the overflow pool too small).
@@ -343,7 +390,7 @@ pub fn load_table(
     mem: &dyn HostMemory,
     region: MemoryRegion,
     place: &TablePlace,
-    keys: Vec<u64>,
+    keys: Keys,
     initial: Rc<dyn Fn(u64, &mut [u8])>,
 ) -> Result<Option<u64>, MemError> {
     if keys.len() as u64 > place.spec.rows_per_node {
@@ -367,11 +414,11 @@ pub fn load_table(
 /// filled.
 struct TableImage {
     place: TablePlace,
-    keys: Vec<u64>,
+    keys: Keys,
     initial: Rc<dyn Fn(u64, &mut [u8])>,
     /// Entries (`entry`) by group, rows ascending within each; a group once sorted holds them
     /// by bucket, rows ascending within each bucket.
-    entries: RefCell<Vec<[u64; 2]>>,
+    entries: RefCell<Vec<u64>>,
     group_start: Vec<u32>,
     /// Where each bucket's entries start, valid for the buckets of sorted groups.
     bucket_start: RefCell<Vec<u32>>,
@@ -382,28 +429,29 @@ struct TableImage {
     index_len: u64,
 }
 
-/// Host memory a `TableImage` keeps per row (its key, and its entry) and per bucket (where
+/// Host memory a `TableImage` keeps per row (its entry; keys are ranges) and per bucket (where
 /// its entries start, its group's flag, loading's count), for memory estimates.
-pub const IMAGE_BYTES_PER_ROW: u64 = 24;
+pub const IMAGE_BYTES_PER_ROW: u64 = 8;
 pub const IMAGE_BYTES_PER_BUCKET: u64 = 5;
 
 /// Buckets per group (`TableImage`): 4 KiB of buckets.
 const GROUP: u64 = 32;
 
-/// A key in its group: [key, row | pool << 32], pool being the pool bucket its insertion took
-/// if it overflowed its chain, else `NO_POOL`. Plain words so a zeroed vector comes free.
-fn entry(key: u64, row: u32, pool: u32) -> [u64; 2] {
-    [key, row as u64 | (pool as u64) << 32]
+/// A key in its group: row | pool << 32, pool being the pool bucket its insertion took if it
+/// overflowed its chain, else `NO_POOL`. The key is `keys.get(row)`: for ranges, arithmetic.
+fn entry(row: u32, pool: u32) -> u64 {
+    row as u64 | (pool as u64) << 32
 }
 
 const NO_POOL: u32 = u32::MAX;
 
 impl TableImage {
     /// `None` when the overflow pool is too small for these keys.
-    fn new(place: &TablePlace, keys: Vec<u64>, initial: Rc<dyn Fn(u64, &mut [u8])>) -> Option<TableImage> {
+    fn new(place: &TablePlace, keys: Keys, initial: Rc<dyn Fn(u64, &mut [u8])>) -> Option<TableImage> {
         let buckets = place.buckets as usize;
         let groups = place.buckets.div_ceil(GROUP) as usize;
-        let bucket: Vec<u32> = keys.iter().map(|&k| bucket_of(k, place.buckets) as u32).collect();
+        let mut bucket: Vec<u32> = Vec::with_capacity(keys.len());
+        bucket.extend(keys.iter().map(|k| bucket_of(k, place.buckets) as u32));
         // A chain's tail fills to `BUCKET_SLOTS`; the next key moves the tail's last entry into
         // a fresh pool bucket, which then holds that entry and the new key.
         let mut tail_filled = vec![0u8; buckets];
@@ -426,12 +474,12 @@ impl TableImage {
             group_start[i + 1] += group_start[i];
         }
         let mut next = group_start.clone();
-        let mut entries = vec![[0u64; 2]; keys.len()];
+        let mut entries = vec![0u64; keys.len()];
         let mut pool = 0;
-        for (row, (&b, &key)) in bucket.iter().zip(&keys).enumerate() {
+        for (row, &b) in bucket.iter().enumerate() {
             let overflowed = overflows.get(pool) == Some(&(row as u32));
             let g = b as usize / GROUP as usize;
-            entries[next[g] as usize] = entry(key, row as u32, if overflowed { pool as u32 } else { NO_POOL });
+            entries[next[g] as usize] = entry(row as u32, if overflowed { pool as u32 } else { NO_POOL });
             pool += overflowed as usize;
             next[g] += 1;
         }
@@ -460,7 +508,8 @@ impl TableImage {
         let first = g as u64 * GROUP;
         let mut entries = self.entries.borrow_mut();
         let group = &mut entries[lo..hi];
-        let local: Vec<u8> = group.iter().map(|e| (bucket_of(e[0], self.place.buckets) - first) as u8).collect();
+        let key = |e: u64| self.keys.get(e as u32 as usize);
+        let local: Vec<u8> = group.iter().map(|&e| (bucket_of(key(e), self.place.buckets) - first) as u8).collect();
         let mut at = [0u32; GROUP as usize + 1];
         for &l in &local {
             at[l as usize + 1] += 1;
@@ -472,7 +521,7 @@ impl TableImage {
         for (i, &a) in at.iter().enumerate().take(GROUP.min(self.place.buckets - first) as usize + 1) {
             starts[first as usize + i] = lo as u32 + a;
         }
-        let mut sorted = vec![[0u64; 2]; group.len()];
+        let mut sorted = vec![0u64; group.len()];
         for (e, &l) in group.iter().zip(&local) {
             sorted[at[l as usize] as usize] = *e;
             at[l as usize] += 1;
@@ -490,8 +539,9 @@ impl TableImage {
         let mut filled = 0;
         let starts = self.bucket_start.borrow();
         let entries = self.entries.borrow();
-        for &[key, rp] in &entries[starts[b as usize] as usize..starts[b as usize + 1] as usize] {
+        for &rp in &entries[starts[b as usize] as usize..starts[b as usize + 1] as usize] {
             let (row, pool) = (rp as u32, (rp >> 32) as u32);
+            let key = self.keys.get(row as usize);
             let offset = p.tuples_at + row as u64 * p.tuple_bytes;
             let entry = encode_slot(Slot::Entry { key, offset, incarnation: 1 });
             if filled == BUCKET_SLOTS {
@@ -543,7 +593,7 @@ impl TableImage {
             // Pool buckets past the used ones stay zero.
             for k in first..=last {
                 let Some(&row) = self.overflows.get(k as usize) else { break };
-                put_chain(bucket_of(self.keys[row as usize], p.buckets), &mut put);
+                put_chain(bucket_of(self.keys.get(row as usize), p.buckets), &mut put);
             }
         }
         if hi > self.index_len {
@@ -555,7 +605,7 @@ impl TableImage {
             for row in first..=last {
                 tuple.fill(0);
                 tuple[VERSION as usize..VERSION as usize + 8].copy_from_slice(&version_word(1, 0).to_le_bytes());
-                (self.initial)(self.keys[row as usize], &mut tuple[record.clone()]);
+                (self.initial)(self.keys.get(row as usize), &mut tuple[record.clone()]);
                 put(self.index_len + row * tb, &tuple);
             }
         }
@@ -647,16 +697,23 @@ mod tests {
             let keys: Vec<u64> = (0..rows).map(|i| (3u64 << 40) | (i * 7 + 3)).collect();
             let init = |k: u64, r: &mut [u8]| r.copy_from_slice(&k.to_le_bytes());
             let (used, want) = insert_in_key_order(place, &keys, &init);
-            let image = TableImage::new(place, keys.clone(), Rc::new(init)).expect("the pool suffices");
+            let image = TableImage::new(place, Keys::List(keys.clone()), Rc::new(init)).expect("the pool suffices");
+            let ranged =
+                TableImage::new(place, Keys::Ranges(vec![5..5 + rows]), Rc::new(init)).expect("the pool suffices");
+            let ranged_keys: Vec<u64> = (5..5 + rows).collect();
             assert!(used.is_some_and(|u| rows < 100 || u > 0), "{rows} rows: some chains overflow ({used:?})");
             assert_eq!(used, Some(image.overflows.len() as u64), "{rows} rows: pool buckets used");
-            for piece in [want.len(), 4096, 1000, 77, 1] {
-                // Pieces over stale bytes: a fill writes every byte of its piece.
-                let mut got = vec![0xa5u8; want.len()];
-                for (i, out) in got.chunks_mut(piece).enumerate() {
-                    image.fill((i * piece) as u64, out);
+            // Keys given as a range make the image a list of the same keys makes.
+            let (_, want_ranged) = insert_in_key_order(place, &ranged_keys, &init);
+            for (image, want, what) in [(&image, &want, "a list"), (&ranged, &want_ranged, "a range")] {
+                for piece in [want.len(), 4096, 1000, 77, 1] {
+                    // Pieces over stale bytes: a fill writes every byte of its piece.
+                    let mut got = vec![0xa5u8; want.len()];
+                    for (i, out) in got.chunks_mut(piece).enumerate() {
+                        image.fill((i * piece) as u64, out);
+                    }
+                    assert!(got == *want, "{rows} rows from {what}, pieces of {piece} bytes: the image differs");
                 }
-                assert!(got == want, "{rows} rows, pieces of {piece} bytes: the image differs");
             }
         }
     }
@@ -670,6 +727,6 @@ mod tests {
         let keys: Vec<u64> = (0..4 * place.buckets * BUCKET_SLOTS as u64).collect();
         let init = |_: u64, _: &mut [u8]| {};
         assert_eq!(insert_in_key_order(place, &keys, &init).0, None);
-        assert!(TableImage::new(place, keys, Rc::new(init)).is_none());
+        assert!(TableImage::new(place, Keys::List(keys), Rc::new(init)).is_none());
     }
 }
