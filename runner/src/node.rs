@@ -566,10 +566,12 @@ pub fn node_result(
             if mem.untouched_since_load(off, place.tuple_bytes) {
                 continue;
             }
-            let version = split_version_word(mem.load_u64(off + VERSION).unwrap_or(0)).1;
-            let _ = mem.read(off + store::META_BYTES, &mut rec);
+            let mut word = [0u8; 8];
+            let _ = mem.peek(off + VERSION, &mut word);
+            let version = split_version_word(u64::from_le_bytes(word)).1;
+            let _ = mem.peek(off + store::META_BYTES, &mut rec);
             r.conserved += w.conserved(key, &rec);
-            r.initial += w.conserved(key, &w.initial(key));
+            r.initial += w.initial_conserved(key);
             if version > 0 {
                 r.finals.push(Final { replica: "primary".into(), key: history_key(key.table, key.row), version });
             }
@@ -621,7 +623,7 @@ pub fn node_result(
             return Some(w.initial(key));
         }
         let mut rec = vec![0u8; place.spec.record_bytes as usize];
-        mem.read(off + store::META_BYTES, &mut rec).ok()?;
+        mem.peek(off + store::META_BYTES, &mut rec).ok()?;
         Some(rec)
     };
     r.consistency = w.check_consistency(node, spec.nodes, &read);

@@ -48,6 +48,23 @@ impl Region {
             fill(a - at, &mut self.data[a as usize..b as usize]);
         }
     }
+
+    /// The bytes from `off` into `out`, lazy pages' from their fill and left lazy.
+    fn peek(&self, off: u64, out: &mut [u8]) {
+        let (mut at, end) = (off, off + out.len() as u64);
+        while at < end {
+            let next = ((at / CHUNK + 1) * CHUNK).min(end);
+            let part = &mut out[(at - off) as usize..(next - off) as usize];
+            match self.lazy.get((at / CHUNK) as usize).copied().unwrap_or(0) {
+                0 => part.copy_from_slice(&self.data[at as usize..next as usize]),
+                f => {
+                    let (base, fill) = &self.fills[f as usize - 1];
+                    fill(at - base, part);
+                }
+            }
+            at = next;
+        }
+    }
 }
 
 struct PendingRead {
@@ -320,6 +337,13 @@ impl HostMemory for NodeMemory {
         }
         Ok(())
     }
+    fn peek(&self, addr: u64, out: &mut [u8]) -> Result<(), MemError> {
+        let (i, off) = self
+            .locate(addr, out.len() as u64, None, None)
+            .ok_or(MemError::OutOfBounds { addr, len: out.len() as u64 })?;
+        self.regions.borrow()[i].peek(off as u64, out);
+        Ok(())
+    }
     fn untouched_since_load(&self, addr: u64, len: u64) -> bool {
         let Some((i, off)) = self.locate(addr, len, None, None) else { return false };
         let r = &self.regions.borrow()[i];
@@ -339,5 +363,58 @@ impl HostMemory for NodeMemory {
         let old = self.load_u64(addr)?;
         self.raw_write(addr, &old.wrapping_add(add).to_le_bytes())?;
         Ok(old)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Byte `i` of a lazily loaded range is `i * 7 % 251`.
+    fn pattern(from: u64, out: &mut [u8]) {
+        for (i, b) in out.iter_mut().enumerate() {
+            *b = ((from + i as u64) * 7 % 251) as u8;
+        }
+    }
+
+    /// A lazily loaded range reads as its fill whether read, peeked or partly written; a
+    /// peek leaves pages lazy where a read makes them, and a write lands in a made page.
+    #[test]
+    fn lazy_pages_read_as_their_fill_and_a_peek_leaves_them_lazy() {
+        let mem = NodeMemory::new(Rc::new(Cell::new(0)));
+        let r = mem.register(10 * CHUNK, 1, 1);
+        // From 100 bytes in to 300 before the end: the first and last pages are made now.
+        let (at, len) = (r.addr + 100, 10 * CHUNK - 400);
+        mem.load_lazily(at, len, Rc::new(pattern)).unwrap();
+        let expect = |from: u64, n: usize| {
+            let mut v = vec![0u8; n];
+            pattern(from, &mut v);
+            v
+        };
+        assert!(!mem.untouched_since_load(at, 10), "a page shared with other bytes is made at once");
+        assert!(mem.untouched_since_load(r.addr + CHUNK, CHUNK));
+        // A peek over three pages, straddling two boundaries.
+        let mut out = vec![0u8; 2 * CHUNK as usize + 10];
+        let from = 2 * CHUNK - 5;
+        mem.peek(r.addr + from, &mut out).unwrap();
+        assert_eq!(out, expect(from - 100, out.len()));
+        assert!(mem.untouched_since_load(r.addr + CHUNK, 4 * CHUNK), "a peek makes nothing");
+        // A write in page 3 makes it; reads and peeks across it see the write and the fill.
+        mem.write(r.addr + 3 * CHUNK + 8, b"written").unwrap();
+        assert!(!mem.untouched_since_load(r.addr + 3 * CHUNK, 1));
+        assert!(mem.untouched_since_load(r.addr + 4 * CHUNK, CHUNK));
+        let mut want = expect(3 * CHUNK - 16 - 100, 2 * CHUNK as usize);
+        want[24..31].copy_from_slice(b"written");
+        let (mut peeked, mut read) = (vec![0u8; want.len()], vec![0u8; want.len()]);
+        mem.peek(r.addr + 3 * CHUNK - 16, &mut peeked).unwrap();
+        assert!(mem.untouched_since_load(r.addr + 2 * CHUNK, CHUNK));
+        mem.read(r.addr + 3 * CHUNK - 16, &mut read).unwrap();
+        assert!(!mem.untouched_since_load(r.addr + 2 * CHUNK, CHUNK), "a read makes its pages");
+        assert_eq!(peeked, want);
+        assert_eq!(read, want);
+        assert_eq!(
+            mem.peek(r.addr + 10 * CHUNK - 4, &mut [0u8; 8]),
+            Err(MemError::OutOfBounds { addr: r.addr + 10 * CHUNK - 4, len: 8 })
+        );
     }
 }

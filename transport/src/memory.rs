@@ -79,6 +79,12 @@ pub trait HostMemory {
         false
     }
 
+    /// `read`, leaving lazily loaded parts as they are (collecting results reads records
+    /// beside touched ones; making their pages would spread from page to page).
+    fn peek(&self, addr: u64, out: &mut [u8]) -> Result<(), MemError> {
+        self.read(addr, out)
+    }
+
     fn load_u64(&self, addr: u64) -> Result<u64, MemError> {
         let mut b = [0u8; 8];
         self.read(addr, &mut b)?;

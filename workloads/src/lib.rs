@@ -103,6 +103,11 @@ pub trait Workload: Send + Sync {
     fn conserved(&self, _key: Key, _value: &[u8]) -> i64 {
         0
     }
+    /// `conserved(key, &initial(key))`: a workload that knows it without making the record
+    /// overrides it (results sum it over every record a run touched).
+    fn initial_conserved(&self, key: Key) -> i64 {
+        self.conserved(key, &self.initial(key))
+    }
 
     // Extensions for workloads whose read and write sets depend on the data (TPC-C, TPC-E).
     // Every method has a default that keeps a workload without them exactly as before.

@@ -301,15 +301,26 @@ impl Mix {
     }
     /// An a-string (Clause 4.3.2.2) of random length in lo..=hi, zero-padded to `field`.
     fn astring(&mut self, out: &mut [u8], lo: u64, hi: u64) {
-        const CHARS: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+        const CHARS: &[u8; 62] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
         let n = self.range(lo, hi).min(out.len() as u64) as usize;
-        for b in out[..n].iter_mut() {
-            *b = CHARS[(self.next() % CHARS.len() as u64) as usize];
-        }
+        self.digits(&mut out[..n], CHARS, 8);
     }
     fn nstring(&mut self, out: &mut [u8]) {
-        for b in out.iter_mut() {
-            *b = b'0' + (self.next() % 10) as u8;
+        self.digits(out, b"0123456789", 16);
+    }
+    /// `out` in the letters of `alphabet`, `per_word` of them from each 64-bit draw: the draw
+    /// read as a fraction in [0, 1) times the alphabet's size gives a letter and leaves the
+    /// next fraction. Loading and checking generate millions of strings; a draw per character
+    /// made them most of a TPC-C run's time.
+    fn digits(&mut self, out: &mut [u8], alphabet: &[u8], per_word: usize) {
+        let n = alphabet.len() as u128;
+        for word in out.chunks_mut(per_word) {
+            let mut x = self.next();
+            for b in word {
+                let t = x as u128 * n;
+                *b = alphabet[(t >> 64) as usize];
+                x = t as u64;
+            }
         }
     }
     /// I_DATA / S_DATA: 10% contain "ORIGINAL" (Clause 4.3.3.1).
@@ -748,8 +759,20 @@ impl Workload for PreparedTpcc {
     }
 
     fn initial(&self, key: Key) -> Vec<u8> {
+        let mut v = vec![0u8; ROW_BYTES[key.table as usize] as usize];
+        self.initial_into(key, &mut v);
+        v
+    }
+
+    fn initial_into(&self, key: Key, record: &mut [u8]) {
         let t = key.table;
-        let mut v = vec![0u8; ROW_BYTES[t as usize] as usize];
+        if record.len() != ROW_BYTES[t as usize] as usize {
+            let v = self.initial(key);
+            let n = v.len().min(record.len());
+            record[..n].copy_from_slice(&v[..n]);
+            return;
+        }
+        let mut v = record;
         let mut m = Mix::new(t, key.row, 0x7bcc);
         let put_str = |v: &mut [u8], at: usize, s: &[u8]| v[at..at + s.len()].copy_from_slice(s);
         match t {
@@ -864,7 +887,6 @@ impl Workload for PreparedTpcc {
             }
             _ => {} // HISTORY: an empty ring slot
         }
-        v
     }
 
     fn generate(&self, rng: &mut ChaCha8Rng, node: u16, nodes: u16) -> TxnSpec {
@@ -1208,6 +1230,14 @@ impl Workload for PreparedTpcc {
         match key.table {
             WAREHOUSE => geti(value, W_YTD),
             CUSTOMER => -geti(value, C_YTD_PAYMENT),
+            _ => 0,
+        }
+    }
+
+    fn initial_conserved(&self, key: Key) -> i64 {
+        match key.table {
+            WAREHOUSE => W_YTD_INITIAL,
+            CUSTOMER => -C_YTD_INITIAL,
             _ => 0,
         }
     }
@@ -1890,4 +1920,62 @@ pub fn run_chopping(level: Chopping) -> Result<crate::chopping::Chopping, String
         ));
     }
     Ok(chop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A-strings keep to their alphabet and length range, with every letter about as common
+    /// as another (62 letters, 8 from each draw); n-strings likewise with 10 digits.
+    #[test]
+    fn strings_keep_their_alphabet_and_lengths_and_spread_letters_evenly() {
+        const CHARS: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+        let (mut letters, mut digits, mut lengths) = ([0u64; 62], [0u64; 10], [0u64; 51]);
+        for row in 0..40_000u64 {
+            let mut m = Mix::new(STOCK, row, 0x7bcc);
+            let mut s = [0u8; 50];
+            m.astring(&mut s, 26, 50);
+            let n = s.iter().position(|&b| b == 0).unwrap_or(50);
+            assert!((26..=50).contains(&n), "length {n}");
+            lengths[n] += 1;
+            for &b in &s[..n] {
+                letters[CHARS.iter().position(|&c| c == b).expect("a letter of the alphabet")] += 1;
+            }
+            let mut z = [0u8; 16];
+            m.nstring(&mut z);
+            for &b in &z {
+                assert!(b.is_ascii_digit());
+                digits[(b - b'0') as usize] += 1;
+            }
+        }
+        let even = |counts: &[u64]| {
+            let mean = counts.iter().sum::<u64>() as f64 / counts.len() as f64;
+            // Five standard deviations of a count around its mean.
+            counts.iter().all(|&c| (c as f64 - mean).abs() < 5.0 * mean.sqrt())
+        };
+        assert!(even(&letters), "{letters:?}");
+        assert!(even(&digits), "{digits:?}");
+        assert!(even(&lengths[26..]), "{:?}", &lengths[26..]);
+    }
+
+    /// A record made in place (loading) is the record made whole (checking), and the
+    /// conserved part results sum is known without making it.
+    #[test]
+    fn a_record_made_in_place_is_the_one_made_whole_and_its_conserved_part_is_known() {
+        let w = Tpcc { items: 1000, customers_per_district: 300, ..Tpcc::default() }.prepare(2, 2, 2);
+        for table in w.tables() {
+            for row in (0..table.rows_per_node * 2).step_by(7).take(2000) {
+                let key = Key { table: table.id, row };
+                let whole = w.initial(key);
+                let mut in_place = vec![0u8; table.record_bytes as usize];
+                w.initial_into(key, &mut in_place);
+                assert_eq!(in_place, whole, "{key:?}");
+                assert_eq!(w.initial_conserved(key), w.conserved(key, &whole), "{key:?}");
+                let mut short = vec![0u8; 5];
+                w.initial_into(key, &mut short);
+                assert_eq!(short, whole[..5], "{key:?}");
+            }
+        }
+    }
 }
