@@ -565,8 +565,17 @@ impl TableImage {
     /// Writes the table's bytes from `off` (from its first bucket) into `out`.
     fn fill(&self, off: u64, out: &mut [u8]) {
         let p = &self.place;
-        out.fill(0);
         let (lo, hi) = (off, off + out.len() as u64);
+        // Main buckets and tuples are written whole below; only unused pool buckets and bytes
+        // past the last tuple are zeroed here (a page's first write is its costliest).
+        let used_pool = p.buckets * BUCKET_BYTES + self.overflows.len() as u64 * BUCKET_BYTES;
+        let tuples_end = self.index_len + self.keys.len() as u64 * p.tuple_bytes;
+        for (a, b) in [(used_pool, self.index_len), (tuples_end, u64::MAX)] {
+            let (a, b) = (a.max(lo), b.min(hi));
+            if a < b {
+                out[(a - lo) as usize..(b - lo) as usize].fill(0);
+            }
+        }
         // Copies the part of `bytes` (at `at` from the first bucket) inside [lo, hi).
         let mut put = |at: u64, bytes: &[u8]| {
             let (a, b) = (at.max(lo), (at + bytes.len() as u64).min(hi));
