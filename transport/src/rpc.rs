@@ -392,6 +392,9 @@ pub(crate) struct RpcState {
     cfg: RpcConfig,
     next_call: CallId,
     out: BTreeMap<Endpoint, OutQueue>,
+    /// The endpoints whose queue in `out` holds frames: a worker talks to hundreds of peers
+    /// and sends to a few at each step.
+    queued: BTreeSet<Endpoint>,
     /// Calls awaiting a reply, indexed by `id - pending_base` (ids are handed out in order
     /// and answered roughly in order, so this stays short and needs no allocation per call).
     pending: VecDeque<Option<PendingCall>>,
@@ -442,6 +445,7 @@ impl RpcState {
             cfg,
             next_call: first,
             out: BTreeMap::new(),
+            queued: BTreeSet::new(),
             pending: VecDeque::new(),
             pending_base: first,
             deadlines: BTreeSet::new(),
@@ -548,6 +552,7 @@ impl RpcState {
     ) {
         let mtu = self.cfg.mtu as usize;
         let q = self.out.entry(dst).or_default();
+        self.queued.insert(dst);
         if FRAME_HEADER + payload.len() <= mtu {
             Frame::encode_header(&mut q.bytes, kind, flags, status, handler, id, payload.len());
             q.bytes.extend_from_slice(payload);
@@ -740,6 +745,7 @@ impl RpcState {
             failed.push((p.coro, id, RpcError::PeerDown { dst: p.dst, handler: p.handler }));
         }
         self.out.retain(|e, _| !of(e));
+        self.queued.retain(|e| !of(e));
         self.requeued.retain(|(e, _)| !of(e));
         self.served.retain(|e, _| !of(e));
         self.deferred.retain(|(e, _)| !of(e));
@@ -785,10 +791,13 @@ impl RpcState {
         let piggyback = self.cfg.piggyback;
         let flush = self.cfg.piggyback_flush_ns;
         let spare = &mut self.spare_bufs;
-        for (dst, q) in self.out.iter_mut() {
+        let queues = &mut self.out;
+        // In endpoint order, as walking every queue would; a queue not yet due stays queued.
+        self.queued.retain(|dst| {
+            let Some(q) = queues.get_mut(dst) else { return false };
             let due = q.has_request || !piggyback || q.oldest_reply.is_some_and(|t| now >= t + flush);
             if !due || q.ends.is_empty() {
-                continue;
+                return !q.ends.is_empty();
             }
             if !piggyback {
                 // One message per request and per reply (FaSST).
@@ -816,7 +825,8 @@ impl RpcState {
             q.ends.clear();
             q.has_request = false;
             q.oldest_reply = None;
-        }
+            false
+        });
         // The UD QP refuses a datagram over the MTU: every frame fits one, and coalescing
         // stops at it.
         debug_assert!(out.iter().all(|(_, d)| d.len() <= mtu), "datagram over the MTU");
@@ -830,7 +840,11 @@ impl RpcState {
     pub(crate) fn next_deadline(&self) -> Option<Nanos> {
         let d = self.deadlines.first().map(|&(t, _)| t);
         let p = if self.cfg.piggyback {
-            self.out.values().filter_map(|q| q.oldest_reply).min().map(|t| t + self.cfg.piggyback_flush_ns)
+            self.queued
+                .iter()
+                .filter_map(|e| self.out.get(e)?.oldest_reply)
+                .min()
+                .map(|t| t + self.cfg.piggyback_flush_ns)
         } else {
             None
         };
