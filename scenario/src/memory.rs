@@ -7,7 +7,7 @@
 //!   of metadata, the record and the protocol's extension, each rounded up to 8); then one log
 //!   ring of `log_ring_kib` per (node, worker) and the protocol's own area;
 //! - table images: what the simulator keeps to make a store's parts on first touch
-//!   (`txbed_txn::store::load_table`), 8 B per row and 5 B per bucket;
+//!   (`txbed_txn::store::load_table`), 5 B per row and 5 B per bucket;
 //! - location cache: `cache_mb` worth of 128-byte buckets, allocated up front;
 //! - coroutines: workers x (coroutines + 1) x 16 KiB of scratch (the smallest a coroutine gets);
 //! - QPs: workers x (1 + nodes x qps_per_node) x the simulator's per-QP state.

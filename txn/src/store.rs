@@ -416,9 +416,11 @@ struct TableImage {
     place: TablePlace,
     keys: Keys,
     initial: Rc<dyn Fn(u64, &mut [u8])>,
-    /// Entries (`entry`) by group, rows ascending within each; a group once sorted holds them
-    /// by bucket, rows ascending within each bucket.
-    entries: RefCell<Vec<u64>>,
+    /// Rows by group, ascending within each; a group once sorted holds them by bucket, rows
+    /// ascending within each bucket. A row's key is `keys.get(row)`: for ranges, arithmetic.
+    entries: RefCell<Vec<u32>>,
+    /// The bucket in its group of each entry as loading placed them (sorting reads it once).
+    local: Vec<u8>,
     group_start: Vec<u32>,
     /// Where each bucket's entries start, valid for the buckets of sorted groups.
     bucket_start: RefCell<Vec<u32>>,
@@ -429,21 +431,14 @@ struct TableImage {
     index_len: u64,
 }
 
-/// Host memory a `TableImage` keeps per row (its entry; keys are ranges) and per bucket (where
-/// its entries start, its group's flag, loading's count), for memory estimates.
-pub const IMAGE_BYTES_PER_ROW: u64 = 8;
+/// Host memory a `TableImage` keeps per row (its row and bucket in its group; keys are ranges)
+/// and per bucket (where its entries start, its group's flag, loading's count), for memory
+/// estimates.
+pub const IMAGE_BYTES_PER_ROW: u64 = 5;
 pub const IMAGE_BYTES_PER_BUCKET: u64 = 5;
 
 /// Buckets per group (`TableImage`): 4 KiB of buckets.
 const GROUP: u64 = 32;
-
-/// A key in its group: row | pool << 32, pool being the pool bucket its insertion took if it
-/// overflowed its chain, else `NO_POOL`. The key is `keys.get(row)`: for ranges, arithmetic.
-fn entry(row: u32, pool: u32) -> u64 {
-    row as u64 | (pool as u64) << 32
-}
-
-const NO_POOL: u32 = u32::MAX;
 
 impl TableImage {
     /// `None` when the overflow pool is too small for these keys.
@@ -474,13 +469,13 @@ impl TableImage {
             group_start[i + 1] += group_start[i];
         }
         let mut next = group_start.clone();
-        let mut entries = vec![0u64; keys.len()];
-        let mut pool = 0;
+        let mut entries = vec![0u32; keys.len()];
+        let mut local = vec![0u8; keys.len()];
         for (row, &b) in bucket.iter().enumerate() {
-            let overflowed = overflows.get(pool) == Some(&(row as u32));
             let g = b as usize / GROUP as usize;
-            entries[next[g] as usize] = entry(row as u32, if overflowed { pool as u32 } else { NO_POOL });
-            pool += overflowed as usize;
+            let at = next[g] as usize;
+            entries[at] = row as u32;
+            local[at] = (b as u64 % GROUP) as u8;
             next[g] += 1;
         }
         let index_len = (place.buckets + place.pool) * BUCKET_BYTES;
@@ -489,6 +484,7 @@ impl TableImage {
             keys,
             initial,
             entries: RefCell::new(entries),
+            local,
             group_start,
             bucket_start: RefCell::new(vec![0; buckets + 1]),
             sorted: RefCell::new(vec![false; groups]),
@@ -508,10 +504,9 @@ impl TableImage {
         let first = g as u64 * GROUP;
         let mut entries = self.entries.borrow_mut();
         let group = &mut entries[lo..hi];
-        let key = |e: u64| self.keys.get(e as u32 as usize);
-        let local: Vec<u8> = group.iter().map(|&e| (bucket_of(key(e), self.place.buckets) - first) as u8).collect();
+        let local = &self.local[lo..hi];
         let mut at = [0u32; GROUP as usize + 1];
-        for &l in &local {
+        for &l in local {
             at[l as usize + 1] += 1;
         }
         for i in 0..GROUP as usize {
@@ -521,8 +516,8 @@ impl TableImage {
         for (i, &a) in at.iter().enumerate().take(GROUP.min(self.place.buckets - first) as usize + 1) {
             starts[first as usize + i] = lo as u32 + a;
         }
-        let mut sorted = vec![0u64; group.len()];
-        for (e, &l) in group.iter().zip(&local) {
+        let mut sorted = vec![0u32; group.len()];
+        for (e, &l) in group.iter().zip(local) {
             sorted[at[l as usize] as usize] = *e;
             at[l as usize] += 1;
         }
@@ -539,13 +534,13 @@ impl TableImage {
         let mut filled = 0;
         let starts = self.bucket_start.borrow();
         let entries = self.entries.borrow();
-        for &rp in &entries[starts[b as usize] as usize..starts[b as usize + 1] as usize] {
-            let (row, pool) = (rp as u32, (rp >> 32) as u32);
+        for &row in &entries[starts[b as usize] as usize..starts[b as usize + 1] as usize] {
             let key = self.keys.get(row as usize);
             let offset = p.tuples_at + row as u64 * p.tuple_bytes;
             let entry = encode_slot(Slot::Entry { key, offset, incarnation: 1 });
             if filled == BUCKET_SLOTS {
-                debug_assert!(pool != NO_POOL, "an overflow without its pool bucket");
+                // Loading counted this insertion's overflow: the k-th took pool bucket k.
+                let pool = self.overflows.binary_search(&row).expect("an overflow loading counted");
                 let fresh = p.pool_at + pool as u64 * BUCKET_BYTES;
                 let tail = &mut out.last_mut().expect("a chain has its main bucket").1;
                 let last = (BUCKET_SLOTS - 1) * SLOT_BYTES as usize;
