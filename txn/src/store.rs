@@ -428,14 +428,18 @@ struct TableImage {
     /// Rows whose insertion found their chain's tail full, ascending: the k-th of them took
     /// pool bucket k (as inserting in key order numbers them).
     overflows: Vec<u32>,
+    /// (row, k) of `overflows` by group (`overflow_start[g]..overflow_start[g + 1]`), so
+    /// making a chain finds its pool buckets among its group's few, not the whole table's.
+    group_overflows: Vec<(u32, u32)>,
+    overflow_start: Vec<u32>,
     index_len: u64,
 }
 
 /// Host memory a `TableImage` keeps per row (its row and bucket in its group; keys are ranges)
-/// and per bucket (where its entries start, its group's flag, loading's count), for memory
-/// estimates.
+/// and per bucket (where its entries start, its group's flag, loading's count, and the 8 B of
+/// each overflow, at most one per pool bucket, a third as many), for memory estimates.
 pub const IMAGE_BYTES_PER_ROW: u64 = 5;
-pub const IMAGE_BYTES_PER_BUCKET: u64 = 5;
+pub const IMAGE_BYTES_PER_BUCKET: u64 = 8;
 
 /// Buckets per group (`TableImage`): 4 KiB of buckets.
 const GROUP: u64 = 32;
@@ -468,6 +472,20 @@ impl TableImage {
         for i in 0..groups {
             group_start[i + 1] += group_start[i];
         }
+        let mut overflow_start = vec![0u32; groups + 1];
+        for &row in &overflows {
+            overflow_start[bucket[row as usize] as usize / GROUP as usize + 1] += 1;
+        }
+        for i in 0..groups {
+            overflow_start[i + 1] += overflow_start[i];
+        }
+        let mut at = overflow_start.clone();
+        let mut group_overflows = vec![(0u32, 0u32); overflows.len()];
+        for (k, &row) in overflows.iter().enumerate() {
+            let g = bucket[row as usize] as usize / GROUP as usize;
+            group_overflows[at[g] as usize] = (row, k as u32);
+            at[g] += 1;
+        }
         let mut next = group_start.clone();
         let mut entries = vec![0u32; keys.len()];
         let mut local = vec![0u8; keys.len()];
@@ -489,6 +507,8 @@ impl TableImage {
             bucket_start: RefCell::new(vec![0; buckets + 1]),
             sorted: RefCell::new(vec![false; groups]),
             overflows,
+            group_overflows,
+            overflow_start,
             index_len,
         })
     }
@@ -540,7 +560,9 @@ impl TableImage {
             let entry = encode_slot(Slot::Entry { key, offset, incarnation: 1 });
             if filled == BUCKET_SLOTS {
                 // Loading counted this insertion's overflow: the k-th took pool bucket k.
-                let pool = self.overflows.binary_search(&row).expect("an overflow loading counted");
+                let g = (b / GROUP) as usize;
+                let ours = &self.group_overflows[self.overflow_start[g] as usize..self.overflow_start[g + 1] as usize];
+                let &(_, pool) = ours.iter().find(|&&(r, _)| r == row).expect("an overflow loading counted");
                 let fresh = p.pool_at + pool as u64 * BUCKET_BYTES;
                 let tail = &mut out.last_mut().expect("a chain has its main bucket").1;
                 let last = (BUCKET_SLOTS - 1) * SLOT_BYTES as usize;
