@@ -6,7 +6,7 @@ use std::time::SystemTime;
 use serde::{Deserialize, Serialize};
 
 /// Where a report, a results.csv or a sweep's directory came from.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Provenance {
     /// The txbed version (Cargo package version).
     pub txbed_version: String,
@@ -50,28 +50,47 @@ impl Provenance {
         format!("{} (commit {}{dirty})", self.txbed_version, self.git_commit)
     }
 
-    /// results.csv's provenance columns and their values, the same on every row.
-    pub fn csv_columns() -> [&'static str; 6] {
-        ["txbed_version", "git_commit", "git_dirty", "host", "started_utc", "command_line"]
+    /// results.csv's provenance columns and their values: the build that ran each row. Host,
+    /// start time and command line are provenance.json's only: they differ between any two
+    /// runs of the same sweep, so results.csv would too, and a sweep merged from shards could
+    /// not be byte for byte the one a single machine writes (docs/cluster.md).
+    pub fn csv_columns() -> [&'static str; 3] {
+        ["txbed_version", "git_commit", "git_dirty"]
     }
 
-    pub fn csv_values(&self) -> [String; 6] {
-        [
-            self.txbed_version.clone(),
-            self.git_commit.clone(),
-            self.git_dirty.map_or(String::new(), |d| d.to_string()),
-            self.host.clone(),
-            self.started_utc.clone(),
-            self.command_line.clone(),
-        ]
+    pub fn csv_values(&self) -> [String; 3] {
+        [self.txbed_version.clone(), self.git_commit.clone(), self.git_dirty.map_or(String::new(), |d| d.to_string())]
     }
 
     /// Writes DIR/provenance.json (sweeps, hybrid searches, sensitivity analyses).
     pub fn write(&self, dir: &std::path::Path) -> Result<(), String> {
+        self.write_with_shards(dir, &[])
+    }
+
+    /// Writes DIR/provenance.json: this command's provenance and, for a merged sweep, every
+    /// shard's (which host ran which share, when, with what command) as `shards`.
+    pub fn write_with_shards(&self, dir: &std::path::Path, shards: &[ShardProvenance]) -> Result<(), String> {
+        #[derive(Serialize)]
+        struct File<'a> {
+            #[serde(flatten)]
+            this: &'a Provenance,
+            #[serde(skip_serializing_if = "<[_]>::is_empty")]
+            shards: &'a [ShardProvenance],
+        }
         let p = dir.join("provenance.json");
-        let json = serde_json::to_string_pretty(self).expect("provenance serialises");
+        let json = serde_json::to_string_pretty(&File { this: self, shards }).expect("provenance serialises");
         std::fs::write(&p, json + "\n").map_err(|e| format!("{}: {e}", p.display()))
     }
+}
+
+/// The provenance of one shard of a merged sweep: shard `index` of `count` ran the sweep's runs
+/// k with k mod count = index.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ShardProvenance {
+    pub index: u32,
+    pub count: u32,
+    #[serde(flatten)]
+    pub provenance: Provenance,
 }
 
 /// An argument as a POSIX shell would need it to read back the same.

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::csv::RunRow;
+use crate::provenance::{Provenance, ShardProvenance};
 
 /// Which share of a sweep this process runs: shard `index` of `count` (0-based).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -90,6 +91,8 @@ pub struct SweepShard {
     pub total: usize,
     /// This shard's runs: (position in the sweep, the run).
     pub runs: Vec<(usize, RunRow)>,
+    /// The shard's command: host, start time, command line (a merge's provenance.json lists them).
+    pub provenance: Provenance,
 }
 
 pub const FORMAT: &str = "txbed-sweep-shard";
@@ -173,9 +176,10 @@ pub fn shard_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
     Ok(files)
 }
 
-/// The whole sweep from its shards, runs in sweep order; refused, saying why, unless every
-/// shard of one sweep is there exactly once and ran the same sweep with the same txbed.
-pub fn merge(shards: Vec<(PathBuf, SweepShard)>) -> Result<(SweepShard, Vec<RunRow>), String> {
+/// The whole sweep from its shards, runs in sweep order, and each shard's provenance in shard
+/// order; refused, saying why, unless every shard of one sweep is there exactly once and ran
+/// the same sweep with the same txbed.
+pub fn merge(shards: Vec<(PathBuf, SweepShard)>) -> Result<(SweepShard, Vec<RunRow>, Vec<ShardProvenance>), String> {
     let Some((first_path, first)) = shards.first().cloned() else {
         return Err("no shards to merge".into());
     };
@@ -183,7 +187,9 @@ pub fn merge(shards: Vec<(PathBuf, SweepShard)>) -> Result<(SweepShard, Vec<RunR
     let mut runs: Vec<Option<RunRow>> = vec![None; first.total];
     let build = |r: &RunRow| r.provenance.get(..3).map(|p| p.to_vec());
     let mut builds: Option<(PathBuf, Option<Vec<String>>)> = None;
+    let mut origins: Vec<ShardProvenance> = Vec::with_capacity(shards.len());
     for (path, s) in shards {
+        origins.push(ShardProvenance { index: s.index, count: s.count, provenance: s.provenance.clone() });
         let same = s.count == first.count
             && s.name == first.name
             && s.axes == first.axes
@@ -221,7 +227,8 @@ pub fn merge(shards: Vec<(PathBuf, SweepShard)>) -> Result<(SweepShard, Vec<RunR
     }
     let runs: Option<Vec<RunRow>> = runs.into_iter().collect();
     let runs = runs.ok_or_else(|| "a shard is missing some of its runs (was it cut short?)".to_string())?;
-    Ok((first, runs))
+    origins.sort_by_key(|o| o.index);
+    Ok((first, runs, origins))
 }
 
 /// What a shard of a campaign (`txbed campaign --shard I/N`) writes beside its campaign.csv
@@ -410,6 +417,7 @@ mod tests {
             base_text: "base".into(),
             total,
             runs: (0..total).filter(|&k| sh.owns(k)).map(|k| (k, run(k as u64))).collect(),
+            provenance: Provenance::capture("0.1", "c", Some(false), "sim"),
         }
     }
 
@@ -437,8 +445,11 @@ mod tests {
     fn merging_needs_every_shard_once_of_one_sweep() {
         let p = |i: u32| PathBuf::from(format!("shard-{i}-of-3.json"));
         let all = |count: u32| (0..count).map(|i| (p(i), shard(i, count, 7))).collect::<Vec<_>>();
-        let (_, runs) = merge(all(3)).unwrap();
+        let mut shuffled = all(3);
+        shuffled.rotate_left(1);
+        let (_, runs, origins) = merge(shuffled).unwrap();
         assert_eq!(runs.iter().map(|r| r.seed).collect::<Vec<_>>(), (0..7).collect::<Vec<_>>(), "sweep order");
+        assert_eq!(origins.iter().map(|o| (o.index, o.count)).collect::<Vec<_>>(), [(0, 3), (1, 3), (2, 3)]);
         let mut missing = all(3);
         missing.remove(1);
         assert!(merge(missing).unwrap_err().contains("missing shard 1 of 3"));

@@ -135,7 +135,7 @@ pub fn run(a: Args) -> ExitCode {
             name: name.clone(),
             identity,
             protocols: protocol_names,
-            build: provenance.csv_values()[..3].to_vec(),
+            build: provenance.csv_values().to_vec(),
         };
         if let Err(e) = marker.write(&dir) {
             return fail(e);

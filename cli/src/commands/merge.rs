@@ -1,7 +1,7 @@
 //! `txbed merge SHARDS...`: the shards of a sweep (`txbed sweep --shard I/N`, run on a
 //! cluster's nodes) into the outputs one machine's sweep writes: results.csv, summary.csv,
-//! latency/, plots and the HTML page (docs/cluster.md). Each row keeps the provenance of the
-//! shard that ran it; provenance.json is this command's. The shards of a campaign (`txbed
+//! latency/, plots and the HTML page (docs/cluster.md), the CSVs byte for byte. provenance.json
+//! is this command's, with each shard's (host, start, command line) under `shards`. The shards of a campaign (`txbed
 //! campaign --shard I/N`) merge the same way into campaign.csv and failures/.
 
 use std::path::PathBuf;
@@ -50,7 +50,7 @@ pub fn run(a: Args) -> ExitCode {
             Err(e) => return fail(e),
         }
     }
-    let (sweep, runs) = match merge(shards) {
+    let (sweep, runs, origins) = match merge(shards) {
         Ok(x) => x,
         Err(e) => return fail(e),
     };
@@ -66,7 +66,7 @@ pub fn run(a: Args) -> ExitCode {
         eprintln!("sweep {:?}: {} runs from {} shards", sweep.name, runs.len(), sweep.count);
     }
     let provenance = super::provenance("sim");
-    super::sweep::finish(&dir, &sweep.axes, sweep.x.as_deref(), &runs, &provenance, a.quiet, a.strict)
+    super::sweep::finish(&dir, &sweep.axes, sweep.x.as_deref(), &runs, &provenance, &origins, a.quiet, a.strict)
 }
 
 /// A campaign's shards (`txbed campaign --shard I/N`) into campaign.csv and failures/ as one

@@ -87,7 +87,7 @@ pub fn run(a: Args) -> ExitCode {
     let reports = run_points(&points, jobs, &|| bar.inc(1));
     bar.finish_and_clear();
     let runs: Vec<RunRow> = points.iter().zip(&reports).map(|(p, r)| RunRow::of(p, r, &provenance)).collect();
-    finish(&dir, &axes, sw.x.as_deref(), &runs, &provenance, quiet, a.strict)
+    finish(&dir, &axes, sw.x.as_deref(), &runs, &provenance, &[], quiet, a.strict)
 }
 
 /// One shard's share of the sweep (`--shard`): its runs into DIR/shard-I-of-N.json, for
@@ -145,6 +145,7 @@ fn run_shard(
         base_text,
         total: points.len(),
         runs,
+        provenance: provenance.clone(),
     };
     if let Err(e) = out.write(&path) {
         return fail(e);
@@ -161,7 +162,8 @@ fn run_shard(
 }
 
 /// A whole sweep's outputs from its runs (one machine's, or merged shards'): results.csv,
-/// summary.csv, latency/*.hgrm, plots, the HTML page and provenance.json; then the runs that
+/// summary.csv, latency/*.hgrm, plots, the HTML page and provenance.json (with the shards' own for
+/// a merge); then the runs that
 /// failed, and the exit code.
 pub fn finish(
     dir: &std::path::Path,
@@ -169,11 +171,12 @@ pub fn finish(
     x: Option<&str>,
     runs: &[RunRow],
     provenance: &txbed_report::provenance::Provenance,
+    shards: &[txbed_report::provenance::ShardProvenance],
     quiet: bool,
     strict: bool,
 ) -> ExitCode {
     let written = match write_csvs(axes, runs, dir).and_then(|w| {
-        provenance.write(dir)?;
+        provenance.write_with_shards(dir, shards)?;
         Ok(w)
     }) {
         Ok(x) => x,
