@@ -18,7 +18,8 @@ struct Region {
     mr: MemoryRegion,
     data: ZeroedBytes,
     /// Per `CHUNK` bytes of `data`: 0 when its bytes are real, else 1 + the index in `fills`
-    /// of the filler that makes them on first touch (`HostMemory::load_lazily`).
+    /// of the filler that makes them on first touch (`HostMemory::load_lazily`), plus
+    /// `READ` times the reads that took bytes from the filler (`FILLER`: the filler's part).
     lazy: Vec<u32>,
     /// Fillers and where their ranges start (offsets in `data`).
     fills: Vec<(u64, LazyFill)>,
@@ -27,6 +28,17 @@ struct Region {
 /// Bytes a lazily loaded region materialises at a time: a page, so what a run never touches
 /// is never faulted in either.
 const CHUNK: u64 = 4096;
+
+/// Reads of a lazy chunk are served from its filler, only the bytes read; the `MAKE_AFTER`-th
+/// read makes the chunk, and a write makes it at once. Most pages a run touches it reads a few
+/// times (an index bucket on lookup, lock and write-back; a random record) and never writes,
+/// and making a page cost a page fault and a page of records or chains, where a read from the
+/// filler makes only what it reads; a page read again and again (a hot read-only table) is
+/// still made once.
+const MAKE_AFTER: u32 = 8;
+/// The count of filler reads, in a lazy entry's top bits.
+const READ: u32 = 1 << 24;
+const FILLER: u32 = READ - 1;
 
 impl Region {
     /// Fills the chunks of `[off, off+len)` still lazy, but those a write (`overwrite`) is
@@ -44,8 +56,32 @@ impl Region {
             if overwrite && off <= a && b <= off + len {
                 continue;
             }
-            let (at, fill) = &self.fills[f as usize - 1];
+            let (at, fill) = &self.fills[(f & FILLER) as usize - 1];
             fill(a - at, &mut self.data[a as usize..b as usize]);
+        }
+    }
+
+    /// The bytes from `off` into `out`: a lazy chunk gives them from its filler and stays lazy
+    /// but for its `MAKE_AFTER`-th read, which makes it first.
+    fn read(&mut self, off: u64, out: &mut [u8]) {
+        let (mut at, end) = (off, off + out.len() as u64);
+        while at < end {
+            let next = ((at / CHUNK + 1) * CHUNK).min(end);
+            let part = &mut out[(at - off) as usize..(next - off) as usize];
+            let c = (at / CHUNK) as usize;
+            match self.lazy.get(c).copied().unwrap_or(0) {
+                0 => {}
+                f if f / READ + 1 < MAKE_AFTER => {
+                    self.lazy[c] = f + READ;
+                    let (base, fill) = &self.fills[(f & FILLER) as usize - 1];
+                    fill(at - base, part);
+                    at = next;
+                    continue;
+                }
+                _ => self.materialise(at, next - at, false),
+            }
+            part.copy_from_slice(&self.data[at as usize..next as usize]);
+            at = next;
         }
     }
 
@@ -58,7 +94,7 @@ impl Region {
             match self.lazy.get((at / CHUNK) as usize).copied().unwrap_or(0) {
                 0 => part.copy_from_slice(&self.data[at as usize..next as usize]),
                 f => {
-                    let (base, fill) = &self.fills[f as usize - 1];
+                    let (base, fill) = &self.fills[(f & FILLER) as usize - 1];
                     fill(at - base, part);
                 }
             }
@@ -147,9 +183,7 @@ impl NodeMemory {
         let (i, off) = self
             .locate(addr, out.len() as u64, None, None)
             .ok_or(MemError::OutOfBounds { addr, len: out.len() as u64 })?;
-        let mut regions = self.regions.borrow_mut();
-        regions[i].materialise(off as u64, out.len() as u64, false);
-        out.copy_from_slice(&regions[i].data[off..off + out.len()]);
+        self.regions.borrow_mut()[i].read(off as u64, out);
         Ok(())
     }
 
@@ -322,6 +356,7 @@ impl HostMemory for NodeMemory {
         }
         r.fills.push((off, fill.clone()));
         let id = r.fills.len() as u32;
+        assert!(id <= FILLER, "more than 2^24 lazily loaded ranges in a region");
         // Chunks the range covers whole become lazy; one it shares with other bytes at either
         // end is filled now, so a lazy chunk always belongs to one filler alone.
         let (first, last) = (off / CHUNK, (off + len - 1) / CHUNK);
@@ -378,7 +413,8 @@ mod tests {
     }
 
     /// A lazily loaded range reads as its fill whether read, peeked or partly written; a
-    /// peek leaves pages lazy where a read makes them, and a write lands in a made page.
+    /// peek and reads leave pages lazy until the `MAKE_AFTER`-th read makes them, and a write
+    /// lands in a made page.
     #[test]
     fn lazy_pages_read_as_their_fill_and_a_peek_leaves_them_lazy() {
         let mem = NodeMemory::new(Rc::new(Cell::new(0)));
@@ -409,9 +445,31 @@ mod tests {
         mem.peek(r.addr + 3 * CHUNK - 16, &mut peeked).unwrap();
         assert!(mem.untouched_since_load(r.addr + 2 * CHUNK, CHUNK));
         mem.read(r.addr + 3 * CHUNK - 16, &mut read).unwrap();
-        assert!(!mem.untouched_since_load(r.addr + 2 * CHUNK, CHUNK), "a read makes its pages");
+        assert!(mem.untouched_since_load(r.addr + 2 * CHUNK, CHUNK), "a read leaves its page lazy");
         assert_eq!(peeked, want);
         assert_eq!(read, want);
+        for _ in 1..MAKE_AFTER - 1 {
+            read.fill(0);
+            mem.read(r.addr + 3 * CHUNK - 16, &mut read).unwrap();
+            assert_eq!(read, want);
+        }
+        assert!(mem.untouched_since_load(r.addr + 2 * CHUNK, CHUNK), "read from the filler until the last read");
+        read.fill(0);
+        mem.read(r.addr + 3 * CHUNK - 16, &mut read).unwrap();
+        assert!(!mem.untouched_since_load(r.addr + 2 * CHUNK, CHUNK), "the MAKE_AFTER-th read makes its page");
+        assert!(mem.untouched_since_load(r.addr + 5 * CHUNK, CHUNK));
+        assert_eq!(read, want);
+        // A page read once, then written: the write lands on the fill, and reads see both.
+        let mut once = vec![0u8; 32];
+        mem.read(r.addr + 5 * CHUNK + 100, &mut once).unwrap();
+        assert_eq!(once, expect(5 * CHUNK, 32));
+        mem.write(r.addr + 5 * CHUNK + 110, b"late").unwrap();
+        let mut after = expect(5 * CHUNK, 32);
+        after[10..14].copy_from_slice(b"late");
+        for _ in 0..MAKE_AFTER + 1 {
+            mem.read(r.addr + 5 * CHUNK + 100, &mut once).unwrap();
+            assert_eq!(once, after);
+        }
         assert_eq!(
             mem.peek(r.addr + 10 * CHUNK - 4, &mut [0u8; 8]),
             Err(MemError::OutOfBounds { addr: r.addr + 10 * CHUNK - 4, len: 8 })
