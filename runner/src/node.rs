@@ -611,20 +611,21 @@ pub fn node_result(
         r.finals.push(Final { replica: format!("backup{nth}"), key: k, version });
     }
     // Records are loaded in key order, so a key's tuple is at its row's position.
-    let read = |key: Key| {
-        let place = layout.table(key.table)?;
+    let read = |key: Key, rec: &mut Vec<u8>| {
+        let Some(place) = layout.table(key.table) else { return false };
         let per = place.spec.rows_per_node;
         if key.row / per != node as u64 {
-            return None;
+            return false;
         }
         let off = base + place.tuples_at + (key.row - node as u64 * per) * place.tuple_bytes;
+        rec.clear();
+        rec.resize(place.spec.record_bytes as usize, 0);
         // An untouched record is its initial value: made alone, without filling its page.
         if mem.untouched_since_load(off, place.tuple_bytes) {
-            return Some(w.initial(key));
+            w.initial_into(key, rec);
+            return true;
         }
-        let mut rec = vec![0u8; place.spec.record_bytes as usize];
-        mem.peek(off + store::META_BYTES, &mut rec).ok()?;
-        Some(rec)
+        mem.peek(off + store::META_BYTES, rec).is_ok()
     };
     r.consistency = w.check_consistency(node, spec.nodes, &read);
     r.set_stats(&stats);

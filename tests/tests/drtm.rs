@@ -619,7 +619,7 @@ impl txbed_workloads::Workload for IgnoringTpcc {
         &self,
         node: u16,
         nodes: u16,
-        read: &dyn Fn(txbed_workloads::Key) -> Option<Vec<u8>>,
+        read: txbed_workloads::ReadInto,
     ) -> Vec<txbed_workloads::Consistency> {
         self.0.check_consistency(node, nodes, read)
     }

@@ -181,7 +181,7 @@ impl Workload for ForgetsNextOrderId {
     fn max_accesses(&self) -> Vec<(u16, u32)> {
         self.0.max_accesses()
     }
-    fn check_consistency(&self, node: u16, nodes: u16, read: &dyn Fn(Key) -> Option<Vec<u8>>) -> Vec<Consistency> {
+    fn check_consistency(&self, node: u16, nodes: u16, read: txbed_workloads::ReadInto) -> Vec<Consistency> {
         self.0.check_consistency(node, nodes, read)
     }
     fn conserved(&self, key: Key, value: &[u8]) -> i64 {
