@@ -620,9 +620,10 @@ pub fn node_result(
         let off = base + place.tuples_at + (key.row - node as u64 * per) * place.tuple_bytes;
         rec.clear();
         rec.resize(place.spec.record_bytes as usize, 0);
-        // An untouched record is its initial value: made alone, without filling its page.
+        // An untouched record is its initial value, as the check reads it: made alone,
+        // without filling its page.
         if mem.untouched_since_load(off, place.tuple_bytes) {
-            w.initial_into(key, rec);
+            w.initial_checked_into(key, rec);
             return true;
         }
         mem.peek(off + store::META_BYTES, rec).is_ok()
