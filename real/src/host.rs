@@ -634,7 +634,7 @@ fn connect(
                 mem = mem.with_htm_lock(std::sync::Arc::default());
             }
             let regions = mem.regions();
-            load_partition(&mem, regions[1], layout, node, spec)?;
+            load_partition(&mem, regions[1], layout, node, spec, &Default::default())?;
             let routes = NicRoutes::default();
             let nic =
                 start_nic(mem.clone(), routes.clone(), SocketAddr::new(bind, 0)).map_err(|e| format!("NIC: {e}"))?;
@@ -660,7 +660,7 @@ fn connect(
             use crate::verbs::transport::{NodeDescriptor, VerbsMemory, VerbsNode};
             let mem = VerbsMemory::new(keys);
             let regions = mem.regions();
-            load_partition(&mem, regions[1], layout, node, spec)?;
+            load_partition(&mem, regions[1], layout, node, spec, &Default::default())?;
             let mut dev = VerbsNode::open(device.as_deref(), gid_index, mem, spec.nodes, spec.workers, 128)
                 .map_err(|e| e.to_string())?;
             let mut blob = encode_region(regions[1]);

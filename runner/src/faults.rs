@@ -572,7 +572,8 @@ impl Driver {
             recovery::reset_store(protocol, &st, &*mem, &floor, &held_by, w.spec.workers);
         } else {
             let region = w.catalog.regions[node as usize];
-            if let Err(e) = load_partition(&*mem, region, &w.catalog.layout, node, w.spec) {
+            let partitions = txbed_txn::store::Partitions::default();
+            if let Err(e) = load_partition(&*mem, region, &w.catalog.layout, node, w.spec, &partitions) {
                 w.sh.failures.borrow_mut().push(format!("recovery of node {node}: {e}"));
             }
             // The protocol's metadata (timestamps, leases) was lost with the memory too.

@@ -25,18 +25,21 @@ use crate::spec::TxnRunSpec;
 
 /// Loads `node`'s partition of every table into its store region, and the copies of other
 /// partitions it holds for a protocol that keeps replicas there (`spec::copies_held`).
+/// `partitions`: those loaded before (nodes sharing a process share a partition's index with
+/// its copies').
 pub fn load_partition(
     mem: &dyn HostMemory,
     mr: MemoryRegion,
     layout: &Layout,
     node: u16,
     spec: &TxnRunSpec,
+    partitions: &store::Partitions,
 ) -> Result<(), String> {
     let load = |place: &store::TablePlace, table: u16, homes: &[u16], per: u64| {
         let keys = store::Keys::Ranges(homes.iter().map(|&h| h as u64 * per..(h as u64 + 1) * per).collect());
         let w = spec.workload.clone();
         let init = Rc::new(move |row: u64, rec: &mut [u8]| w.initial_into(Key { table, row }, rec));
-        match store::load_table(mem, mr, place, keys, init) {
+        match store::load_table(mem, mr, place, keys, init, partitions) {
             Ok(Some(_)) => Ok(()),
             Ok(None) => Err("the index's overflow pool is too small for this table".to_string()),
             Err(e) => Err(e.to_string()),

@@ -55,9 +55,10 @@ pub fn run_txns_with(spec: &TxnRunSpec, progress: &mut dyn FnMut(u64, u64)) -> R
     }
     let layout = layout(spec);
     let mut regions = Vec::new();
+    let partitions = txbed_txn::store::Partitions::default();
     for n in 0..spec.nodes {
         let mr = sim.register_region(n, layout.bytes);
-        load_partition(&*sim.memory(n), mr, &layout, n, spec)?;
+        load_partition(&*sim.memory(n), mr, &layout, n, spec, &partitions)?;
         regions.push(mr);
     }
     let catalog = Rc::new(Catalog { layout: layout.clone(), regions });

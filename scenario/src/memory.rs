@@ -7,7 +7,9 @@
 //!   of metadata, the record and the protocol's extension, each rounded up to 8); then one log
 //!   ring of `log_ring_kib` per (node, worker) and the protocol's own area;
 //! - table images: what the simulator keeps to make a store's parts on first touch
-//!   (`txbed_txn::store::load_table`), 5 B per row and 5 B per bucket;
+//!   (`txbed_txn::store::load_table`), 5 B per row and 8 B per bucket, once for tables of
+//!   the same keys and size (a node's tables of as many rows; in the simulator a copy of one
+//!   partition and that partition);
 //! - location cache: `cache_mb` worth of 128-byte buckets, allocated up front;
 //! - coroutines: workers x (coroutines + 1) x 16 KiB of scratch (the smallest a coroutine gets);
 //! - QPs: workers x (1 + nodes x qps_per_node) x the simulator's per-QP state.
@@ -110,9 +112,21 @@ pub fn estimate(s: &Scenario, profile: &NicProfile) -> Result<Estimate, (String,
         })?;
         per_node.push(("records and index", store.log_at, "workload"));
         per_node.push(("log rings", store.bytes - store.log_at, "protocol.log_ring_kib"));
-        let images = store.tables.iter().chain(&store.copies).fold(0u64, |a, t| {
-            a.saturating_add(t.spec.rows_per_node.saturating_mul(txbed_txn::store::IMAGE_BYTES_PER_ROW))
-                .saturating_add(t.buckets.saturating_mul(txbed_txn::store::IMAGE_BYTES_PER_BUCKET))
+        // Tables loaded with the same keys into as many buckets share one image
+        // (`txbed_txn::store::Partitions`): a node's tables of as many rows, and, in one
+        // process (the simulator), a copy of one partition with that partition's tables.
+        let mut distinct = std::collections::BTreeSet::new();
+        for t in store.tables.iter().chain(&store.copies) {
+            let (base, k) = txbed_txn::store::copy_of(t.spec.id);
+            let whole = store.tables.iter().any(|p| p.spec.id == base && p.spec.rows_per_node == t.spec.rows_per_node);
+            if k > 0 && whole && s.backend == BackendName::Sim {
+                continue;
+            }
+            distinct.insert((k, t.spec.rows_per_node, t.buckets, t.pool));
+        }
+        let images = distinct.iter().fold(0u64, |a, &(_, rows, buckets, _)| {
+            a.saturating_add(rows.saturating_mul(txbed_txn::store::IMAGE_BYTES_PER_ROW))
+                .saturating_add(buckets.saturating_mul(txbed_txn::store::IMAGE_BYTES_PER_BUCKET))
         });
         per_node.push(("table images", images, "workload"));
         once = tables.iter().map(|t| t.rows_per_node).max().unwrap_or(0).saturating_mul(8);

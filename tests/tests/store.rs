@@ -27,8 +27,10 @@ fn setup(load_factor: f64) -> (txbed_sim::Sim, Rc<Catalog>) {
     for n in 0..3u16 {
         let mr = sim.register_region(n, layout.bytes);
         let keys: Vec<u64> = (0..ROWS).map(|i| key(n, i)).collect();
-        let used = store::load_table(&*sim.memory(n), mr, &layout.tables[0], store::Keys::List(keys), Rc::new(initial))
-            .unwrap();
+        let keys = store::Keys::List(keys);
+        let used =
+            store::load_table(&*sim.memory(n), mr, &layout.tables[0], keys, Rc::new(initial), &Default::default())
+                .unwrap();
         assert!(used.is_some(), "indirect pool exhausted at load factor {load_factor}");
         regions.push(mr);
     }

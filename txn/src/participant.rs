@@ -301,6 +301,7 @@ mod tests {
             &layout.tables[0],
             store::Keys::List(vec![5, 6, 7]),
             Rc::new(|k, rec| rec.copy_from_slice(&k.to_le_bytes())),
+            &store::Partitions::default(),
         )
         .unwrap();
         let n = NodeState {

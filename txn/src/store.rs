@@ -386,36 +386,69 @@ impl Keys {
 /// A memory that can defer it fills a part of the table when it is first touched
 /// (`HostMemory::load_lazily`; others fill it now): a run reads a few thousand of millions
 /// of records, and writing them all was most of a large run's wall time.
+///
+/// `partitions` keeps the partitions made so far: a table loaded with the keys and bucket
+/// and pool counts of one before (a partition's copy on another node, in a process holding
+/// every node) shares it.
 pub fn load_table(
     mem: &dyn HostMemory,
     region: MemoryRegion,
     place: &TablePlace,
     keys: Keys,
     initial: Rc<dyn Fn(u64, &mut [u8])>,
+    partitions: &Partitions,
 ) -> Result<Option<u64>, MemError> {
     if keys.len() as u64 > place.spec.rows_per_node {
         return Ok(None);
     }
-    let Some(image) = TableImage::new(place, keys, initial) else { return Ok(None) };
-    let used = image.overflows.len() as u64;
-    let len = image.index_len + image.keys.len() as u64 * place.tuple_bytes;
+    let Some(part) = partitions.get_or_make(keys, place.buckets, place.pool) else { return Ok(None) };
+    let image = TableImage::of(place, part, initial);
+    let used = image.part.overflows.len() as u64;
+    let len = image.index_len + image.part.keys.len() as u64 * place.tuple_bytes;
     let image = Rc::new(image);
     mem.load_lazily(region.addr + place.buckets_at, len, Rc::new(move |off, out| image.fill(off, out)))?;
     Ok(Some(used))
 }
 
+/// The partitions `load_table` made, by keys and bucket and pool counts: a run whose nodes
+/// share a process (the simulator) makes each once for a partition and all its copies.
+#[derive(Default)]
+pub struct Partitions(RefCell<Vec<((Vec<std::ops::Range<u64>>, u64, u64), Rc<Partition>)>>);
+
+impl Partitions {
+    /// The partition of `keys` into `buckets` buckets and `pool` overflow buckets, made now
+    /// unless made before (keys as ranges only: a list is made every time). `None` when the
+    /// pool is too small.
+    fn get_or_make(&self, keys: Keys, buckets: u64, pool: u64) -> Option<Rc<Partition>> {
+        let Keys::Ranges(ranges) = &keys else { return Partition::new(keys, buckets, pool).map(Rc::new) };
+        let id = (ranges.clone(), buckets, pool);
+        if let Some((_, p)) = self.0.borrow().iter().find(|(k, _)| *k == id) {
+            return Some(p.clone());
+        }
+        let p = Rc::new(Partition::new(keys, buckets, pool)?);
+        self.0.borrow_mut().push((id, p.clone()));
+        Some(p)
+    }
+}
+
 /// A table as loading makes it: buckets, then pool, then tuples (contiguous, `Layout`), any
 /// part of which `fill` writes on demand. The index is the one inserting the keys in order
 /// into an empty table gives, byte for byte (`tests`), built a chain at a time.
-///
-/// Loading only hashes the keys and partitions them by group of `GROUP` buckets (a scatter
-/// into a few thousand sequential streams, which caches absorb; a scatter by bucket missed
-/// the cache on every key and was most of set-up); a group is sorted by bucket when first
-/// filled.
 struct TableImage {
     place: TablePlace,
-    keys: Keys,
+    part: Rc<Partition>,
     initial: Rc<dyn Fn(u64, &mut [u8])>,
+    index_len: u64,
+}
+
+/// A table's keys partitioned by group of `GROUP` buckets, which is all of its index but the
+/// offsets of its place in a region: loading only hashes the keys and partitions them (a
+/// scatter into a few thousand sequential streams, which caches absorb; a scatter by bucket
+/// missed the cache on every key and was most of set-up); a group is sorted by bucket when
+/// first filled.
+pub struct Partition {
+    keys: Keys,
+    buckets: u64,
     /// Rows by group, ascending within each; a group once sorted holds them by bucket, rows
     /// ascending within each bucket. A row's key is `keys.get(row)`: for ranges, arithmetic.
     entries: RefCell<Vec<u32>>,
@@ -432,7 +465,6 @@ struct TableImage {
     /// making a chain finds its pool buckets among its group's few, not the whole table's.
     group_overflows: Vec<(u32, u32)>,
     overflow_start: Vec<u32>,
-    index_len: u64,
 }
 
 /// Host memory a `TableImage` keeps per row (its row and bucket in its group; keys are ranges)
@@ -446,11 +478,26 @@ const GROUP: u64 = 32;
 
 impl TableImage {
     /// `None` when the overflow pool is too small for these keys.
+    #[cfg(test)]
     fn new(place: &TablePlace, keys: Keys, initial: Rc<dyn Fn(u64, &mut [u8])>) -> Option<TableImage> {
-        let buckets = place.buckets as usize;
-        let groups = place.buckets.div_ceil(GROUP) as usize;
+        let part = Partition::new(keys, place.buckets, place.pool)?;
+        Some(TableImage::of(place, Rc::new(part), initial))
+    }
+
+    fn of(place: &TablePlace, part: Rc<Partition>, initial: Rc<dyn Fn(u64, &mut [u8])>) -> TableImage {
+        debug_assert!(part.buckets == place.buckets);
+        let index_len = (place.buckets + place.pool) * BUCKET_BYTES;
+        TableImage { place: place.clone(), part, initial, index_len }
+    }
+}
+
+impl Partition {
+    /// `None` when the overflow pool is too small for these keys.
+    fn new(keys: Keys, n_buckets: u64, pool: u64) -> Option<Partition> {
+        let buckets = n_buckets as usize;
+        let groups = n_buckets.div_ceil(GROUP) as usize;
         let mut bucket: Vec<u32> = Vec::with_capacity(keys.len());
-        bucket.extend(keys.iter().map(|k| bucket_of(k, place.buckets) as u32));
+        bucket.extend(keys.iter().map(|k| bucket_of(k, n_buckets) as u32));
         // A chain's tail fills to `BUCKET_SLOTS`; the next key moves the tail's last entry into
         // a fresh pool bucket, which then holds that entry and the new key.
         let mut tail_filled = vec![0u8; buckets];
@@ -466,7 +513,7 @@ impl TableImage {
             }
             group_start[b as usize / GROUP as usize + 1] += 1;
         }
-        if overflows.len() as u64 > place.pool {
+        if overflows.len() as u64 > pool {
             return None;
         }
         for i in 0..groups {
@@ -496,11 +543,9 @@ impl TableImage {
             local[at] = (b as u64 % GROUP) as u8;
             next[g] += 1;
         }
-        let index_len = (place.buckets + place.pool) * BUCKET_BYTES;
-        Some(TableImage {
-            place: place.clone(),
+        Some(Partition {
             keys,
-            initial,
+            buckets: n_buckets,
             entries: RefCell::new(entries),
             local,
             group_start,
@@ -509,7 +554,6 @@ impl TableImage {
             overflows,
             group_overflows,
             overflow_start,
-            index_len,
         })
     }
 
@@ -533,7 +577,7 @@ impl TableImage {
             at[i + 1] += at[i];
         }
         let mut starts = self.bucket_start.borrow_mut();
-        for (i, &a) in at.iter().enumerate().take(GROUP.min(self.place.buckets - first) as usize + 1) {
+        for (i, &a) in at.iter().enumerate().take(GROUP.min(self.buckets - first) as usize + 1) {
             starts[first as usize + i] = lo as u32 + a;
         }
         let mut sorted = vec![0u32; group.len()];
@@ -543,25 +587,28 @@ impl TableImage {
         }
         group.copy_from_slice(&sorted);
     }
+}
 
+impl TableImage {
     /// The buckets of bucket `b`'s chain, (offset from the region base, bytes): its main
     /// bucket, then the pool buckets its overflows took.
     fn chain(&self, b: u64, out: &mut Vec<(u64, [u8; BUCKET_BYTES as usize])>) {
-        self.sort_group(b);
+        self.part.sort_group(b);
         let p = &self.place;
         out.clear();
         out.push((p.buckets_at + b * BUCKET_BYTES, [0; BUCKET_BYTES as usize]));
         let mut filled = 0;
-        let starts = self.bucket_start.borrow();
-        let entries = self.entries.borrow();
+        let starts = self.part.bucket_start.borrow();
+        let entries = self.part.entries.borrow();
         for &row in &entries[starts[b as usize] as usize..starts[b as usize + 1] as usize] {
-            let key = self.keys.get(row as usize);
+            let key = self.part.keys.get(row as usize);
             let offset = p.tuples_at + row as u64 * p.tuple_bytes;
             let entry = encode_slot(Slot::Entry { key, offset, incarnation: 1 });
             if filled == BUCKET_SLOTS {
                 // Loading counted this insertion's overflow: the k-th took pool bucket k.
                 let g = (b / GROUP) as usize;
-                let ours = &self.group_overflows[self.overflow_start[g] as usize..self.overflow_start[g + 1] as usize];
+                let ours = &self.part.group_overflows
+                    [self.part.overflow_start[g] as usize..self.part.overflow_start[g + 1] as usize];
                 let &(_, pool) = ours.iter().find(|&&(r, _)| r == row).expect("an overflow loading counted");
                 let fresh = p.pool_at + pool as u64 * BUCKET_BYTES;
                 let tail = &mut out.last_mut().expect("a chain has its main bucket").1;
@@ -585,8 +632,8 @@ impl TableImage {
         let (lo, hi) = (off, off + out.len() as u64);
         // Main buckets and tuples are written whole below; only unused pool buckets and bytes
         // past the last tuple are zeroed here (a page's first write is its costliest).
-        let used_pool = p.buckets * BUCKET_BYTES + self.overflows.len() as u64 * BUCKET_BYTES;
-        let tuples_end = self.index_len + self.keys.len() as u64 * p.tuple_bytes;
+        let used_pool = p.buckets * BUCKET_BYTES + self.part.overflows.len() as u64 * BUCKET_BYTES;
+        let tuples_end = self.index_len + self.part.keys.len() as u64 * p.tuple_bytes;
         for (a, b) in [(used_pool, self.index_len), (tuples_end, u64::MAX)] {
             let (a, b) = (a.max(lo), b.min(hi));
             if a < b {
@@ -618,20 +665,20 @@ impl TableImage {
             let last = (hi.min(self.index_len) - 1 - main) / BUCKET_BYTES;
             // Pool buckets past the used ones stay zero.
             for k in first..=last {
-                let Some(&row) = self.overflows.get(k as usize) else { break };
-                put_chain(bucket_of(self.keys.get(row as usize), p.buckets), &mut put);
+                let Some(&row) = self.part.overflows.get(k as usize) else { break };
+                put_chain(bucket_of(self.part.keys.get(row as usize), p.buckets), &mut put);
             }
         }
         if hi > self.index_len {
             let tb = p.tuple_bytes;
             let first = (lo.max(self.index_len) - self.index_len) / tb;
-            let last = ((hi - 1 - self.index_len) / tb).min(self.keys.len() as u64 - 1);
+            let last = ((hi - 1 - self.index_len) / tb).min(self.part.keys.len() as u64 - 1);
             let mut tuple = vec![0u8; tb as usize];
             let record = META_BYTES as usize..(META_BYTES + p.spec.record_bytes as u64) as usize;
             for row in first..=last {
                 tuple.fill(0);
                 tuple[VERSION as usize..VERSION as usize + 8].copy_from_slice(&version_word(1, 0).to_le_bytes());
-                (self.initial)(self.keys.get(row as usize), &mut tuple[record.clone()]);
+                (self.initial)(self.part.keys.get(row as usize), &mut tuple[record.clone()]);
                 put(self.index_len + row * tb, &tuple);
             }
         }
@@ -728,7 +775,7 @@ mod tests {
                 TableImage::new(place, Keys::Ranges(vec![5..5 + rows]), Rc::new(init)).expect("the pool suffices");
             let ranged_keys: Vec<u64> = (5..5 + rows).collect();
             assert!(used.is_some_and(|u| rows < 100 || u > 0), "{rows} rows: some chains overflow ({used:?})");
-            assert_eq!(used, Some(image.overflows.len() as u64), "{rows} rows: pool buckets used");
+            assert_eq!(used, Some(image.part.overflows.len() as u64), "{rows} rows: pool buckets used");
             // Keys given as a range make the image a list of the same keys makes.
             let (_, want_ranged) = insert_in_key_order(place, &ranged_keys, &init);
             for (image, want, what) in [(&image, &want, "a list"), (&ranged, &want_ranged, "a range")] {
@@ -741,6 +788,39 @@ mod tests {
                     assert!(got == *want, "{rows} rows from {what}, pieces of {piece} bytes: the image differs");
                 }
             }
+        }
+    }
+
+    /// Tables loaded with the same keys into as many buckets (a partition and its copy) share
+    /// one partition, and fill, in pieces interleaved between them, what each fills alone.
+    #[test]
+    fn tables_with_the_same_keys_share_a_partition_and_fill_as_if_alone() {
+        let spec = |id| TableSpec { id, record_bytes: 8, rows_per_node: 3000 };
+        let layout = Layout::new(&[spec(1), spec(2)], 0.9);
+        let (p1, p2) = (&layout.tables[0], &layout.tables[1]);
+        assert_ne!(p1.buckets_at, p2.buckets_at);
+        let init = |k: u64, r: &mut [u8]| r.copy_from_slice(&k.to_le_bytes());
+        let keys = || Keys::Ranges(vec![3000..6000]);
+        let parts = Partitions::default();
+        let (a, b) = (parts.get_or_make(keys(), p1.buckets, p1.pool), parts.get_or_make(keys(), p2.buckets, p2.pool));
+        let (a, b) = (a.expect("the pool suffices"), b.expect("the pool suffices"));
+        assert!(Rc::ptr_eq(&a, &b), "one partition for both");
+        let other = parts.get_or_make(Keys::Ranges(vec![0..3000]), p1.buckets, p1.pool).unwrap();
+        assert!(!Rc::ptr_eq(&a, &other), "other keys, another partition");
+        let shared = [TableImage::of(p1, a, Rc::new(init)), TableImage::of(p2, b, Rc::new(init))];
+        let alone = [p1, p2].map(|p| TableImage::new(p, keys(), Rc::new(init)).expect("the pool suffices"));
+        let len = (shared[0].index_len + 3000 * p1.tuple_bytes) as usize;
+        let mut got = [vec![0u8; len], vec![0u8; len]];
+        for start in (0..len).step_by(1000) {
+            for (image, out) in shared.iter().zip(got.iter_mut()).rev() {
+                let end = (start + 1000).min(len);
+                image.fill(start as u64, &mut out[start..end]);
+            }
+        }
+        for (image, got) in alone.iter().zip(&got) {
+            let mut want = vec![0u8; len];
+            image.fill(0, &mut want);
+            assert!(want == *got, "a shared partition fills what one alone does");
         }
     }
 
