@@ -411,7 +411,7 @@ pub fn load_table(
 }
 
 /// The partitions `load_table` made, by keys and bucket and pool counts: a run whose nodes
-/// share a process (the simulator) makes each once for a partition and all its copies.
+/// share a process makes each once for a partition and all its copies.
 #[derive(Default)]
 pub struct Partitions(RefCell<Vec<((Vec<std::ops::Range<u64>>, u64, u64), Rc<Partition>)>>);
 
