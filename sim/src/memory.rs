@@ -25,9 +25,10 @@ struct Region {
     fills: Vec<(u64, LazyFill)>,
 }
 
-/// Bytes a lazily loaded region materialises at a time: a page, so what a run never touches
-/// is never faulted in either.
-const CHUNK: u64 = 4096;
+/// Bytes a lazily loaded region materialises at a time: a quarter page, so a write makes a
+/// few records or index chains, not a page of them (TPC-C's stock and order-line pages were
+/// most of a large run's first touches); what a run never touches is never faulted in.
+const CHUNK: u64 = 1024;
 
 /// Reads of a lazy chunk are served from its filler, only the bytes read; the `MAKE_AFTER`-th
 /// read makes the chunk, and a write makes it at once. Most pages a run touches it reads a few
