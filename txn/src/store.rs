@@ -116,10 +116,28 @@ fn checked_align8(x: u64) -> Option<u64> {
 
 /// Bucket of a key: SplitMix64 of the key, modulo the bucket count.
 pub fn bucket_of(key: u64, buckets: u64) -> u64 {
+    splitmix(key) % buckets
+}
+
+fn splitmix(key: u64) -> u64 {
     let mut z = key.wrapping_add(0x9e37_79b9_7f4a_7c15);
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    (z ^ (z >> 31)) % buckets
+    z ^ (z >> 31)
+}
+
+/// `bucket_of` for many keys into one bucket count: the modulo by multiplication (a 64-bit
+/// division was most of hashing a table's keys at loading).
+struct BucketsOf(strength_reduce::StrengthReducedU64);
+
+impl BucketsOf {
+    fn new(buckets: u64) -> BucketsOf {
+        BucketsOf(strength_reduce::StrengthReducedU64::new(buckets))
+    }
+
+    fn of(&self, key: u64) -> u64 {
+        splitmix(key) % self.0
+    }
 }
 
 /// The version word: incarnation in the top 16 bits, version below.
@@ -371,6 +389,14 @@ impl Keys {
         }
     }
 
+    /// `f(key)` for every key in row order, without `iter`'s dynamic dispatch per key.
+    pub fn for_each(&self, mut f: impl FnMut(u64)) {
+        match self {
+            Keys::List(k) => k.iter().for_each(|&k| f(k)),
+            Keys::Ranges(r) => r.iter().for_each(|r| r.clone().for_each(&mut f)),
+        }
+    }
+
     pub fn iter(&self) -> Box<dyn Iterator<Item = u64> + '_> {
         match self {
             Keys::List(k) => Box::new(k.iter().copied()),
@@ -496,8 +522,9 @@ impl Partition {
     fn new(keys: Keys, n_buckets: u64, pool: u64) -> Option<Partition> {
         let buckets = n_buckets as usize;
         let groups = n_buckets.div_ceil(GROUP) as usize;
+        let buckets_of = BucketsOf::new(n_buckets);
         let mut bucket: Vec<u32> = Vec::with_capacity(keys.len());
-        bucket.extend(keys.iter().map(|k| bucket_of(k, n_buckets) as u32));
+        keys.for_each(|k| bucket.push(buckets_of.of(k) as u32));
         // A chain's tail fills to `BUCKET_SLOTS`; the next key moves the tail's last entry into
         // a fresh pool bucket, which then holds that entry and the new key.
         let mut tail_filled = vec![0u8; buckets];
@@ -708,6 +735,20 @@ pub fn history_key(table: u16, row: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Loading's modulo by multiplication gives `bucket_of`'s bucket for every key, bucket
+    /// counts small and large, powers of two or not.
+    #[test]
+    fn loading_hashes_keys_into_the_buckets_lookups_probe() {
+        let counts = [1, 2, 3, 7, 64, 1000, 133_334, (1 << 32) - 5, (1 << 40) + 17, u64::MAX];
+        let keys = (0..2000u64).chain([u64::MAX, u64::MAX - 1, 1 << 48, (1 << 48) ^ (3 << 40)]);
+        for n in counts {
+            let of = BucketsOf::new(n);
+            for k in keys.clone() {
+                assert_eq!(of.of(k), bucket_of(k, n), "key {k} into {n} buckets");
+            }
+        }
+    }
 
     /// The loading `load_table` did before images: insert each key in order into the chain of
     /// its bucket in an empty index, walking the chain; a full tail's last entry moves into the
