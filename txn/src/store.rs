@@ -430,7 +430,7 @@ pub fn load_table(
     let Some(part) = partitions.get_or_make(keys, place.buckets, place.pool) else { return Ok(None) };
     let image = TableImage::of(place, part, initial);
     let used = image.part.overflows.len() as u64;
-    let len = image.index_len + image.part.keys.len() as u64 * place.tuple_bytes;
+    let len = image.index_len + image.part.rows * place.tuple_bytes;
     let image = Rc::new(image);
     mem.load_lazily(region.addr + place.buckets_at, len, Rc::new(move |off, out| image.fill(off, out)))?;
     Ok(Some(used))
@@ -474,9 +474,14 @@ struct TableImage {
 /// first filled.
 pub struct Partition {
     keys: Keys,
+    /// `keys.len()`, and for ranges the row each range starts at: a row's key by binary
+    /// search (`key`), where `Keys::get` walks the ranges (a TPC-C node's tables have one per
+    /// warehouse and district).
+    rows: u64,
+    range_rows: Vec<u64>,
     buckets: u64,
     /// Rows by group, ascending within each; a group once sorted holds them by bucket, rows
-    /// ascending within each bucket. A row's key is `keys.get(row)`: for ranges, arithmetic.
+    /// ascending within each bucket. A row's key is `key(row)`: for ranges, arithmetic.
     entries: RefCell<Vec<u32>>,
     /// The bucket in its group of each entry as loading placed them (sorting reads it once).
     local: Vec<u8>,
@@ -570,7 +575,20 @@ impl Partition {
             local[at] = (b as u64 % GROUP) as u8;
             next[g] += 1;
         }
+        let range_rows = match &keys {
+            Keys::List(_) => Vec::new(),
+            Keys::Ranges(r) => r
+                .iter()
+                .scan(0, |row, r| {
+                    let first = *row;
+                    *row += r.end - r.start;
+                    Some(first)
+                })
+                .collect(),
+        };
         Some(Partition {
+            rows: keys.len() as u64,
+            range_rows,
             keys,
             buckets: n_buckets,
             entries: RefCell::new(entries),
@@ -582,6 +600,17 @@ impl Partition {
             group_overflows,
             overflow_start,
         })
+    }
+
+    /// The key of row `row`, as `Keys::get`.
+    fn key(&self, row: u64) -> u64 {
+        match &self.keys {
+            Keys::List(k) => k[row as usize],
+            Keys::Ranges(r) => {
+                let i = self.range_rows.partition_point(|&first| first <= row) - 1;
+                r[i].start + (row - self.range_rows[i])
+            }
+        }
     }
 
     /// Sorts the group of bucket `b` by bucket (stable) unless done, noting where each of its
@@ -628,7 +657,7 @@ impl TableImage {
         let starts = self.part.bucket_start.borrow();
         let entries = self.part.entries.borrow();
         for &row in &entries[starts[b as usize] as usize..starts[b as usize + 1] as usize] {
-            let key = self.part.keys.get(row as usize);
+            let key = self.part.key(row as u64);
             let offset = p.tuples_at + row as u64 * p.tuple_bytes;
             let entry = encode_slot(Slot::Entry { key, offset, incarnation: 1 });
             if filled == BUCKET_SLOTS {
@@ -660,7 +689,7 @@ impl TableImage {
         // Main buckets and tuples are written whole below; only unused pool buckets and bytes
         // past the last tuple are zeroed here (a page's first write is its costliest).
         let used_pool = p.buckets * BUCKET_BYTES + self.part.overflows.len() as u64 * BUCKET_BYTES;
-        let tuples_end = self.index_len + self.part.keys.len() as u64 * p.tuple_bytes;
+        let tuples_end = self.index_len + self.part.rows * p.tuple_bytes;
         for (a, b) in [(used_pool, self.index_len), (tuples_end, u64::MAX)] {
             let (a, b) = (a.max(lo), b.min(hi));
             if a < b {
@@ -693,19 +722,19 @@ impl TableImage {
             // Pool buckets past the used ones stay zero.
             for k in first..=last {
                 let Some(&row) = self.part.overflows.get(k as usize) else { break };
-                put_chain(bucket_of(self.part.keys.get(row as usize), p.buckets), &mut put);
+                put_chain(bucket_of(self.part.key(row as u64), p.buckets), &mut put);
             }
         }
         if hi > self.index_len {
             let tb = p.tuple_bytes;
             let first = (lo.max(self.index_len) - self.index_len) / tb;
-            let last = ((hi - 1 - self.index_len) / tb).min(self.part.keys.len() as u64 - 1);
+            let last = ((hi - 1 - self.index_len) / tb).min(self.part.rows - 1);
             let mut tuple = vec![0u8; tb as usize];
             let record = META_BYTES as usize..(META_BYTES + p.spec.record_bytes as u64) as usize;
             for row in first..=last {
                 tuple.fill(0);
                 tuple[VERSION as usize..VERSION as usize + 8].copy_from_slice(&version_word(1, 0).to_le_bytes());
-                (self.initial)(self.part.keys.get(row as usize), &mut tuple[record.clone()]);
+                (self.initial)(self.part.key(row), &mut tuple[record.clone()]);
                 put(self.index_len + row * tb, &tuple);
             }
         }
@@ -735,6 +764,22 @@ pub fn history_key(table: u16, row: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A partition finds a row's key by binary search among its ranges, empty ones too, as
+    /// `Keys::get` does by walking them.
+    #[test]
+    fn a_partition_finds_the_key_of_every_row() {
+        let ranges = vec![100..103, 7..7, 50..51, 1000..1010, 3..3, 20..22];
+        let keys = Keys::Ranges(ranges);
+        let part = Partition::new(keys.clone(), 4, 16).expect("a pool large enough");
+        assert_eq!(part.rows, 16);
+        for row in 0..keys.len() {
+            assert_eq!(part.key(row as u64), keys.get(row), "row {row}");
+        }
+        let list = Keys::List(vec![9, 4, 17]);
+        let part = Partition::new(list.clone(), 2, 16).expect("a pool large enough");
+        assert_eq!((0..3).map(|r| part.key(r)).collect::<Vec<_>>(), vec![9, 4, 17]);
+    }
 
     /// Loading's modulo by multiplication gives `bucket_of`'s bucket for every key, bucket
     /// counts small and large, powers of two or not.
