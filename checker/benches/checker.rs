@@ -46,7 +46,7 @@ fn end_to_end(p: &Path) -> u64 {
 }
 
 fn files(c: &mut Criterion) {
-    let dir = Files(std::env::temp_dir().join(format!("txbed-bench-{}", std::process::id())));
+    let dir = Files(std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("txbed-bench"));
     std::fs::create_dir_all(&dir.0).unwrap();
     let mut sizes = vec![1_000_000];
     if std::env::var("TXBED_BENCH_10M").as_deref() != Ok("0") {

@@ -50,7 +50,7 @@ fn quickstart_runs_occ_on_smallbank_and_checks_it() {
     assert!(r["stages"]["read"]["mean_us"].as_f64().unwrap() > 0.0);
     assert!(r["stages"]["log"]["round_trips"].as_f64().unwrap() > 0.0);
     // The history it writes is checked clean by `txbed check`, replicas included.
-    let h = std::env::temp_dir().join(format!("txbed-quick-{}.jsonl", std::process::id()));
+    let h = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("txbed-quick.jsonl");
     let out = txbed().args(["run", "scenarios/quickstart.ron", "--history", h.to_str().unwrap()]).output().unwrap();
     assert!(out.status.success());
     let out = txbed().args(["check", h.to_str().unwrap()]).output().unwrap();
@@ -134,7 +134,8 @@ fn malformed_scenarios_are_rejected_clearly() {
             &["cluster.link_delay_us", "node 1 to itself"],
         ),
     ];
-    let dir = std::env::temp_dir().join(format!("txbed-cli-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("txbed-cli");
+    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     for (name, text, needles) in cases {
         let path = dir.join(name);
@@ -186,7 +187,7 @@ fn bad_flags_exit_2() {
 /// ended it; each is now refused at once with exit 2, naming the file and what it is.
 #[test]
 fn input_files_must_be_regular_and_bounded() {
-    let dir = std::env::temp_dir().join(format!("txbed-cli-input-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("txbed-cli-input");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let zero_nic = dir.join("zero-nic.ron");
@@ -241,7 +242,8 @@ fn bench_verbs_json_shape_and_parallel_determinism() {
 /// `--export-elle` writes Elle's list-append JSON.
 #[test]
 fn check_reports_anomalies_with_exit_codes() {
-    let dir = std::env::temp_dir().join(format!("txbed-check-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("txbed-check");
+    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let clean = dir.join("clean.jsonl");
     std::fs::write(

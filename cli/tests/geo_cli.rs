@@ -80,7 +80,8 @@ fn sockets_refuses_what_it_cannot_emulate() {
 /// apart make the median transaction wait at least one round trip (6 ms), checked clean.
 #[test]
 fn sockets_emulates_constant_inter_dc_delays() {
-    let dir = std::env::temp_dir().join(format!("txbed-geo-cli-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("txbed-geo-cli");
+    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("s.ron");
     std::fs::write(

@@ -83,7 +83,7 @@ fn completions_and_man_pages_know_every_command() {
         assert!(text.contains("hybrid-search") && text.contains("measure-us"), "{shell}");
     }
     assert_eq!(txbed().args(["completions", "tcsh"]).output().unwrap().status.code(), Some(2));
-    let dir = std::env::temp_dir().join(format!("txbed-man-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("txbed-man");
     txbed().args(["man", "--out"]).arg(&dir).assert().success();
     let run = std::fs::read_to_string(dir.join("txbed-run.1")).unwrap();
     assert!(run.contains("seed") && run.contains(".TH"), "{run}");

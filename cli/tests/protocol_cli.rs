@@ -68,7 +68,7 @@ fn fasst_locks_in_execution() {
 
 #[test]
 fn hybrid_search_ranks_every_code() {
-    let dir = std::env::temp_dir().join(format!("txbed-hs-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("txbed-hs");
     let _ = std::fs::remove_dir_all(&dir);
     let f = dir.join("s.ron");
     std::fs::create_dir_all(&dir).unwrap();
@@ -180,7 +180,8 @@ fn tiny_log_rings_lose_nothing() {
 /// the report lists them as allowed) and serializability, OCC's own level, forbids.
 #[test]
 fn a_scenario_is_checked_at_its_declared_isolation_level() {
-    let dir = std::env::temp_dir().join(format!("txbed-isolation-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("txbed-isolation");
+    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let f = dir.join("rc.ron");
     std::fs::write(

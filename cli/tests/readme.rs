@@ -51,7 +51,7 @@ fn link(from: &Path, to: &Path) {
 #[test]
 fn every_readme_command_runs() {
     let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
-    let dir = std::env::temp_dir().join(format!("txbed-readme-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("txbed-readme");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     for d in ["scenarios", "python"] {

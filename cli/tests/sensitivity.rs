@@ -15,7 +15,7 @@ fn txbed(args: &[&str]) -> Output {
 }
 
 fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("txbed-sensitivity-{}-{name}", std::process::id()));
+    let d = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("txbed-sensitivity-{name}"));
     let _ = std::fs::remove_dir_all(&d);
     d
 }

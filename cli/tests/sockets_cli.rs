@@ -16,7 +16,8 @@ fn scenario(name: &str, measure_us: u64) -> PathBuf {
 
 /// `run_extra`: more fields of `run`, e.g. `failure_timeout_ms: 500,`.
 fn scenario_with(name: &str, measure_us: u64, run_extra: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("txbed-sockets-cli-{}-{name}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("txbed-sockets-cli-{name}"));
+    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("s.ron");
     std::fs::write(

@@ -89,7 +89,9 @@ mod tests {
     use super::*;
 
     fn scratch(name: &str) -> std::path::PathBuf {
-        let d = std::env::temp_dir().join(format!("txbed-input-{}-{name}", std::process::id()));
+        // One directory per test, replaced by the next run: a name per process left one
+        // behind per run.
+        let d = std::env::temp_dir().join(format!("txbed-input-unit-{name}"));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
         d

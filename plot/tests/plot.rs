@@ -9,7 +9,7 @@ use txbed_plot::plot_csv;
 /// A fresh directory under the system temp dir, unique per test and process.
 /// Kept when TXBED_KEEP_PLOTS is set, to look at the pictures.
 fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("txbed-plot-{}-{name}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("txbed-plot-{name}"));
     let _ = fs::remove_dir_all(&dir);
     fs::create_dir_all(&dir).unwrap();
     dir

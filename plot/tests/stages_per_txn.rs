@@ -6,7 +6,7 @@ use std::fs;
 
 #[test]
 fn stacks_stage_time_per_committed_transaction_with_the_mean_latency() {
-    let dir = std::env::temp_dir().join(format!("txbed-plot-per-txn-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("txbed-plot-per-txn");
     let _ = fs::remove_dir_all(&dir);
     fs::create_dir_all(&dir).unwrap();
     // Per execution, LOG (run by few transactions) would stack to 30 us; per committed

@@ -19,7 +19,8 @@ fn a_built_in_profile_loads_and_is_the_default() {
 fn unknown_profiles_and_bad_files_are_refused_with_the_field() {
     let e = Scenario::parse(&BASE.replace("haswell", "skylake-x"), "f.ron").unwrap_err().to_string();
     assert!(e.contains("cluster.cpu") && e.contains("built-in CPU profiles are haswell"), "{e}");
-    let dir = std::env::temp_dir().join(format!("txbed-cpu-test-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("txbed-cpu-test");
+    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let bad = dir.join("bad.ron");
     std::fs::write(&bad, "(name: \"x\", line_bytes: 64, l1_sets: 64, l1_ways: 8, read_set_lines: 9, system_aborts_per_ms: 1.0, xbegin_ns: 1, xend_ns: 1, abort_ns: 1, ways: 3)").unwrap();

@@ -71,7 +71,8 @@ fn a_slower_link_raises_a_large_reads_latency() {
 /// differ accordingly.
 #[test]
 fn a_sweep_axis_over_a_nic_field() {
-    let dir = std::env::temp_dir().join(format!("txbed-nic-sweep-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("txbed-nic-sweep");
+    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("sweep.ron");
     let base = root().join("scenarios/quickstart.ron");

@@ -43,7 +43,7 @@ pub fn finish(mut c: Child, limit: Duration) -> Output {
 
 /// A fresh scratch directory named after `tag` and this process.
 pub fn scratch(tag: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("txbed-{tag}-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("txbed-{tag}"));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
