@@ -112,9 +112,11 @@ pub trait Workload: Send + Sync {
     fn initial_conserved(&self, key: Key) -> i64 {
         self.conserved(key, &self.initial(key))
     }
-    /// A record's initial value as [`Workload::check_consistency`] reads it: every field the
-    /// check reads as `initial_into` makes it; a field it never reads may be left as it was
-    /// (TPC-C leaves out its strings, most of the cost of checking a large run).
+    /// A record's initial value as [`Workload::check_consistency`] reads it, made into a
+    /// zeroed `record` as `initial_into` is: every field the check reads as `initial_into`
+    /// makes it; a field it never reads may be left zero (TPC-C leaves out its strings, most
+    /// of the cost of checking a large run). An empty row (an order slot never used) is all
+    /// zeroes, so it writes nothing.
     fn initial_checked_into(&self, key: Key, record: &mut [u8]) {
         self.initial_into(key, record)
     }
