@@ -389,18 +389,12 @@ impl Keys {
         }
     }
 
-    /// `f(key)` for every key in row order, without `iter`'s dynamic dispatch per key.
+    /// `f(key)` for every key in row order (no iterator: a boxed one cost a dynamic call per
+    /// key when loading).
     pub fn for_each(&self, mut f: impl FnMut(u64)) {
         match self {
             Keys::List(k) => k.iter().for_each(|&k| f(k)),
             Keys::Ranges(r) => r.iter().for_each(|r| r.clone().for_each(&mut f)),
-        }
-    }
-
-    pub fn iter(&self) -> Box<dyn Iterator<Item = u64> + '_> {
-        match self {
-            Keys::List(k) => Box::new(k.iter().copied()),
-            Keys::Ranges(r) => Box::new(r.iter().flat_map(|r| r.clone())),
         }
     }
 }
