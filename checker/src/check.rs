@@ -616,10 +616,14 @@ pub fn check_flat(f: &Flat, opts: &Options) -> Report {
     }
 }
 
+/// The last committed write of each key, (key, (version, writer id)), ascending by key.
+/// A sorted vector, not a map: a large run's finals are merged with it in one pass.
+type LastWrites = Vec<(u64, (u64, u64))>;
+
 /// Checks the graph the long way: every non-cycle anomaly, then, if some edge goes backward
 /// in commit order, the graph and its components. Returns the last committed write of each
 /// key, (version, writer id).
-fn full_check(t: &Txns, pos: Option<&[u32]>, strict: bool, found: &mut Found) -> BTreeMap<u64, (u64, u64)> {
+fn full_check(t: &Txns, pos: Option<&[u32]>, strict: bool, found: &mut Found) -> LastWrites {
     let n = t.rows.len();
     let writes = Writes::build(t.f, &t.rows);
     let aborted = aborted_writes(t.f);
@@ -675,19 +679,20 @@ fn full_check(t: &Txns, pos: Option<&[u32]>, strict: bool, found: &mut Found) ->
         let g = Graph::build(nodes, edges);
         report_cycles(&g, t, &covered, strict, found);
     }
-    let mut last = BTreeMap::new();
+    let mut last = Vec::with_capacity(writes.keys.len());
     for d in 0..writes.keys.len() as u32 {
         if let Some(w) = writes.group(d).last() {
-            last.insert(writes.keys[d as usize], (w.version, t.id(w.txn)));
+            last.push((writes.keys[d as usize], (w.version, t.id(w.txn))));
         }
     }
+    last.sort_unstable_by_key(|&(key, _)| key);
     last
 }
 
 /// Replays the committed transactions in commit order: `None` as soon as a read does not see
 /// its key's latest version or a write does not install the next one (then the long way
 /// decides); otherwise the last committed write of each key.
-fn replay_commit_order(t: &Txns, pos: Option<&[u32]>) -> Option<BTreeMap<u64, (u64, u64)>> {
+fn replay_commit_order(t: &Txns, pos: Option<&[u32]>) -> Option<LastWrites> {
     let order: Vec<u32> = match pos {
         None => Vec::new(),
         Some(p) => {
@@ -715,7 +720,9 @@ fn replay_commit_order(t: &Txns, pos: Option<&[u32]>) -> Option<BTreeMap<u64, (u
             *l = (w.version, u);
         }
     }
-    Some(latest.into_iter().map(|(k, (v, u))| (k, (v, t.id(u)))).collect())
+    let mut last: LastWrites = latest.into_iter().map(|(k, (v, u))| (k, (v, t.id(u)))).collect();
+    last.sort_unstable_by_key(|&(key, _)| key);
+    Some(last)
 }
 
 /// Each node's position in commit order (end time, then id); `None` when the nodes already
@@ -1227,15 +1234,18 @@ fn g_single(
 
 /// Nothing lost: each replica's final version of each key is the last committed write.
 /// `None` when the history has no final store to compare.
-fn check_final_stores(t: &Txns, last: &BTreeMap<u64, (u64, u64)>, found: &mut Found) -> Option<bool> {
+fn check_final_stores(t: &Txns, last: &LastWrites, found: &mut Found) -> Option<bool> {
     let f = t.f;
     if f.finals.is_empty() && !f.meta.contains_key("replicas") {
         return None;
     }
     let mut ok = true;
     for (replica, keys) in &final_stores(f) {
-        for (&key, &(version, writer)) in last {
-            let got = keys.get(&key).copied();
+        // Both ascending by key: one merge finds what each side lacks or holds differently.
+        let mut held = keys.iter().peekable();
+        for &(key, (version, writer)) in last {
+            while held.next_if(|&&(k, _)| k < key).is_some() {}
+            let got = held.next_if(|&&(k, _)| k == key).map(|&(_, v)| v);
             if got != Some(version) {
                 ok = false;
                 found.note(AnomalyKind::LostWrite, vec![writer], || match got {
@@ -1248,8 +1258,10 @@ fn check_final_stores(t: &Txns, last: &BTreeMap<u64, (u64, u64)>, found: &mut Fo
                 });
             }
         }
-        for (&key, &v) in keys {
-            if v != 0 && !last.contains_key(&key) {
+        let mut written = last.iter().map(|&(k, _)| k).peekable();
+        for &(key, v) in keys {
+            while written.next_if(|&k| k < key).is_some() {}
+            if v != 0 && written.peek() != Some(&key) {
                 ok = false;
                 found.note(AnomalyKind::LostWrite, vec![], || {
                     format!("replica {replica} holds version {v} of key {key}, which no committed transaction wrote")
@@ -1260,19 +1272,39 @@ fn check_final_stores(t: &Txns, last: &BTreeMap<u64, (u64, u64)>, found: &mut Fo
     Some(ok)
 }
 
-/// Each replica's final store, key -> version, including replicas the history declares in
-/// `meta.replicas` but that list no key (they lost every write).
-fn final_stores(f: &Flat) -> BTreeMap<&str, BTreeMap<u64, u64>> {
-    let mut replicas: BTreeMap<&str, BTreeMap<u64, u64>> = BTreeMap::new();
-    if let Some(serde_json::Value::Array(names)) = f.meta.get("replicas") {
-        for name in names.iter().filter_map(|v| v.as_str()) {
-            replicas.entry(name).or_default();
+/// Each replica's final store, (key, version) ascending by key (a key listed twice: its later
+/// entry), replicas by name, including replicas the history declares in `meta.replicas` but
+/// that list no key (they lost every write). Sorted vectors, not maps: a TPC-C run lists
+/// millions of finals.
+fn final_stores(f: &Flat) -> Vec<(&str, Vec<(u64, u64)>)> {
+    let mut names: BTreeMap<&str, u32> = BTreeMap::new();
+    if let Some(serde_json::Value::Array(listed)) = f.meta.get("replicas") {
+        for name in listed.iter().filter_map(|v| v.as_str()) {
+            names.entry(name).or_default();
         }
     }
     for fin in &f.finals {
-        replicas.entry(fin.replica.as_str()).or_default().insert(fin.key, fin.version);
+        names.entry(fin.replica.as_str()).or_default();
     }
-    replicas
+    for (i, n) in names.values_mut().enumerate() {
+        *n = i as u32;
+    }
+    // (replica, key, position in the list): sorted, the last of each (replica, key) wins.
+    let mut all: Vec<(u32, u64, u32, u64)> = f
+        .finals
+        .iter()
+        .enumerate()
+        .map(|(i, fin)| (names[fin.replica.as_str()], fin.key, i as u32, fin.version))
+        .collect();
+    all.sort_unstable();
+    let mut stores: Vec<(&str, Vec<(u64, u64)>)> = names.keys().map(|&n| (n, Vec::new())).collect();
+    for (i, &(r, key, _, version)) in all.iter().enumerate() {
+        if all.get(i + 1).is_some_and(|next| (next.0, next.1) == (r, key)) {
+            continue;
+        }
+        stores[r as usize].1.push((key, version));
+    }
+    stores
 }
 
 /// Whether every workload invariant holds; each one that does not is an anomaly.
