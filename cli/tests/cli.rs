@@ -49,6 +49,11 @@ fn quickstart_runs_occ_on_smallbank_and_checks_it() {
     assert_eq!(r["check"]["nothing_lost"], true);
     assert!(r["stages"]["read"]["mean_us"].as_f64().unwrap() > 0.0);
     assert!(r["stages"]["log"]["round_trips"].as_f64().unwrap() > 0.0);
+    // Speed figures say which build made them, in report.json and on the text's wall line.
+    let build = r["sim"]["build"].as_str().unwrap();
+    let expected = if cfg!(debug_assertions) { "debug" } else { "release" };
+    assert!(build.starts_with(expected), "sim.build {build:?}");
+    assert!(text.contains(&format!("s ({build} build): set-up ")), "no build on the wall line:\n{text}");
     // The history it writes is checked clean by `txbed check`, replicas included.
     let h = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("txbed-quick.jsonl");
     let out = txbed().args(["run", "scenarios/quickstart.ron", "--history", h.to_str().unwrap()]).output().unwrap();

@@ -218,8 +218,9 @@ fn fault_lines(r: &TxnReport) -> String {
 fn wall_line(r: &TxnReport) -> String {
     match (r.sim.wall, r.sim.committed_per_wall_s) {
         (Some(w), Some(c)) => format!(
-            "  wall       {:.2} s: set-up {:.2} s, event loop {:.2} s, results and check {:.2} s; {:.0} committed transactions simulated per wall second\n",
+            "  wall       {:.2} s ({} build): set-up {:.2} s, event loop {:.2} s, results and check {:.2} s; {:.0} committed transactions simulated per wall second\n",
             w.setup_s + w.loop_s + w.finish_s,
+            r.sim.build,
             w.setup_s,
             w.loop_s,
             w.finish_s,

@@ -146,6 +146,7 @@ pub fn run_verbs(s: &Scenario, profile: &NicProfile, seed: u64) -> Result<Report
         sim: SimInfo {
             events: out.outcome.events,
             events_per_s: out.outcome.events as f64 / wall.max(1e-9),
+            build: crate::report::build_kind(),
             simulated_ns: w.warmup_ns + w.measure_ns,
             wall: None,
             committed_per_wall_s: None,

@@ -136,12 +136,24 @@ pub fn time_series(series: &Series, width_ns: u64, window_from_ns: u64) -> TimeS
 /// Default time-series bucket: a twentieth of the run, warm-up included.
 pub const DEFAULT_BUCKETS: u64 = 20;
 
+/// How this binary was built: what the build put in `TXBED_BUILD` (`pgo/build.sh`: "release,
+/// profile-guided"), else "release" or, with debug assertions on, "debug".
+pub fn build_kind() -> &'static str {
+    match option_env!("TXBED_BUILD") {
+        Some(kind) => kind,
+        None if cfg!(debug_assertions) => "debug",
+        None => "release",
+    }
+}
+
 #[derive(Debug, Serialize)]
 pub struct SimInfo {
     pub events: u64,
     /// Events per second of wall time (one core): of the event loop alone when `wall` says
     /// how long it took, else of the whole run.
     pub events_per_s: f64,
+    /// How the binary that ran was built (`build_kind`): speed figures mean little without it.
+    pub build: &'static str,
     pub simulated_ns: u64,
     /// A transactional run's wall-clock seconds by phase (set-up, event loop, check).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -637,6 +649,7 @@ pub fn txn_report(
             SimInfo {
                 events: r.events,
                 events_per_s: r.events as f64 / loop_s.max(1e-9),
+                build: build_kind(),
                 simulated_ns: r.simulated_ns,
                 wall: phases,
                 committed_per_wall_s: phases.map(|_| r.stats.committed as f64 / wall.max(1e-9)),
