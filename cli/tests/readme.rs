@@ -14,6 +14,8 @@ use std::path::{Path, PathBuf};
 const SKIP: &[(&str, &str)] = &[
     ("cargo test --workspace", "the test suite itself"),
     ("sensitivity scenarios/quickstart.ron", "76 simulations, 1-2 minutes; cli/tests/sensitivity.rs runs it on less"),
+    ("bash pgo/build.sh", "two release builds, about 10 minutes on 2 cores; run by hand (docs/architecture.md)"),
+    ("target/pgo/optimized/", "the binary pgo/build.sh makes, not built here"),
     (
         "bench-verbs --nic cx4 --json",
         "the same 78 simulations as the table form above (about 35 s), only printed as JSON",
