@@ -524,7 +524,9 @@ const UNTOUCHED_BLOCK: u64 = 64;
 
 /// Collects a node's history, final versions (its primaries and the replicas it keeps), and
 /// the conserved quantity over its records. `states` are its workers' protocol states (one
-/// shared in the simulator, one per worker thread on sockets).
+/// shared in the simulator, one per worker thread on sockets); their histories move into the
+/// result (it is collected once, at the end of a run), where a copy cost a large run's
+/// history over again.
 pub fn node_result(
     spec: &TxnRunSpec,
     node: u16,
@@ -539,7 +541,7 @@ pub fn node_result(
     let mut replica: std::collections::BTreeMap<u64, u64> = Default::default();
     for st in states {
         r.location.add(&st.cache.borrow().stats);
-        r.txns.extend(st.history.borrow().iter().cloned());
+        r.txns.append(&mut st.history.borrow_mut());
         r.pieces.extend(st.pieces.borrow().iter().copied());
         stats.add(&st.stats.borrow());
         for (&k, v) in st.replica.borrow().iter() {
