@@ -22,6 +22,8 @@
 //! and the caller's retransmission (or the server's remembered reply) sends it again.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::fmt;
 
 use crate::memory::HostMemory;
@@ -391,7 +393,11 @@ struct OutQueue {
 pub(crate) struct RpcState {
     cfg: RpcConfig,
     next_call: CallId,
-    out: BTreeMap<Endpoint, OutQueue>,
+    // Per-peer state (and `deferred`) is looked up on every call, reply and duplicate check,
+    // in hash maps: a `BTreeMap` search over hundreds of peers missed the cache at each
+    // level. Nothing iterates them (endpoint order comes from `queued`), so their order
+    // cannot show.
+    out: FxHashMap<Endpoint, OutQueue>,
     /// The endpoints whose queue in `out` holds frames: a worker talks to hundreds of peers
     /// and sends to a few at each step.
     queued: BTreeSet<Endpoint>,
@@ -401,12 +407,12 @@ pub(crate) struct RpcState {
     pending_base: CallId,
     deadlines: BTreeSet<(Nanos, CallId)>,
     /// Per caller, the calls answered recently: when, and the reply.
-    served: BTreeMap<Endpoint, Served>,
+    served: FxHashMap<Endpoint, Served>,
     /// Calls whose handler deferred the reply and has not sent it yet: kept until it does,
     /// however long that takes (a retransmission must never run the handler again).
-    deferred: BTreeSet<(Endpoint, CallId)>,
+    deferred: FxHashSet<(Endpoint, CallId)>,
     /// Round-trip estimates per peer.
-    rtt: BTreeMap<Endpoint, RttEstimate>,
+    rtt: FxHashMap<Endpoint, RttEstimate>,
     requeued: Vec<(Endpoint, Vec<u8>)>,
     /// Byte buffers of received datagrams, reused for outgoing ones.
     spare_bufs: Vec<Vec<u8>>,
@@ -444,14 +450,14 @@ impl RpcState {
         RpcState {
             cfg,
             next_call: first,
-            out: BTreeMap::new(),
+            out: FxHashMap::default(),
             queued: BTreeSet::new(),
             pending: VecDeque::new(),
             pending_base: first,
             deadlines: BTreeSet::new(),
-            served: BTreeMap::new(),
-            deferred: BTreeSet::new(),
-            rtt: BTreeMap::new(),
+            served: FxHashMap::default(),
+            deferred: FxHashSet::default(),
+            rtt: FxHashMap::default(),
             requeued: Vec::new(),
             spare_bufs: Vec::new(),
             partials: BTreeMap::new(),
