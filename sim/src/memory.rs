@@ -277,11 +277,10 @@ impl NodeMemory {
         let pos = pending.iter().position(|p| p.id == id).expect("finish_read of a READ begin_read tracks");
         let p = pending.swap_remove(pos);
         drop(pending);
-        let mut cur = vec![0; p.len as usize];
-        self.raw_read(p.addr, &mut cur).expect("checked at begin_read");
-        let first = p.first_line();
         out.clear();
-        out.extend_from_slice(&cur);
+        out.resize(p.len as usize, 0);
+        self.raw_read(p.addr, out).expect("checked at begin_read");
+        let first = p.first_line();
         let lines = ((p.addr + p.len - 1) / CACHE_LINE - first + 1) as usize;
         for k in 0..lines {
             if p.saved_mask[k / 64] & (1 << (k % 64)) != 0 {
