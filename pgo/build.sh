@@ -2,8 +2,8 @@
 # A profile-guided build of txbed: target/pgo/optimized/<host>/release/txbed.
 #
 # The simulator's event loop is branchy code spread over many crates: callgrind's cache model
-# counts an L1 i-cache miss every 52 instructions on the quickstart. A build that knows which
-# paths are hot lays them out together and inlines along them: 14% fewer instructions and 30%
+# counts an L1 i-cache miss every 51 instructions on the quickstart. A build that knows which
+# paths are hot lays them out together and inlines along them: 13% fewer instructions and 26%
 # fewer i-cache misses there (docs/architecture.md, "Simulator speed").
 #
 # rustc's own PGO workflow (the rustc book, "Profile-guided Optimization"): build with
