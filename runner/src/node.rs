@@ -615,27 +615,53 @@ pub fn node_result(
         let nth = (node + spec.nodes - w.home(key, spec.nodes)) % spec.nodes;
         r.finals.push(Final { replica: format!("backup{nth}"), key: k, version });
     }
-    // Records are loaded in key order, so a key's tuple is at its row's position.
-    let read = |key: Key, rec: &mut Vec<u8>| {
-        let Some(place) = layout.table(key.table) else { return false };
+    let records = NodeRecords { w: &**w, mem, base, layout, node };
+    r.consistency = w.check_consistency(node, spec.nodes, &records);
+    r.set_stats(&stats);
+    r
+}
+
+/// A node's records as `Workload::check_consistency` reads them, from its memory.
+struct NodeRecords<'a> {
+    w: &'a dyn txbed_workloads::Workload,
+    mem: &'a dyn HostMemory,
+    base: u64,
+    layout: &'a Layout,
+    node: u16,
+}
+
+impl NodeRecords<'_> {
+    /// Where rows `rows` of `table` lie, if all this node's: records are loaded in key order,
+    /// so a key's tuple is at its row's position.
+    fn tuples(&self, table: u16, rows: std::ops::Range<u64>) -> Option<(&store::TablePlace, u64, u64)> {
+        let place = self.layout.table(table)?;
         let per = place.spec.rows_per_node;
-        if key.row / per != node as u64 {
-            return false;
+        let first = self.node as u64 * per;
+        if rows.start < first || rows.end > first + per || rows.start >= rows.end {
+            return None;
         }
-        let off = base + place.tuples_at + (key.row - node as u64 * per) * place.tuple_bytes;
+        let off = self.base + place.tuples_at + (rows.start - first) * place.tuple_bytes;
+        Some((place, off, (rows.end - rows.start) * place.tuple_bytes))
+    }
+}
+
+impl txbed_workloads::Records for NodeRecords<'_> {
+    fn read(&self, key: Key, rec: &mut Vec<u8>) -> bool {
+        let Some((place, off, len)) = self.tuples(key.table, key.row..key.row + 1) else { return false };
         rec.clear();
         rec.resize(place.spec.record_bytes as usize, 0);
         // An untouched record is its initial value, as the check reads it: made alone,
         // without filling its page.
-        if mem.untouched_since_load(off, place.tuple_bytes) {
-            w.initial_checked_into(key, rec);
+        if self.mem.untouched_since_load(off, len) {
+            self.w.initial_checked_into(key, rec);
             return true;
         }
-        mem.peek(off + store::META_BYTES, rec).is_ok()
-    };
-    r.consistency = w.check_consistency(node, spec.nodes, &read);
-    r.set_stats(&stats);
-    r
+        self.mem.peek(off + store::META_BYTES, rec).is_ok()
+    }
+
+    fn untouched(&self, table: u16, rows: std::ops::Range<u64>) -> bool {
+        self.tuples(table, rows).is_some_and(|(_, off, len)| self.mem.untouched_since_load(off, len))
+    }
 }
 
 impl NodeResult {

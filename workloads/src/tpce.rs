@@ -520,7 +520,7 @@ impl Workload for PreparedTpce {
         let per = self.accounts_per_node();
         let (mut ca, mut hs, mut lt) = (Vec::new(), Vec::new(), Vec::new());
         for a in node as u64 * per..(node as u64 + 1) * per {
-            if !read(Key { table: CUSTOMER_ACCOUNT, row: a }, &mut ca) {
+            if !read.read(Key { table: CUSTOMER_ACCOUNT, row: a }, &mut ca) {
                 continue;
             }
             c[0].checked += 1;
@@ -528,7 +528,7 @@ impl Workload for PreparedTpce {
                 fail(&mut c[0], format!("account {a}: CA_BAL = {} cents", field(&ca, 0)));
             }
             for (j, s) in self.holdings_of(a).into_iter().enumerate() {
-                if !read(Key { table: HOLDING_SUMMARY, row: a * h + j as u64 }, &mut hs) {
+                if !read.read(Key { table: HOLDING_SUMMARY, row: a * h + j as u64 }, &mut hs) {
                     continue;
                 }
                 c[1].checked += 1;
@@ -544,7 +544,7 @@ impl Workload for PreparedTpce {
         let per = self.cfg.securities_per_node;
         for s in node as u64 * per..(node as u64 + 1) * per {
             let key = Key { table: LAST_TRADE, row: s };
-            if !read(key, &mut lt) {
+            if !read.read(key, &mut lt) {
                 continue;
             }
             c[3].checked += 1;
